@@ -1,0 +1,5 @@
+"""Destiny's command line (installed as ``destiny.cli``): thin click commands over ``destiny``.
+
+Each command parses DSSTNE's flags, calls the library, and turns a ``DestinyError`` into
+exit code 1 with its one-paragraph message. Bad usage (unknown or conflicting flags) exits 2.
+"""

@@ -1,0 +1,3 @@
+from destiny.cli.main import main
+
+main()

@@ -1,0 +1,31 @@
+"""The errors Destiny raises for bad input.
+
+The library never prints and never exits: it raises a ``DestinyError`` whose text is one
+paragraph a user can act on (which file, line or JSON path; what was found; what was
+expected; what to do). Only ``cli/`` turns it into exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class DestinyError(Exception):
+    """Base class: bad input or an impossible request, explained for the user."""
+
+
+class DataFormatError(DestinyError):
+    """A text, index or NetCDF file that does not follow the expected format."""
+
+    def __init__(self, path, message: str, *, line: int | None = None, column: int | None = None):
+        where = str(path)
+        if line is not None:
+            where += f", line {line}"
+            if column is not None:
+                where += f", column {column}"
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+        self.column = column
+
+
+class OutputError(DestinyError):
+    """An output that cannot be written (missing directory, no permission, ...)."""

@@ -1,0 +1,168 @@
+"""``generate-netcdf``: DSSTNE text records to a dataset NetCDF file plus index files.
+
+Follows DSSTNE's generateNetCDF (spec 1): features and samples are numbered in order of
+first appearance, an existing feature index is reused (unknown features dropped) unless ``-c``
+creates or ``-m`` merges, rows are the samples present in the input sorted by sample index
+(quirk 10.1), and ``width`` is the feature count rounded up to 128 (quirk 10.2). All outputs
+are written to temporary files and renamed together at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from destiny.errors import DataFormatError, DestinyError
+from destiny.io import atomic
+from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
+from destiny.io.index import LabelTable, check_appendable, load_table, read_index, write_index
+from destiny.io.text import Records, input_files, read_records
+from destiny.sparse import take_rows
+
+
+@dataclass
+class GenerateReport:
+    """What ``generate_netcdf`` did, for the command line to report."""
+
+    samples: int
+    entries: int
+    width: int
+    features: int
+    new_features: int
+    new_samples: int
+    dropped: int
+    lines_with_drops: int
+    written: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def generate_netcdf(
+    *,
+    input_path,
+    output,
+    dataset_name: str,
+    feature_index,
+    sample_index,
+    create: bool = False,
+    merge: bool = False,
+    analog: bool = False,
+    strict: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> GenerateReport:
+    """Convert DSSTNE text (a file, or a directory of files) into a dataset NetCDF file.
+
+    ``create`` (``-c``) starts a fresh feature index, ``merge`` (``-m``) appends new features
+    to the existing one; with neither, ``feature_index`` must exist and unknown features are
+    dropped (or raise with ``strict``). The sample index is read when it exists and written
+    when new samples appear. ``analog`` keeps each feature's value (0.0 without one).
+    """
+    if create and merge:
+        raise DestinyError("-c (create a new feature index) and -m (merge into the existing "
+                           "one) contradict each other; give one of them.")
+    if not dataset_name:
+        raise DestinyError("the dataset name (-d) is empty; give the DataSet name of the "
+                           "network layer that will read this file.")
+    update = create or merge
+    for path, what in ((output, "output NetCDF file"), (feature_index, "feature index"),
+                       (sample_index, "sample index")):
+        atomic.check_writable(path, what)
+    files = input_files(input_path)
+
+    if create:
+        features = LabelTable()
+    elif os.path.exists(feature_index):
+        features = load_table(feature_index)
+    else:
+        raise DataFormatError(feature_index, "the feature index does not exist. Use -c to create "
+                              "it from this input, or give the index written by an earlier run.")
+    samples = _load_samples(sample_index)
+
+    records = read_records(files, features, update=update, strict=strict, keep_values=analog,
+                           progress=progress)
+    if update:
+        check_appendable(features, feature_index, "feature")
+    sample_ids, new_samples = _number_samples(records, samples, sample_index)
+
+    width = round_up_width(len(features))
+    if len(records.indices) and int(records.indices.max()) >= width:
+        raise DataFormatError(feature_index, f"holds index {int(records.indices.max())}, but it "
+                              f"has only {len(features)} entries, so the dataset width is {width} "
+                              "(entries rounded up to 128, as DSSTNE does). Renumber the index to "
+                              "0..n-1, or rebuild it with -c.")
+    order = np.argsort(sample_ids, kind="stable")
+    indptr, indices, values = records.indptr, records.indices, records.values
+    if not np.array_equal(order, np.arange(len(order))):
+        indptr, indices, values = take_rows(indptr, indices, values, order)
+    dataset = SparseDataset(name=dataset_name, width=width, indptr=indptr, indices=indices,
+                            values=values)
+    if dataset.nnz == 0:
+        raise DataFormatError(", ".join(files), "no sample has a feature that is in the feature "
+                              "index, so the dataset would be empty, which DSSTNE's loader "
+                              "refuses. Check that -f names the index built for this data.")
+
+    report = GenerateReport(
+        samples=dataset.rows, entries=dataset.nnz, width=width, features=len(features),
+        new_features=len(features) - features.loaded if update else 0,
+        new_samples=len(new_samples), dropped=records.dropped,
+        lines_with_drops=records.lines_with_drops)
+    missing = len(samples) - (len(records.labels) - len(new_samples))
+    if missing > 0:
+        report.notes.append(
+            f"the sample index {sample_index} holds {missing:,} samples that are not in this "
+            "input; rows follow the samples present, so datasets built from different inputs "
+            "line up only if they hold the same samples (DSSTNE quirk, spec 1.4).")
+
+    with atomic.atomic_outputs() as out:
+        write_dataset(out.path(output), dataset)
+        report.written.append(str(output))
+        if create or report.new_features:
+            write_index(out.path(feature_index), features.labels(), features.values())
+            report.written.append(str(feature_index))
+        if new_samples:
+            labels = list(samples) + new_samples
+            values = np.array(list(samples.values())
+                              + list(range(len(samples), len(samples) + len(new_samples))))
+            write_index(out.path(sample_index), labels, values)
+            report.written.append(str(sample_index))
+    return report
+
+
+def _load_samples(sample_index) -> dict[str, int]:
+    if not os.path.exists(sample_index):
+        return {}
+    labels, values = read_index(sample_index)
+    return dict(zip(labels, values.tolist()))
+
+
+def _number_samples(records: Records, samples: dict[str, int], sample_index):
+    """Sample index of every row; new labels get ``len(index)`` in order (spec 1.3)."""
+    ids = np.empty(len(records.labels), dtype=np.int64)
+    first_row: dict[str, int] = {}
+    new: list[str] = []
+    next_id = len(samples)
+    taken = set(samples.values()) if samples and max(samples.values()) >= len(samples) else None
+    for row, label in enumerate(records.labels):
+        if label in first_row:
+            path, line = records.where(row)
+            first_path, first_line = records.where(first_row[label])
+            first = f"line {first_line}" + ("" if first_path == path else f" of {first_path}")
+            raise DataFormatError(
+                path, f"the sample {label!r} appears again (first on {first}). DSSTNE kept only "
+                "the last line of a repeated sample; merge its features into one line.",
+                line=line)
+        first_row[label] = row
+        sample = samples.get(label)
+        if sample is None:
+            sample = next_id
+            if taken is not None and sample in taken:
+                raise DataFormatError(
+                    sample_index, f"its indices are not 0..{len(samples) - 1}, so the new sample "
+                    f"{label!r} would get index {sample}, which is already taken (DSSTNE numbers "
+                    "new samples by the size of the index). Renumber the index file to 0..n-1.")
+            next_id += 1
+            new.append(label)
+        ids[row] = sample
+    return ids, new

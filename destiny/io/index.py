@@ -1,0 +1,192 @@
+"""Index files (spec 1.3): ``label<TAB>index`` lines mapping names to integer ids.
+
+``generate-netcdf`` reads and writes them for features (``-f``) and samples (``-s``);
+``predict`` reads them to map its input. ``LabelTable`` keeps the mapping in NumPy arrays
+(an open-addressing hash table over UTF-8 bytes, see ``textscan``) so that the numba text
+scanner can look names up without touching Python objects.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from destiny.errors import DataFormatError
+from destiny.io import textscan
+
+
+class LabelTable:
+    """A growable mapping from labels (str) to non-negative integer indices.
+
+    New labels get ``index = len(table)`` (DSSTNE's rule, spec 1.3), which is why a table
+    loaded from a file whose indices are not exactly 0..n-1 cannot safely grow: see
+    ``check_appendable``.
+    """
+
+    def __init__(self, capacity: int = 1024):
+        cap = 1 << max(4, int(2 * capacity - 1).bit_length())
+        self.slots = np.full(cap, -1, dtype=np.int64)
+        keys = cap // 2
+        self.key_hash = np.zeros(keys, dtype=np.uint64)
+        self.key_start = np.zeros(keys, dtype=np.int64)
+        self.key_len = np.zeros(keys, dtype=np.int64)
+        self.key_value = np.zeros(keys, dtype=np.int64)
+        self.arena = np.zeros(max(1024, 16 * keys), dtype=np.uint8)
+        self.state = np.zeros(2, dtype=np.int64)  # [number of keys, arena bytes used]
+        self.loaded = 0  # how many entries came from an index file
+
+    def __len__(self) -> int:
+        return int(self.state[0])
+
+    def reserve(self, keys: int, arena_bytes: int) -> None:
+        """Make room for ``keys`` more keys of ``arena_bytes`` more bytes, at load <= 1/2."""
+        n, used = int(self.state[0]), int(self.state[1])
+        if n + keys > len(self.key_hash):
+            size = max(2 * len(self.key_hash), n + keys)
+            for name in ("key_hash", "key_start", "key_len", "key_value"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        if 2 * (n + keys) > len(self.slots):
+            cap = 1 << int(2 * (n + keys) - 1).bit_length()
+            self.slots = np.full(max(cap, 2 * len(self.slots)), -1, dtype=np.int64)
+            textscan.table_rehash(self.slots, self.key_hash, n)
+        if used + arena_bytes > len(self.arena):
+            new = np.zeros(max(2 * len(self.arena), used + arena_bytes), dtype=np.uint8)
+            new[:used] = self.arena[:used]
+            self.arena = new
+
+    def scan_args(self):
+        """The table's arrays in the order the textscan kernels take them."""
+        return (self.slots, self.key_hash, self.key_start, self.key_len, self.key_value,
+                self.arena, self.state)
+
+    def add_labels(self, labels: list[str], values: np.ndarray) -> int:
+        """Insert ``labels`` with ``values``; return -1 or the position of a label already present."""
+        encoded = [s.encode("utf-8") for s in labels]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.reserve(len(encoded), len(buf))
+        return int(textscan.table_insert_labels(*self.scan_args(), buf, offsets,
+                                                np.asarray(values, dtype=np.int64)))
+
+    def labels(self) -> list[str]:
+        """All labels, in insertion order."""
+        n = len(self)
+        arena = self.arena.tobytes()
+        start, length = self.key_start[:n].tolist(), self.key_len[:n].tolist()
+        return [arena[s:s + m].decode("utf-8") for s, m in zip(start, length)]
+
+    def values(self) -> np.ndarray:
+        """All indices, in insertion order."""
+        return self.key_value[: len(self)].copy()
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(zip(self.labels(), self.values().tolist()))
+
+
+def read_index(path) -> tuple[list[str], np.ndarray]:
+    """Read an index file; return its labels and indices in file order.
+
+    Every line must be ``label<TAB>index`` with a non-empty label and a non-negative integer
+    index (a trailing TAB is tolerated, as in DSSTNE). Labels and indices must be unique:
+    two labels on one index would merge two features silently.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DataFormatError(path, f"cannot read the index file ({e.strerror}).") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataFormatError(
+            path, f"the bytes {data[e.start:e.end]!r} are not UTF-8. Index files are written by "
+            "generate-netcdf as UTF-8 text; regenerate it with -c.", line=line) from None
+    labels: list[str] = []
+    indices: list[int] = []
+    seen_label: dict[str, int] = {}
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    expected = ("expected 'label<TAB>index' lines, as written by generate-netcdf; this may not "
+                "be an index file, or it was edited by hand. Regenerate it with -c")
+    for number, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if len(fields) == 3 and fields[2] == "":
+            fields.pop()
+        if "\r" in line:
+            raise DataFormatError(path, f"the line ends with a carriage return (Windows line "
+                                  f"ends); {expected}, or convert it with dos2unix.", line=number)
+        if len(fields) != 2 or fields[0] == "" or not fields[1].isascii() or not fields[1].isdigit():
+            raise DataFormatError(path, f"found {_show(line)}; {expected}.", line=number)
+        label, index = fields[0], int(fields[1])
+        if label in seen_label:
+            raise DataFormatError(path, f"the label {label!r} appears again (first on line "
+                                  f"{seen_label[label]}); each label must appear once. "
+                                  "Regenerate the index with -c.", line=number)
+        seen_label[label] = number
+        labels.append(label)
+        indices.append(index)
+    values = np.array(indices, dtype=np.int64)
+    if len(values) and len(np.unique(values)) != len(values):
+        uniq, first = np.unique(values, return_index=True)
+        dup_pos = np.setdiff1d(np.arange(len(values)), first)[0]
+        other = int(np.flatnonzero(values == values[dup_pos])[0])
+        raise DataFormatError(path, f"index {values[dup_pos]} is given to both {labels[other]!r} "
+                              f"(line {other + 1}) and {labels[dup_pos]!r}; two labels on one "
+                              "index would merge them. Regenerate the index with -c.",
+                              line=int(dup_pos) + 1)
+    return labels, values
+
+
+def load_table(path) -> LabelTable:
+    """Read an index file into a ``LabelTable``."""
+    labels, values = read_index(path)
+    table = LabelTable(capacity=len(labels) + 1024)
+    table.add_labels(labels, values)
+    table.loaded = len(labels)
+    return table
+
+
+def check_appendable(table: LabelTable, path, what: str) -> None:
+    """Refuse to have grown ``table`` if a new index collides with a loaded one.
+
+    DSSTNE gives a new label ``len(map)`` (spec 1.3, quirk 10.7); when the loaded index is not
+    0..n-1 that number can already belong to another label, which would silently merge them.
+    """
+    values = table.values()
+    old, new = values[: table.loaded], values[table.loaded:]
+    if len(new) == 0:
+        return
+    clash = np.intersect1d(old, new)
+    if len(clash):
+        v = int(clash[0])
+        labels = table.labels()
+        a = labels[int(np.flatnonzero(old == v)[0])]
+        b = labels[table.loaded + int(np.flatnonzero(new == v)[0])]
+        raise DataFormatError(
+            path, f"its indices are not 0..{table.loaded - 1}, so the new {what} {b!r} would get "
+            f"index {v}, which already belongs to {a!r} (DSSTNE numbers new entries by the size of "
+            "the index). Renumber the index file to 0..n-1, or rebuild it with -c.")
+
+
+def write_index(path, labels: list[str], values: np.ndarray) -> None:
+    """Write ``label<TAB>index`` lines sorted by index (DSSTNE's order is unspecified)."""
+    order = np.argsort(values, kind="stable")
+    vals = values.tolist()
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
+
+
+def _show(line: str, limit: int = 60) -> str:
+    shown = line if len(line) <= limit else line[:limit] + "..."
+    return repr(shown)
+
+
+def index_exists(path) -> bool:
+    return os.path.exists(path)

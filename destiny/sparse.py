@@ -1,0 +1,24 @@
+"""Small operations on CSR arrays (``indptr``, ``indices``, ``values``) shared by the I/O code."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def gather_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions covering ``[starts[r], starts[r] + lengths[r])`` for every r, back to back.
+
+    Returns (new indptr, positions): ``array[positions]`` lays the ranges out as CSR rows.
+    """
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    positions = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
+    return indptr, positions
+
+
+def take_rows(indptr, indices, values, rows):
+    """Rows ``rows`` of a CSR matrix, in that order; ``values`` may be None."""
+    starts = indptr[:-1][rows]
+    lengths = np.diff(indptr)[rows]
+    new_indptr, positions = gather_ranges(starts, lengths)
+    return new_indptr, indices[positions], None if values is None else values[positions]
