@@ -1,0 +1,260 @@
+"""Raw MovieLens ratings to DSSTNE text: the successor of DSSTNE's ``convert_ratings.awk``.
+
+Three inputs are read, each ``user item rating timestamp`` per line:
+
+* ``csv``: ``ratings.csv`` of ml-latest / ml-20m, comma separated, with the header
+  ``userId,movieId,rating,timestamp``;
+* ``udata``: ``u.data`` of ml-100k, TAB separated, no header;
+* ``dat``: ``ratings.dat`` of ml-1m / ml-10m, ``::`` separated, no header.
+
+The output has one line per user, ``USER<TAB>item,value:item,value...``, users in order of
+first appearance and each user's items in input order. Unlike the awk script the input need
+not be grouped by user; on a grouped ``ratings.csv`` the output is the awk script's, byte for
+byte, because fields are copied as text and never reformatted.
+
+The file is streamed once. Consecutive rows of one user (a "run") are collected as
+``item,value`` strings and joined when the user changes, so grouped input, the usual case,
+keeps one string per user in memory rather than one per rating.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TextIO
+
+from destiny.errors import DataFormatError
+
+FORMATS = ("auto", "csv", "udata", "dat")
+VALUES = ("timestamp", "rating", "none")
+
+_SEPARATORS = {"csv": ",", "udata": "\t", "dat": "::"}
+_LAYOUTS = {
+    "csv": "'userId,movieId,rating,timestamp' (comma separated, MovieLens ratings.csv)",
+    "udata": "'user<TAB>item<TAB>rating<TAB>timestamp' (TAB separated, MovieLens u.data)",
+    "dat": "'user::item::rating::timestamp' (MovieLens ratings.dat)",
+}
+_CSV_HEADER = "userId,movieId,rating,timestamp"
+
+
+@dataclass(frozen=True)
+class ConvertReport:
+    """What ``convert_ratings`` wrote: ``users`` lines holding ``ratings`` items in all.
+
+    ``skipped_below_min`` counts the rows that ``min_rating`` left out, and ``fmt`` is the
+    input format that was read (the detected one when ``fmt="auto"``).
+    """
+
+    users: int
+    ratings: int
+    skipped_below_min: int
+    fmt: str
+
+
+def convert_ratings(
+    src_path,
+    out: TextIO,
+    *,
+    fmt: str = "auto",
+    value: str = "timestamp",
+    min_rating: float | None = None,
+) -> ConvertReport:
+    """Convert the ratings file ``src_path`` to DSSTNE text written to the text stream ``out``.
+
+    ``fmt`` is ``auto`` (detected from the first line), ``csv``, ``udata`` or ``dat``;
+    ``value`` is what follows each item: the ``timestamp`` (DSSTNE's example), the ``rating``,
+    or ``none`` for a bare item. With ``min_rating``, only rows rated at least that much are
+    kept. Nothing is written to ``out`` unless the whole input is valid; bad input raises
+    ``DataFormatError`` naming the file and line.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if value not in VALUES:
+        raise ValueError(f"value must be one of {', '.join(VALUES)}, not {value!r}")
+    try:
+        # newline="\n": lines end at LF only and a CR stays in the text, so that CRLF files
+        # are caught instead of silently giving timestamps like '964982703\r'.
+        with open(src_path, encoding="utf-8-sig", newline="\n") as f:
+            try:
+                groups, report = _read(f, src_path, fmt, value, min_rating)
+            except UnicodeDecodeError:
+                raise _decode_error(src_path) from None
+    except OSError as e:
+        raise DataFormatError(src_path, f"the ratings file cannot be read ({e.strerror or e}); "
+                              "check the path and its permissions.") from None
+    out.writelines(f"{user}\t{':'.join(runs)}\n" for user, runs in groups.items())
+    return report
+
+
+def _read(f, path, fmt: str, value: str, min_rating: float | None):
+    first = f.readline()
+    if not first:
+        raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
+                              "'user item rating timestamp' row a line.")
+    _check_line_end(first, path, 1)
+    if fmt == "auto":
+        fmt = _detect(first, path)
+    sep = _SEPARATORS[fmt]
+    if fmt == "csv" and _is_header(first):
+        lineno = 1
+    else:
+        lineno = 0
+        f = _chain(first, f)
+
+    value_index = {"timestamp": 3, "rating": 2, "none": None}[value]
+    filtering = min_rating is not None
+    groups: dict[str, list[str]] = {}  # user -> joined runs; dict order = first appearance
+    run_user = None
+    run: list[str] = []
+    ratings = skipped = 0
+    for lineno, line in enumerate(f, lineno + 1):
+        fields = line.split(sep)
+        if len(fields) != 4:
+            raise _field_count_error(line, fields, path, lineno, fmt)
+        user, item, rating, stamp = fields
+        if stamp[-1:] == "\n":
+            stamp = stamp[:-1]
+            fields[3] = stamp
+        if stamp[-1:] == "\r":
+            raise _cr_error(path, lineno)
+        if filtering:
+            if _rating(rating, path, lineno, fmt) < min_rating:
+                skipped += 1
+                continue
+        if value_index is None:
+            token = item
+        else:
+            token = f"{item},{fields[value_index]}"
+        # One test per row for every character that would change the record's meaning;
+        # the error path works out which field and character it was.
+        if not user or not token or "\t" in user or ":" in token or "," in item:
+            raise _field_error(fields, value_index, path, lineno)
+        if user != run_user:
+            if run:
+                groups.setdefault(run_user, []).append(":".join(run))
+            run_user = user
+            run = []
+        run.append(token)
+        ratings += 1
+    if run:
+        groups.setdefault(run_user, []).append(":".join(run))
+
+    if ratings == 0:
+        if skipped:
+            raise DataFormatError(path, f"none of the {skipped} ratings is at least "
+                                  f"--min-rating {min_rating:g}, so there is nothing to write; "
+                                  "lower --min-rating (MovieLens rates 0.5 to 5 stars).")
+        raise DataFormatError(path, "the file holds no ratings (only a header); expected "
+                              f"rows of {_LAYOUTS[fmt]}.", line=lineno + 1)
+    return groups, ConvertReport(len(groups), ratings, skipped, fmt)
+
+
+def _chain(first: str, rest):
+    yield first
+    yield from rest
+
+
+def _detect(first: str, path) -> str:
+    if "::" in first:
+        return "dat"
+    if "\t" in first:
+        return "udata"
+    if "," in first:
+        return "csv"
+    raise DataFormatError(path, f"cannot tell the ratings format from the first line "
+                          f"{_show(first)}: it has no '::', TAB or comma; expected one of "
+                          f"{'; '.join(_LAYOUTS.values())}. Give the format explicitly "
+                          "(--format) if the file is one of these.", line=1)
+
+
+def _is_header(first: str) -> bool:
+    """The MovieLens header, or any first line whose first field is not a number."""
+    line = first.rstrip("\n")
+    return line == _CSV_HEADER or not _is_number(line.split(",", 1)[0])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _rating(text: str, path, lineno: int, fmt: str) -> float:
+    try:
+        rating = float(text)
+    except ValueError:
+        rating = math.nan
+    if math.isnan(rating):
+        raise DataFormatError(path, f"the rating {_show(text)} is not a number, so it cannot "
+                              "be compared with --min-rating; expected rows of "
+                              f"{_LAYOUTS[fmt]}. Fix the row, or leave out --min-rating "
+                              "(without it the rating is not read).", line=lineno)
+    return rating
+
+
+def _check_line_end(line: str, path, lineno: int) -> None:
+    if line.endswith("\r\n") or ("\r" in line and not line.endswith("\n")):
+        raise _cr_error(path, lineno)
+
+
+def _cr_error(path, lineno: int) -> DataFormatError:
+    return DataFormatError(path, "the line ends with a carriage return (Windows CRLF or old Mac "
+                           "CR line ends); expected Unix LF line ends. Convert the file first, "
+                           "e.g. with dos2unix.", line=lineno)
+
+
+def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFormatError:
+    if "\r" in line and "\n" not in line[:-1]:
+        # A CR-only file reads as one huge line: report the line ends, not the field count.
+        _check_line_end(line, path, lineno)
+    if not line.strip():
+        found = "a blank line"
+    else:
+        found = f"{len(fields)} field{'s' if len(fields) != 1 else ''} in {_show(line)}"
+    return DataFormatError(path, f"found {found}; expected 4 fields, {_LAYOUTS[fmt]}. Fix or "
+                           "remove the line, or give the right --format if the file is another "
+                           "of the MovieLens layouts.", line=lineno)
+
+
+def _field_error(fields, value_index, path, lineno: int) -> DataFormatError:
+    names = ("user", "item", "rating", "timestamp")
+    used = [0, 1] + ([] if value_index is None else [value_index])
+    for i in used:
+        if not fields[i]:
+            return DataFormatError(path, f"the {names[i]} field is empty; every row needs a "
+                                   f"user, an item{'' if len(used) == 2 else ' and a ' + names[used[2]]}. "
+                                   "Fix or remove the row.", line=lineno)
+    # DSSTNE text gives TAB, ':' and ',' a meaning: a user ends at TAB, items are joined
+    # with ':' and an item is separated from its value by ','.
+    for i, bad in ((0, "\t"), (1, ":"), (1, ","), (1, "\t")) + tuple(
+            (value_index, c) for c in (":", "\t") if value_index is not None):
+        if bad in fields[i]:
+            return DataFormatError(path, f"the {names[i]} field {_show(fields[i])} contains "
+                                   f"{_show(bad)}, which separates fields in DSSTNE text and "
+                                   "would change the record's meaning; expected a plain id or "
+                                   "number. Rename it in the input.", line=lineno)
+    raise AssertionError("a row was rejected without a reason")  # pragma: no cover
+
+
+def _decode_error(path) -> DataFormatError:
+    """Find the line and byte of the first invalid UTF-8 (text mode only says 'somewhere')."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataFormatError(path, f"byte 0x{raw[e.start]:02x} is not valid UTF-8; "
+                                       "expected UTF-8 (or ASCII) text as MovieLens ships it. "
+                                       "Convert the file, e.g. with iconv -f latin1 -t utf-8.",
+                                       line=lineno, column=e.start + 1)
+    return DataFormatError(path, "the file is not valid UTF-8; convert it, e.g. with iconv -f "
+                           "latin1 -t utf-8.")
+
+
+def _show(text: str, limit: int = 60) -> str:
+    text = text.rstrip("\n")
+    return repr(text if len(text) <= limit else text[:limit] + "...")

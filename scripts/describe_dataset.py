@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Print a short summary of DSSTNE dataset NetCDF files (a readable stand-in for ncdump).
+
+Example:
+  python scripts/describe_dataset.py gl_input.nc gl_output.nc
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from destiny.errors import DestinyError  # noqa: E402
+from destiny.io.dataset import dataset_names, read_dataset  # noqa: E402
+
+
+def describe(path: str) -> str:
+    lines = []
+    for name in dataset_names(path):
+        ds = read_dataset(path, name)
+        kind = "indicator" if ds.indicator else "analog"
+        density = ds.nnz / (ds.rows * ds.width)
+        lines.append(f"{path}: dataset {name!r} ({kind}), {ds.rows:,} samples x width "
+                     f"{ds.width:,}, {ds.nnz:,} entries (density {density:.4f})")
+        for r in range(min(2, ds.rows)):
+            row = ds.indices[ds.indptr[r]:ds.indptr[r + 1]].tolist()
+            shown = ", ".join(map(str, row[:8])) + (", ..." if len(row) > 8 else "")
+            lines.append(f"    row {r}: {len(row)} features [{shown}]")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    try:
+        print("\n".join(describe(p) for p in sys.argv[1:]))
+    except DestinyError as e:
+        sys.exit(f"Error: {e}")

@@ -1,0 +1,240 @@
+"""generate-netcdf writes DSSTNE's exact dataset layout (spec 1.5), and the reader reads it back."""
+
+from __future__ import annotations
+
+import netCDF4
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from destiny.cli.generate_netcdf import generate_netcdf
+from destiny.io.dataset import SparseDataset, read_dataset, round_up_width, write_dataset
+from destiny.io.index import read_index
+
+from . import nctypes
+
+
+def run(tmp_path, text: str | bytes, *args: str, name="in.txt"):
+    """Run generate-netcdf on ``text`` in ``tmp_path``; return the click result."""
+    data = text.encode() if isinstance(text, str) else text
+    (tmp_path / name).write_bytes(data)
+    argv = ["-i", str(tmp_path / name), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "features"), "-s", str(tmp_path / "samples"), *args]
+    result = CliRunner().invoke(generate_netcdf, argv)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_indicator_layout_matches_dsstne(tmp_path):
+    # The userguide's ncdump example: three samples, nine entries (spec 1.5).
+    run(tmp_path, "s1\tf0:f1:f2\ns2\tf3:f1:f4\ns3\tf5:f6:f7\n", "-c")
+    with netCDF4.Dataset(tmp_path / "out.nc") as nc:
+        assert nc.data_model == "NETCDF4"
+        assert nc.ncattrs() == ["datasets", "name0", "attributes0", "kind0", "dataType0",
+                                "dimensions0", "width0"]
+        for attr, value in [("datasets", 1), ("attributes0", 3), ("kind0", 0),
+                            ("dataType0", 0), ("dimensions0", 1), ("width0", 128)]:
+            v = nc.getncattr(attr)
+            assert v == value and v.dtype == np.uint32, attr  # NC_UINT, not int or uint64
+        assert nc.getncattr("name0") == "gl_input"
+        assert {d: len(nc.dimensions[d]) for d in nc.dimensions} == {
+            "examplesDim0": 3, "sparseDataDim0": 9}
+        assert list(nc.variables) == ["sparseStart0", "sparseEnd0", "sparseIndex0"]
+        for v in nc.variables.values():
+            assert v.dtype == np.uint32
+            assert v.ncattrs() == []  # no _FillValue, no variable attributes
+            assert not nc.dimensions[v.dimensions[0]].isunlimited()
+        assert nc["sparseStart0"][:].tolist() == [0, 3, 6]
+        assert nc["sparseEnd0"][:].tolist() == [3, 6, 9]
+        assert nc["sparseIndex0"][:].tolist() == [0, 1, 2, 3, 1, 4, 5, 6, 7]
+
+
+@pytest.mark.skipif(nctypes.LIB is None, reason="libnetcdf not found for ctypes")
+@pytest.mark.parametrize("data_type", ["indicator", "analog"])
+def test_netcdf_types_are_dsstnes(tmp_path, data_type):
+    # netCDF4-python hides these, so read the raw types: uint (not int or uint64) attributes
+    # and variables, NC_CHAR (not NC_STRING) text, float data.
+    run(tmp_path, "s1\ta,1:b\n", "-c", "-t", data_type)
+    expected = {"datasets": nctypes.NC_UINT, "name0": nctypes.NC_CHAR,
+                "attributes0": nctypes.NC_UINT, "kind0": nctypes.NC_UINT,
+                "dataType0": nctypes.NC_UINT, "dimensions0": nctypes.NC_UINT,
+                "width0": nctypes.NC_UINT, "sparseStart0": nctypes.NC_UINT,
+                "sparseEnd0": nctypes.NC_UINT, "sparseIndex0": nctypes.NC_UINT}
+    if data_type == "analog":
+        expected["sparseData0"] = nctypes.NC_FLOAT
+    assert nctypes.types(tmp_path / "out.nc") == expected
+
+
+def test_analog_layout_and_values(tmp_path):
+    run(tmp_path, "s1\ta,1.5:b:c,-2e-1\ns2\tb,\n", "-c", "-t", "analog")
+    with netCDF4.Dataset(tmp_path / "out.nc") as nc:
+        assert nc.getncattr("attributes0") == 1 and nc.getncattr("dataType0") == 4
+        assert list(nc.variables) == ["sparseStart0", "sparseEnd0", "sparseIndex0", "sparseData0"]
+        data = nc["sparseData0"]
+        assert data.dtype == np.float32 and data.ncattrs() == []
+        # A feature without a value is 0.0, as in DSSTNE (quirk 10.3); "b," has no value.
+        np.testing.assert_array_equal(data[:], np.float32([1.5, 0.0, -0.2, 0.0]))
+
+
+def test_width_counts_index_entries_rounded_to_128():
+    assert [round_up_width(n) for n in (1, 127, 128, 129, 27278)] == [128, 128, 128, 256, 27392]
+
+
+def test_first_appearance_order_and_duplicates_kept(tmp_path):
+    # Features and samples are numbered in order of first appearance (spec 1.3); a feature
+    # repeated within a sample is kept twice (quirk 10.5).
+    run(tmp_path, "u9\t2:29:32\nu3\t32:47:2:47\n", "-c")
+    labels, values = read_index(tmp_path / "features")
+    assert dict(zip(labels, values.tolist())) == {"2": 0, "29": 1, "32": 2, "47": 3}
+    labels, values = read_index(tmp_path / "samples")
+    assert dict(zip(labels, values.tolist())) == {"u9": 0, "u3": 1}
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.indices.tolist() == [0, 1, 2, 2, 3, 0, 3]
+    assert ds.indptr.tolist() == [0, 3, 7]
+    assert (tmp_path / "features").read_text() == "2\t0\n29\t1\n32\t2\n47\t3\n"
+
+
+def test_rows_follow_reused_sample_index(tmp_path):
+    # Rows are the samples present, in ascending sample index (quirk 10.1).
+    (tmp_path / "samples").write_text("a\t2\nb\t0\nc\t1\n")
+    result = run(tmp_path, "a\tx\nc\ty\n", "-c")
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.indptr.tolist() == [0, 1, 2]
+    assert ds.indices.tolist() == [1, 0]  # c (index 1) first, then a (index 2)
+    assert "holds 1 samples that are not in this input" in result.output
+    # No new samples: the sample index is left as it was.
+    assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
+
+
+def test_new_samples_appended_to_index(tmp_path):
+    (tmp_path / "samples").write_text("a\t0\nb\t1\n")
+    run(tmp_path, "c\tx\na\ty\n", "-c")
+    assert (tmp_path / "samples").read_text() == "a\t0\nb\t1\nc\t2\n"
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.indices.tolist() == [1, 0]  # a (0) then c (2)
+
+
+def test_reused_feature_index_drops_unknown(tmp_path):
+    run(tmp_path, "u1\ta:b\nu2\tc\n", "-c")
+    before = (tmp_path / "features").read_text()
+    result = run(tmp_path, "u1\ta:zz:b\nu2\tyy:c:xx\nu3\tb\n")
+    assert "dropped 3 features" in result.output and "from 2 lines" in result.output
+    assert (tmp_path / "features").read_text() == before
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.indices.tolist() == [0, 1, 2, 1]
+
+
+def test_merge_appends_new_features(tmp_path):
+    run(tmp_path, "u1\ta:b\n", "-c")
+    run(tmp_path, "u1\tc:a\nu2\td\n", "-m")
+    assert (tmp_path / "features").read_text() == "a\t0\nb\t1\nc\t2\nd\t3\n"
+    assert read_dataset(tmp_path / "out.nc").indices.tolist() == [2, 0, 3]
+
+
+def test_create_ignores_existing_feature_index(tmp_path):
+    (tmp_path / "features").write_text("this is not an index\n")
+    run(tmp_path, "u1\tb:a\n", "-c")
+    assert (tmp_path / "features").read_text() == "b\t0\na\t1\n"
+
+
+def test_directory_input_in_sorted_order(tmp_path):
+    d = tmp_path / "parts"
+    d.mkdir()
+    (d / "b.txt").write_text("u2\ty\n")
+    (d / "a.txt").write_text("u1\tx:y\n")
+    (d / "c.txt").write_text("u3\tz\n")
+    argv = ["-i", str(d), "-o", str(tmp_path / "out.nc"), "-d", "gl", "-f",
+            str(tmp_path / "features"), "-s", str(tmp_path / "samples"), "-c"]
+    assert CliRunner().invoke(generate_netcdf, argv).exit_code == 0
+    assert (tmp_path / "features").read_text() == "x\t0\ny\t1\nz\t2\n"
+    assert (tmp_path / "samples").read_text() == "u1\t0\nu2\t1\nu3\t2\n"
+
+
+def test_labels_with_spaces_commas_and_unicode(tmp_path):
+    run(tmp_path, "user one, the first\tcafé:naïve,2\n", "-c", "-t", "analog")
+    assert (tmp_path / "samples").read_text() == "user one, the first\t0\n"
+    assert (tmp_path / "features").read_text() == "café\t0\nnaïve\t1\n"
+
+
+def test_empty_feature_list_is_a_sample(tmp_path):
+    run(tmp_path, "u1\ta\nu2\t\nu3\tb\n", "-c")
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.indptr.tolist() == [0, 1, 1, 2]
+
+
+def test_last_line_without_newline(tmp_path):
+    run(tmp_path, "u1\ta\nu2\tb:c", "-c")
+    assert read_dataset(tmp_path / "out.nc").indptr.tolist() == [0, 1, 3]
+
+
+def test_large_input_spans_several_chunks(tmp_path, monkeypatch):
+    # Chunk borders and hash-table growth must not change the result.
+    import destiny.io.text as text
+    monkeypatch.setattr(text, "CHUNK_BYTES", 4096)
+    rng = np.random.default_rng(0)
+    rows = [rng.choice(5000, size=rng.integers(1, 30), replace=False) for _ in range(2000)]
+    body = "".join(f"u{i}\t" + ":".join(f"f{j}" for j in r) + "\n" for i, r in enumerate(rows))
+    run(tmp_path, body, "-c")
+    labels, values = read_index(tmp_path / "features")
+    index = dict(zip(labels, values.tolist()))
+    ds = read_dataset(tmp_path / "out.nc")
+    expected = np.concatenate([[index[f"f{j}"] for j in r] for r in rows])
+    np.testing.assert_array_equal(ds.indices, expected)
+    order = list(dict.fromkeys(f"f{j}" for r in rows for j in r))
+    assert labels == order and values.tolist() == list(range(len(order)))
+
+
+def test_reader_round_trip_and_dsstne_variants(tmp_path):
+    ds = SparseDataset(name="x", width=256, indptr=np.array([0, 2, 2, 5]),
+                       indices=np.array([3, 1, 0, 255, 7], dtype=np.int32),
+                       values=np.float32([1, 2, 3, 4, 5]))
+    write_dataset(tmp_path / "a.nc", ds)
+    back = read_dataset(tmp_path / "a.nc")
+    assert back.name == "x" and back.width == 256
+    np.testing.assert_array_equal(back.indptr, ds.indptr)
+    np.testing.assert_array_equal(back.indices, ds.indices)
+    np.testing.assert_array_equal(back.values, ds.values)
+
+    # DSSTNE's own writer: lower-case datatype, uint64 offsets, rows stored out of order,
+    # a second dataset in the same file, Indexed and Weighted (spec 2.1, 2.4, quirk 10.8).
+    with netCDF4.Dataset(tmp_path / "b.nc", "w", format="NETCDF4") as nc:
+        nc.setncattr("datasets", np.uint32(2))
+        for n, name in enumerate(["first", "second"]):
+            nc.setncattr(f"name{n}", name)
+            nc.setncattr(f"attributes{n}", np.uint32(3 | 64 | 128))
+            nc.setncattr(f"kind{n}", np.uint32(0))
+            nc.setncattr(f"datatype{n}", np.uint32(0))
+            nc.setncattr(f"dimensions{n}", np.uint32(1))
+            nc.setncattr(f"width{n}", np.uint32(128))
+            nc.createDimension(f"examplesDim{n}", 3)
+            nc.createDimension(f"uniqueExamplesDim{n}", 2)
+            nc.createDimension(f"sparseDataDim{n}", 4)
+            start = nc.createVariable(f"sparseStart{n}", "u8", (f"uniqueExamplesDim{n}",))
+            end = nc.createVariable(f"sparseEnd{n}", "u8", (f"uniqueExamplesDim{n}",))
+            idx = nc.createVariable(f"sparseIndex{n}", "u4", (f"sparseDataDim{n}",))
+            index = nc.createVariable(f"index{n}", "u4", (f"examplesDim{n}",))
+            weight = nc.createVariable(f"dataWeight{n}", "f4", (f"examplesDim{n}",))
+            start[:] = [3, 0]   # unique row 0 is stored after unique row 1
+            end[:] = [4, 3]
+            idx[:] = [10, 11, 12, 99 + n]
+            index[:] = [0, 1, 0]
+            weight[:] = [1.0, 0.5, 2.0]
+    second = read_dataset(tmp_path / "b.nc", "second")
+    assert second.indicator and second.width == 128
+    assert second.indptr.tolist() == [0, 1, 4, 5]
+    assert second.indices.tolist() == [100, 10, 11, 12, 100]
+    np.testing.assert_array_equal(second.weights, np.float32([1.0, 0.5, 2.0]))
+
+
+def test_generated_file_reads_in_torch_reference_layout(tmp_path):
+    # The PyTorch peer reads the same files; it needs the Sparse bit and these variables.
+    run(tmp_path, "u1\ta:b\nu2\tb\n", "-c")
+    ds = read_dataset(tmp_path / "out.nc", "gl_input")
+    assert ds.rows == 2 and ds.nnz == 3 and ds.values is None
+
+
+def test_unknown_dataset_name(tmp_path):
+    run(tmp_path, "u1\ta\n", "-c")
+    from destiny.errors import DataFormatError
+    with pytest.raises(DataFormatError, match="has no dataset named 'gl_output'; it holds 'gl_input'"):
+        read_dataset(tmp_path / "out.nc", "gl_output")

@@ -1,0 +1,359 @@
+"""``generate-netcdf`` on bad input: exit code 1, one actionable message, nothing written.
+
+Every test runs the click command in a scratch directory that already holds the outputs of
+an earlier good run (``out.nc``, ``features.idx``, ``samples.idx``), so a failing run that
+wrote or replaced anything, or left a ``.name.XXXX.tmp`` file behind, shows up as a change
+in the directory snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import destiny.io.text
+from destiny.cli.generate_netcdf import generate_netcdf
+
+# The outputs of every run unless a test overrides them; the input is given per test.
+OUTPUTS = ["-o", "out.nc", "-d", "ds", "-f", "features.idx", "-s", "samples.idx"]
+
+# The earlier good run: features g_a, g_b, g_c (0..2) and samples g1, g2 (0..1).
+GOOD = "g1\tg_a:g_b\ng2\tg_b,2:g_c\n"
+
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(generate_netcdf, args)
+
+
+def snapshot(directory=".") -> dict[str, bytes | None]:
+    """Every file (with its bytes) and folder (None) under ``directory``, hidden ones included."""
+    seen: dict[str, bytes | None] = {}
+    for root, dirs, files in os.walk(directory):
+        for d in dirs:
+            seen[os.path.relpath(os.path.join(root, d), directory) + "/"] = None
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, "rb") as fh:
+                seen[os.path.relpath(path, directory)] = fh.read()
+    return seen
+
+
+def write(name: str, data: str | bytes) -> str:
+    with open(name, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def work(tmp_path, monkeypatch):
+    """A scratch directory (the current one) holding the outputs of a good earlier run."""
+    monkeypatch.chdir(tmp_path)
+    write("good.txt", GOOD)
+    result = invoke(["-i", "good.txt", *OUTPUTS, "-c", "-q"])
+    assert result.exit_code == 0, result.output
+    return tmp_path
+
+
+def fails(args: list[str], *, code: int = 1) -> str:
+    """Run with ``args``; check the exit code and that nothing changed; return the message."""
+    before = snapshot()
+    result = invoke(args)
+    assert result.exit_code == code, result.output
+    assert snapshot() == before, "a failing run changed the directory"
+    assert result.stdout == ""
+    message = result.stderr
+    if code == 1:
+        # One message, one line: "Error: <where>: <what was found, expected, what to do>".
+        assert message.startswith("Error: ") and message.count("\n") == 1, message
+    return message
+
+
+def fails_on(data: str | bytes, *flags: str, name: str = "in.txt") -> str:
+    write(name, data)
+    return fails(["-i", name, *OUTPUTS, *flags])
+
+
+# --- text records --------------------------------------------------------------------------
+
+FORMAT_HINT = "NAME<TAB>feature[,value]:feature[,value]..."
+
+# (id, input, line, column, texts the message must contain)
+RECORD_ERRORS = [
+    ("no-tab", "u1\ta\nu2 b:c\n", 2, 1, ["'u2 b:c'", "no TAB", FORMAT_HINT]),
+    ("empty-feature-double-colon", "u1\ta::b\n", 1, 6, [r"'u1\ta::b'", "empty feature name"]),
+    ("empty-feature-name-before-comma", "u1\t,5:b\n", 1, 4,
+     [r"'u1\t,5:b'", "empty feature name", "',5'"]),
+    ("value-not-a-number", "u1\ta,abc\n", 1, 6, ["'abc'", "not a number", "decimal number"]),
+    ("value-leading-numeric", "u1\ta:b,12x\n", 1, 8, ["'12x'", "not a number"]),
+    ("two-commas", "u1\tb:a,1,2\n", 1, 9, ["'a,1,2'", "more than one ','"]),
+    pytest.param(
+        "two-commas-first-feature", "u0\tx:y\nu1\ta,1,2\n", 2, 7, ["'a,1,2'", "more than one ','"],
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "library bug: destiny/io/text.py _scan_error (EXTRA_FIELD) finds the feature with "
+            "chunk.rfind(b':', 0, pos), which is not limited to the current line; for the first "
+            "feature of a line it quotes 'y' (from the previous line) or the whole line "
+            "'u1\\ta,1,2' instead of 'a,1,2'")),
+        id="two-commas-first-feature"),
+    ("blank-line-middle", "u1\ta\n\nu2\tb\n", 2, 1, ["blank"]),
+    ("blank-line-end", "u1\ta\nu2\tb\n\n", 3, 1, ["blank"]),
+    ("crlf", "u1\ta\r\nu2\tb\r\n", 1, 5, [r"'u1\ta\r'", "carriage return", "dos2unix"]),
+    ("trailing-colon", "u1\ta\nu2\ta:b:\n", 2, 7, [r"'u2\ta:b:'", "ends with ':'"]),
+    ("second-tab", "u1\ta\tb\n", 1, 5, [r"'u1\ta\tb'", "second TAB"]),
+    ("empty-sample-name", "u1\ta\n\ta:b\n", 2, 1, [r"'\ta:b'", "sample name is empty"]),
+    ("not-utf8", b"u1\ta\nu2\ta:b\xff\n", 2, 7, [r"b'\xff'", "not valid UTF-8", "iconv"]),
+    ("not-utf8-in-name", b"u1\ta\nu\xff2\ta\n", 2, 2, [r"b'\xff'", "not valid UTF-8"]),
+]
+
+
+def _case_id(case):
+    return case.id if hasattr(case, "id") else case[0]
+
+
+@pytest.mark.parametrize("mode", [["-c"], ["-m"], []], ids=["create", "merge", "reuse"])
+@pytest.mark.parametrize("case_id,data,line,column,texts", RECORD_ERRORS,
+                         ids=[_case_id(c) for c in RECORD_ERRORS])
+def test_bad_record(case_id, data, line, column, texts, mode):
+    message = fails_on(data, *mode)
+    assert message.startswith(f"Error: in.txt, line {line}, column {column}: "), message
+    for text in texts:
+        assert text in message
+
+
+@pytest.mark.parametrize("value", ["abc", "12x", "1e", "nan", "inf", "--1", "1.2.3"])
+def test_indicator_values_are_still_checked(value):
+    message = fails_on(f"u1\ta:b,{value}\n", "-c")  # indicator is the default type
+    assert message.startswith("Error: in.txt, line 1, column 8: "), message
+    assert f"the value {value!r}" in message
+
+
+@pytest.mark.parametrize("value", ["abc", "12x"])
+def test_analog_value_not_a_number(value):
+    message = fails_on(f"u1\ta,{value}\n", "-c", "-t", "analog")
+    assert message.startswith("Error: in.txt, line 1, column 6: "), message
+    assert f"the value {value!r}" in message
+
+
+def test_duplicate_sample_names_both_lines():
+    message = fails_on("u1\ta\nu2\tb\nu1\tc\n", "-c")
+    assert message.startswith("Error: in.txt, line 3: "), message
+    assert "'u1'" in message and "first on line 1" in message
+
+
+def test_empty_file():
+    message = fails_on("", "-c")
+    assert message.startswith("Error: in.txt: ") and "no records" in message
+
+
+# --- line numbers in big files and directories ---------------------------------------------
+
+def _lines(n: int, start: int = 0) -> str:
+    return "".join(f"u{i}\tf{i % 7}:f{i % 11},{i}\n" for i in range(start, start + n))
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 1000], ids=["one-chunk", "many-chunks"])
+def test_error_deep_in_file(chunk_bytes, monkeypatch):
+    if chunk_bytes:  # file read in many chunks: line numbers must carry across them
+        monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
+    message = fails_on(_lines(4999) + "u4999\tf1::f2\n" + _lines(100, 5000), "-c")
+    assert message.startswith("Error: in.txt, line 5000, column 10: "), message
+    assert r"'u4999\tf1::f2'" in message
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 1000], ids=["one-chunk", "many-chunks"])
+def test_duplicate_deep_in_file(chunk_bytes, monkeypatch):
+    if chunk_bytes:
+        monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
+    message = fails_on(_lines(6000) + "u17\tf1\n", "-c")
+    assert message.startswith("Error: in.txt, line 6001: "), message
+    assert "'u17'" in message and "first on line 18" in message
+
+
+def test_error_in_second_file_of_directory():
+    os.mkdir("indir")
+    write("indir/a.txt", _lines(10))
+    write("indir/b.txt", _lines(2, 10) + "u12\tb:a,1,2\n")
+    message = fails(["-i", "indir", *OUTPUTS, "-c"])
+    path = os.path.join("indir", "b.txt")
+    assert message.startswith(f"Error: {path}, line 3, column 10: "), message
+    assert "'a,1,2'" in message
+    assert "a.txt" not in message
+
+
+def test_duplicate_sample_across_files_names_both_files():
+    os.mkdir("indir")
+    write("indir/a.txt", _lines(10))
+    write("indir/b.txt", _lines(2, 10) + "u4\tf1\n")
+    message = fails(["-i", "indir", *OUTPUTS, "-c"])
+    assert message.startswith(f"Error: {os.path.join('indir', 'b.txt')}, line 3: "), message
+    assert f"first on line 5 of {os.path.join('indir', 'a.txt')}" in message
+
+
+# --- inputs that are missing or unreadable -------------------------------------------------
+
+def test_missing_input_file():
+    message = fails(["-i", "nope.txt", *OUTPUTS, "-c"])
+    assert message.startswith("Error: nope.txt: ") and "does not exist" in message
+    assert "-i" in message
+
+
+def test_unreadable_input_file():
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their permissions")
+    write("in.txt", "u1\ta\n")
+    os.chmod("in.txt", 0)
+    try:
+        message = fails(["-i", "in.txt", *OUTPUTS, "-c"])
+    finally:
+        os.chmod("in.txt", 0o644)
+    assert message.startswith("Error: in.txt: ") and "permission" in message
+
+
+def test_input_directory_without_files():
+    os.makedirs("indir/sub")  # a folder inside is not a file
+    message = fails(["-i", "indir", *OUTPUTS, "-c"])
+    assert message.startswith("Error: indir: ") and "no files" in message
+
+
+# --- index files ---------------------------------------------------------------------------
+
+# (id, index file contents, line, texts the message must contain)
+INDEX_ERRORS = [
+    ("no-tab", "a\t0\nb 1\n", 2, ["'b 1'", "label<TAB>index", "-c"]),
+    ("not-an-integer", "a\t0\nb\tx\n", 2, [r"'b\tx'", "label<TAB>index"]),
+    ("negative", "a\t0\nb\t-1\n", 2, [r"'b\t-1'"]),
+    ("empty-label", "a\t0\n\t1\n", 2, [r"'\t1'"]),
+    ("duplicate-label", "a\t0\nb\t1\na\t2\n", 3, ["'a'", "first on line 1"]),
+    ("duplicate-index", "a\t0\nb\t1\nc\t1\n", 3, ["index 1", "'b' (line 2)", "'c'"]),
+    ("crlf", "a\t0\r\nb\t1\r\n", 1, ["carriage return"]),
+    ("not-utf8", b"a\t0\n\xff\t1\n", 2, [r"b'\xff'", "not UTF-8"]),
+]
+
+
+@pytest.mark.parametrize("mode", [[], ["-m"]], ids=["reuse", "merge"])
+@pytest.mark.parametrize("case_id,data,line,texts", INDEX_ERRORS,
+                         ids=[c[0] for c in INDEX_ERRORS])
+def test_bad_feature_index(case_id, data, line, texts, mode):
+    write("bad.idx", data)
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, *mode]
+    args[args.index("features.idx")] = "bad.idx"
+    message = fails(args)
+    assert message.startswith(f"Error: bad.idx, line {line}: "), message
+    for text in texts:
+        assert text in message
+
+
+@pytest.mark.parametrize("case_id,data,line,texts", INDEX_ERRORS[:3],
+                         ids=[c[0] for c in INDEX_ERRORS[:3]])
+def test_bad_sample_index(case_id, data, line, texts):
+    write("bad.idx", data)
+    write("in.txt", "u1\tg_a\n")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    args[args.index("samples.idx")] = "bad.idx"
+    message = fails(args)
+    assert message.startswith(f"Error: bad.idx, line {line}: "), message
+    for text in texts:
+        assert text in message
+
+
+def test_bad_feature_index_is_ignored_with_create():
+    write("bad.idx", "not an index\n")
+    write("in.txt", "u1\ta:b\n")
+    result = invoke(["-i", "in.txt", "-o", "new.nc", "-d", "ds", "-f", "bad.idx",
+                     "-s", "samples.idx", "-c"])
+    assert result.exit_code == 0, result.output
+    with open("bad.idx") as f:
+        assert f.read() == "a\t0\nb\t1\n"
+
+
+@pytest.mark.parametrize("mode", [[], ["-m"]], ids=["reuse", "merge"])
+def test_missing_feature_index(mode):
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, *mode]
+    args[args.index("features.idx")] = "missing.idx"
+    message = fails(args)
+    assert message.startswith("Error: missing.idx: ") and "does not exist" in message
+    assert "-c" in message
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["-o", "-f", "-s"])
+def test_output_directory_missing(flag):
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    target = os.path.join("nodir", "file")
+    args[args.index(flag) + 1] = target
+    message = fails(args)
+    assert message.startswith(f"Error: {target}: "), message
+    assert "nodir" in message and "does not exist" in message and "mkdir" in message
+
+
+def test_output_is_a_directory():
+    os.mkdir("out_dir.nc")
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    args[args.index("out.nc")] = "out_dir.nc"
+    message = fails(args)
+    assert message.startswith("Error: out_dir.nc: ") and "is a directory" in message
+
+
+def test_empty_dataset_name():
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    args[args.index("ds")] = ""
+    message = fails(args)
+    assert "-d" in message and "empty" in message
+
+
+# --- features missing from a reused index --------------------------------------------------
+
+def test_strict_unknown_feature():
+    message = fails_on("u1\tg_a\nu2\tg_b:zz:g_c\n", "--strict")
+    assert message.startswith("Error: in.txt, line 2, column 8: "), message
+    assert "'zz'" in message and "--strict" in message and "-m" in message
+
+
+def test_all_features_unknown():
+    message = fails_on("u1\tx:y\nu2\tz,3\n")
+    assert message.startswith("Error: in.txt: "), message
+    assert "empty" in message and "-f" in message
+
+
+def test_unknown_features_dropped():
+    """Not an error: the unknown feature is dropped and counted on stderr; outputs are written."""
+    write("in.txt", "u1\tg_a:zz\nu2\tg_b\n")
+    before = snapshot()
+    result = invoke(["-i", "in.txt", *OUTPUTS])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert "dropped 1 features that are not in features.idx, from 1 lines" in result.stderr
+    after = snapshot()
+    assert after["features.idx"] == before["features.idx"]  # reused, not rewritten
+    assert after["out.nc"] != before["out.nc"]
+    assert after["samples.idx"] == before["samples.idx"] + b"u1\t2\nu2\t3\n"
+    assert not [name for name in after if name.endswith(".tmp")]
+
+
+# --- usage errors (exit code 2) ------------------------------------------------------------
+
+@pytest.mark.parametrize("extra,text", [
+    (["-c", "-m"], "contradict"),
+    (["-t", "foo"], "'foo'"),
+], ids=["create-and-merge", "bad-type"])
+def test_usage_error(extra, text):
+    write("in.txt", "u1\ta:b\n")
+    message = fails(["-i", "in.txt", *OUTPUTS, *extra], code=2)
+    assert text in message
+
+
+@pytest.mark.parametrize("flag", ["-i", "-o", "-d", "-f", "-s"])
+def test_missing_required_flag(flag):
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    at = args.index(flag)
+    del args[at:at + 2]
+    message = fails(args, code=2)
+    assert "Missing option" in message and flag in message
