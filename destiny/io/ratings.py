@@ -90,7 +90,7 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
     first = f.readline()
     if not first:
         raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
-                              "'user item rating timestamp' row a line.")
+                              "'user item rating timestamp' row a line.", line=1)
     _check_line_end(first, path, 1)
     if fmt == "auto":
         fmt = _detect(first, path)
@@ -102,6 +102,7 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
         f = _chain(first, f)
 
     value_index = {"timestamp": 3, "rating": 2, "none": None}[value]
+    commas = 0 if value_index is None else 1  # in a valid 'item[,value]' token
     filtering = min_rating is not None
     groups: dict[str, list[str]] = {}  # user -> joined runs; dict order = first appearance
     run_user = None
@@ -113,21 +114,18 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
             raise _field_count_error(line, fields, path, lineno, fmt)
         user, item, rating, stamp = fields
         if stamp[-1:] == "\n":
-            stamp = stamp[:-1]
-            fields[3] = stamp
+            fields[3] = stamp = stamp[:-1]
         if stamp[-1:] == "\r":
             raise _cr_error(path, lineno)
-        if filtering:
-            if _rating(rating, path, lineno, fmt) < min_rating:
-                skipped += 1
-                continue
-        if value_index is None:
-            token = item
-        else:
-            token = f"{item},{fields[value_index]}"
-        # One test per row for every character that would change the record's meaning;
-        # the error path works out which field and character it was.
-        if not user or not token or "\t" in user or ":" in token or "," in item:
+        if filtering and _rating(rating, path, lineno, fmt) < min_rating:
+            skipped += 1
+            continue
+        token = item if value_index is None else f"{item},{fields[value_index]}"
+        # One cheap test per row for an empty field or a character that has a meaning in
+        # DSSTNE text (TAB ends the name, ':' joins items, ',' starts a value); the error
+        # path works out which field and character it was.
+        if (not user or not item or token[-1] == "," or "\t" in user or "\t" in token
+                or ":" in token or token.count(",") != commas):
             raise _field_error(fields, value_index, path, lineno)
         if user != run_user:
             if run:
@@ -144,8 +142,8 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
             raise DataFormatError(path, f"none of the {skipped} ratings is at least "
                                   f"--min-rating {min_rating:g}, so there is nothing to write; "
                                   "lower --min-rating (MovieLens rates 0.5 to 5 stars).")
-        raise DataFormatError(path, "the file holds no ratings (only a header); expected "
-                              f"rows of {_LAYOUTS[fmt]}.", line=lineno + 1)
+        raise DataFormatError(path, "the file ends after its header and holds no ratings; "
+                              f"expected rows of {_LAYOUTS[fmt]}.", line=lineno + 1)
     return groups, ConvertReport(len(groups), ratings, skipped, fmt)
 
 
@@ -206,9 +204,9 @@ def _cr_error(path, lineno: int) -> DataFormatError:
 
 
 def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFormatError:
-    if "\r" in line and "\n" not in line[:-1]:
-        # A CR-only file reads as one huge line: report the line ends, not the field count.
-        _check_line_end(line, path, lineno)
+    if "\r" in line:
+        # Lines ended by a lone CR read as one long line: report the line ends instead.
+        return _cr_error(path, lineno)
     if not line.strip():
         found = "a blank line"
     else:
@@ -220,21 +218,23 @@ def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFo
 
 def _field_error(fields, value_index, path, lineno: int) -> DataFormatError:
     names = ("user", "item", "rating", "timestamp")
-    used = [0, 1] + ([] if value_index is None else [value_index])
+    used = (0, 1) if value_index is None else (0, 1, value_index)
+    needed = ", ".join(f"a {names[i]}" for i in used)
     for i in used:
         if not fields[i]:
-            return DataFormatError(path, f"the {names[i]} field is empty; every row needs a "
-                                   f"user, an item{'' if len(used) == 2 else ' and a ' + names[used[2]]}. "
-                                   "Fix or remove the row.", line=lineno)
-    # DSSTNE text gives TAB, ':' and ',' a meaning: a user ends at TAB, items are joined
-    # with ':' and an item is separated from its value by ','.
-    for i, bad in ((0, "\t"), (1, ":"), (1, ","), (1, "\t")) + tuple(
-            (value_index, c) for c in (":", "\t") if value_index is not None):
-        if bad in fields[i]:
-            return DataFormatError(path, f"the {names[i]} field {_show(fields[i])} contains "
-                                   f"{_show(bad)}, which separates fields in DSSTNE text and "
-                                   "would change the record's meaning; expected a plain id or "
-                                   "number. Rename it in the input.", line=lineno)
+            return DataFormatError(path, f"the {names[i]} field is empty; every row needs "
+                                   f"{needed}. Fix or remove the row.", line=lineno)
+    # DSSTNE text gives these characters a meaning: TAB ends the name, ':' joins items and
+    # ',' separates an item from its value.
+    forbidden = {0: "\t", 1: "\t:,", 2: "\t:,", 3: "\t:,"}
+    for i in used:
+        for char in forbidden[i]:
+            if char in fields[i]:
+                return DataFormatError(
+                    path, f"the {names[i]} field {_show(fields[i])} contains {_show(char)}, "
+                    "which is a separator in DSSTNE text and would change the record's "
+                    "meaning; expected a plain id or number. Rename it in the input.",
+                    line=lineno)
     raise AssertionError("a row was rejected without a reason")  # pragma: no cover
 
 

@@ -195,6 +195,12 @@ def _token_at(chunk: bytes, pos: int) -> str:
     return chunk[pos:end].decode("utf-8", errors="replace")
 
 
+def _token_start(chunk: bytes, pos: int) -> int:
+    """Start of the feature holding byte ``pos``: after the nearest ':' or TAB of its line."""
+    line_start = chunk.rfind(b"\n", 0, pos) + 1
+    return max(chunk.rfind(b":", line_start, pos), chunk.rfind(b"\t", line_start, pos)) + 1
+
+
 def _scan_error(path, chunk: bytes, pos: int, status: int, first_line: int) -> DataFormatError:
     line, column, quote = _locate(chunk, pos, first_line)
     token = _token_at(chunk, pos)
@@ -211,8 +217,8 @@ def _scan_error(path, chunk: bytes, pos: int, status: int, first_line: int) -> D
         textscan.BAD_VALUE: f"the value {token!r} in {quote} is not a number. Each value after "
         "a feature's ',' must be a decimal number such as 4, 3.5 or 1e-3 (even on indicator "
         "data, where DSSTNE parses and then ignores it); fix the value or drop ',value'.",
-        textscan.EXTRA_FIELD: f"the feature {_token_at(chunk, chunk.rfind(b':', 0, pos) + 1)!r} "
-        f"in {quote} has more than one ','. {_FIX_FORMAT}: at most one value per feature.",
+        textscan.EXTRA_FIELD: f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in "
+        f"{quote} has more than one ','. {_FIX_FORMAT}: at most one value per feature.",
         textscan.SECOND_TAB: f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only "
         "the first TAB separates the name; features are separated by ':'.",
         textscan.CARRIAGE_RETURN: f"{quote} contains a carriage return (Windows CRLF line ends); "
