@@ -35,6 +35,7 @@ _LAYOUTS = {
     "dat": "'user::item::rating::timestamp' (MovieLens ratings.dat)",
 }
 _CSV_HEADER = "userId,movieId,rating,timestamp"
+CHUNK_CHARS = 4 << 20  # characters read at a time
 
 
 @dataclass(frozen=True)
@@ -87,53 +88,52 @@ def convert_ratings(
 
 
 def _read(f, path, fmt: str, value: str, min_rating: float | None):
-    first = f.readline()
-    if not first:
+    text = _read_chunk(f)
+    if not text:
         raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
                               "'user item rating timestamp' row a line.", line=1)
-    _check_line_end(first, path, 1)
+    first = text.split("\n", 1)[0]
+    if "\r" in first:
+        raise _cr_error(path, 1)
     if fmt == "auto":
         fmt = _detect(first, path)
     sep = _SEPARATORS[fmt]
-    if fmt == "csv" and _is_header(first):
-        lineno = 1
-    else:
-        lineno = 0
-        f = _chain(first, f)
+    header = fmt == "csv" and _is_header(first)
 
     value_index = {"timestamp": 3, "rating": 2, "none": None}[value]
-    commas = 0 if value_index is None else 1  # in a valid 'item[,value]' token
     filtering = min_rating is not None
     groups: dict[str, list[str]] = {}  # user -> joined runs; dict order = first appearance
     run_user = None
     run: list[str] = []
     ratings = skipped = 0
-    for lineno, line in enumerate(f, lineno + 1):
-        fields = line.split(sep)
-        if len(fields) != 4:
-            raise _field_count_error(line, fields, path, lineno, fmt)
-        user, item, rating, stamp = fields
-        if stamp[-1:] == "\n":
-            fields[3] = stamp = stamp[:-1]
-        if stamp[-1:] == "\r":
-            raise _cr_error(path, lineno)
-        if filtering and _rating(rating, path, lineno, fmt) < min_rating:
-            skipped += 1
-            continue
-        token = item if value_index is None else f"{item},{fields[value_index]}"
-        # One cheap test per row for an empty field or a character that has a meaning in
-        # DSSTNE text (TAB ends the name, ':' joins items, ',' starts a value); the error
-        # path works out which field and character it was.
-        if (not user or not item or token[-1] == "," or "\t" in user or "\t" in token
-                or ":" in token or token.count(",") != commas):
-            raise _field_error(fields, value_index, path, lineno)
-        if user != run_user:
-            if run:
-                groups.setdefault(run_user, []).append(":".join(run))
-            run_user = user
-            run = []
-        run.append(token)
-        ratings += 1
+    start = 1  # number of the chunk's first line
+    while text:
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the chunk ends with a line end (all but maybe the last chunk)
+        if header:
+            del lines[0]
+            start, header = 2, False
+        clean = _clean(text, fmt)
+        for lineno, line in enumerate(lines, start):
+            fields = line.split(sep)
+            if len(fields) != 4:
+                raise _field_count_error(line, fields, path, lineno, fmt)
+            if not clean:
+                _check_row(line, fields, value_index, path, lineno)
+            user, item, rating, stamp = fields
+            if filtering and _rating(rating, path, lineno, fmt) < min_rating:
+                skipped += 1
+                continue
+            if user != run_user:
+                if run:
+                    groups.setdefault(run_user, []).append(":".join(run))
+                run_user = user
+                run = []
+            run.append(item if value_index is None else f"{item},{fields[value_index]}")
+            ratings += 1
+        start += len(lines)
+        text = _read_chunk(f)
     if run:
         groups.setdefault(run_user, []).append(":".join(run))
 
@@ -143,13 +143,35 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
                                   f"--min-rating {min_rating:g}, so there is nothing to write; "
                                   "lower --min-rating (MovieLens rates 0.5 to 5 stars).")
         raise DataFormatError(path, "the file ends after its header and holds no ratings; "
-                              f"expected rows of {_LAYOUTS[fmt]}.", line=lineno + 1)
+                              f"expected rows of {_LAYOUTS[fmt]}.", line=start)
     return groups, ConvertReport(len(groups), ratings, skipped, fmt)
 
 
-def _chain(first: str, rest):
-    yield first
-    yield from rest
+def _read_chunk(f) -> str:
+    """About CHUNK_CHARS characters of whole lines ('' at the end of the file)."""
+    text = f.read(CHUNK_CHARS)
+    if text and text[-1] != "\n":
+        text += f.readline()
+    return text
+
+
+def _clean(text: str, fmt: str) -> bool:
+    """Whether no row of ``text`` can hold an empty field, a CR or a character with a meaning
+    in DSSTNE text (TAB, ':', ','), so that its rows need no checks one by one.
+
+    A few scans of the whole chunk in C are much cheaper than tests on every row; a false
+    alarm only costs speed, as the rows are then checked one by one.
+    """
+    sep = _SEPARATORS[fmt]
+    if "\r" in text or text.startswith(sep) or text.endswith(sep) or sep + sep in text:
+        return False
+    if f"\n{sep}" in text or f"{sep}\n" in text:
+        return False
+    if fmt == "dat":
+        # Every run of colons must be exactly one '::' ('::::' was tested above).
+        return not ("\t" in text or "," in text or text.count(":") != 2 * text.count("::"))
+    # csv: the field count already rules out extra commas; udata: extra TABs.
+    return ":" not in text and ("," if fmt == "udata" else "\t") not in text
 
 
 def _detect(first: str, path) -> str:
@@ -192,11 +214,6 @@ def _rating(text: str, path, lineno: int, fmt: str) -> float:
     return rating
 
 
-def _check_line_end(line: str, path, lineno: int) -> None:
-    if line.endswith("\r\n") or ("\r" in line and not line.endswith("\n")):
-        raise _cr_error(path, lineno)
-
-
 def _cr_error(path, lineno: int) -> DataFormatError:
     return DataFormatError(path, "the line ends with a carriage return (Windows CRLF or old Mac "
                            "CR line ends); expected Unix LF line ends. Convert the file first, "
@@ -216,26 +233,27 @@ def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFo
                            "of the MovieLens layouts.", line=lineno)
 
 
-def _field_error(fields, value_index, path, lineno: int) -> DataFormatError:
+def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
+    """Raise for a CR, an empty field or a DSSTNE separator in one of the fields written."""
+    if "\r" in line:
+        raise _cr_error(path, lineno)
     names = ("user", "item", "rating", "timestamp")
     used = (0, 1) if value_index is None else (0, 1, value_index)
     needed = ", ".join(f"a {names[i]}" for i in used)
     for i in used:
         if not fields[i]:
-            return DataFormatError(path, f"the {names[i]} field is empty; every row needs "
-                                   f"{needed}. Fix or remove the row.", line=lineno)
+            raise DataFormatError(path, f"the {names[i]} field is empty; every row needs "
+                                  f"{needed}. Fix or remove the row.", line=lineno)
     # DSSTNE text gives these characters a meaning: TAB ends the name, ':' joins items and
     # ',' separates an item from its value.
-    forbidden = {0: "\t", 1: "\t:,", 2: "\t:,", 3: "\t:,"}
     for i in used:
-        for char in forbidden[i]:
+        for char in "\t" if i == 0 else "\t:,":
             if char in fields[i]:
-                return DataFormatError(
+                raise DataFormatError(
                     path, f"the {names[i]} field {_show(fields[i])} contains {_show(char)}, "
                     "which is a separator in DSSTNE text and would change the record's "
                     "meaning; expected a plain id or number. Rename it in the input.",
                     line=lineno)
-    raise AssertionError("a row was rejected without a reason")  # pragma: no cover
 
 
 def _decode_error(path) -> DataFormatError:
