@@ -20,8 +20,8 @@ ML20M_USERS = 138_493
 ML20M_ITEMS = 27_278
 ML20M_MEAN_PER_USER = 144.4
 
-# Timestamps start in 2001 so that every one of them has ten digits, as in MovieLens.
-_T0 = 978_307_200
+# Timestamps start at 1e9 (September 2001) so that all have ten digits, as in MovieLens.
+_T0 = 1_000_000_000
 _T1 = 1_420_070_400
 
 
