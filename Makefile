@@ -23,6 +23,7 @@ test: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p $(DEMO)
 	$(BIN)/python scripts/convert_ratings.py data/ratings.csv -o $(DEMO)/ratings.txt
+	@head -n 2 $(DEMO)/ratings.txt | cut -c 1-100 | sed 's/$$/ .../'
 	$(BIN)/generate-netcdf -d gl_input -i $(DEMO)/ratings.txt -o $(DEMO)/gl_input.nc \
 		-f $(DEMO)/features_input -s $(DEMO)/samples_input -c
 	$(BIN)/generate-netcdf -d gl_output -i $(DEMO)/ratings.txt -o $(DEMO)/gl_output.nc \

@@ -165,7 +165,7 @@ def write_ratings_dsstne(path, r: Ratings, *, value: str = "timestamp") -> None:
     if value == "timestamp":
         tokens = np.char.add(np.char.add(items, ","), r.timestamps.astype(str))
     elif value == "rating":
-        tokens = np.char.add(np.char.add(items, ","), np.char.mod("%g", r.ratings))
+        tokens = np.char.add(np.char.add(items, ","), np.char.mod("%.1f", r.ratings))
     elif value == "none":
         tokens = items
     else:

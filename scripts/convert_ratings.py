@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Convert MovieLens ratings to DSSTNE text (replaces DSSTNE's convert_ratings.awk).
+
+    python scripts/convert_ratings.py ml-20m/ratings.csv -o ml-20m_ratings
+    python scripts/convert_ratings.py ml-100k/u.data --value rating --min-rating 4 > out.txt
+
+Reads ratings.csv, u.data or ratings.dat (detected from the first line unless --format is
+given) and writes one line per user, 'USER<TAB>item,value:item,value...'. A file output is
+written beside the target and renamed into place at the end, so a failed run never leaves a
+partial file. Bad input: a message on stderr starting with 'Error: ' and exit code 1.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import click
+
+from destiny.errors import DestinyError
+from destiny.io.atomic import atomic_outputs, check_writable
+from destiny.io.ratings import FORMATS, VALUES, convert_ratings
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("ratings", type=click.Path())
+@click.option("-o", "--output", default="-", show_default=True,
+              help="DSSTNE text file to write; '-' writes stdout.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+              help="Input layout: csv (ratings.csv), udata (u.data), dat (ratings.dat).")
+@click.option("--value", type=click.Choice(VALUES), default="timestamp", show_default=True,
+              help="What follows each item: its timestamp (DSSTNE's example), its rating, "
+                   "or nothing.")
+@click.option("--min-rating", type=float, default=None,
+              help="Keep only ratings at least this high (e.g. 4 for 'liked').")
+def main(ratings, output, fmt, value, min_rating):
+    """Convert the MovieLens ratings file RATINGS to DSSTNE text."""
+    options = {"fmt": fmt, "value": value, "min_rating": min_rating}
+    try:
+        if output == "-":
+            report = _to_stdout(ratings, options)
+            where = "stdout"
+        else:
+            check_writable(output, "converted ratings")
+            with atomic_outputs() as outputs:
+                with open(outputs.path(output), "w", encoding="utf-8", newline="\n") as out:
+                    report = convert_ratings(ratings, out, **options)
+            where = output
+    except DestinyError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(1)
+    skipped = ""
+    if min_rating is not None:
+        skipped = f", {report.skipped_below_min} below --min-rating left out"
+    click.echo(f"convert_ratings: {report.users} users, {report.ratings} ratings "
+               f"({report.fmt} input{skipped}) written to {where}", err=True)
+
+
+def _to_stdout(ratings, options):
+    # UTF-8 and LF whatever the locale, as for a file output.
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    try:
+        report = convert_ratings(ratings, out, **options)
+        out.flush()
+    except BrokenPipeError:
+        # The reader stopped early (| head). Point stdout at devnull so that the flushes
+        # still to come (detach, interpreter exit) do not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    finally:
+        out.detach()
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""scripts/convert_ratings.py and destiny.io.ratings: MovieLens ratings to DSSTNE text."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from destiny import synthetic
+from destiny.errors import DataFormatError
+from destiny.io import ratings as ratings_mod
+from destiny.io.ratings import convert_ratings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "convert_ratings.py"
+AWK = ROOT / "tests" / "data" / "convert_ratings.awk"
+HEADER = "userId,movieId,rating,timestamp\n"
+
+
+@pytest.fixture(scope="module")
+def csv_path(tmp_path_factory) -> Path:
+    r = synthetic.generate_ratings(users=300, items=200, mean_per_user=12, seed=3)
+    path = tmp_path_factory.mktemp("ml") / "ratings.csv"
+    synthetic.write_ratings_csv(path, r)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rows(csv_path) -> list[list[str]]:
+    """The CSV's data rows as [user, item, rating, timestamp] strings."""
+    return [line.split(",") for line in csv_path.read_text().splitlines()[1:]]
+
+
+def run_script(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def convert(path, **options) -> str:
+    out = io.StringIO()
+    convert_ratings(path, out, **options)
+    return out.getvalue()
+
+
+def expected_text(rows, value="timestamp", min_rating=None) -> str:
+    """The converter's specification, written the slow and obvious way."""
+    groups: dict[str, list[str]] = {}
+    for user, item, rating, stamp in rows:
+        if min_rating is not None and float(rating) < min_rating:
+            continue
+        token = {"timestamp": f"{item},{stamp}", "rating": f"{item},{rating}", "none": item}
+        groups.setdefault(user, []).append(token[value])
+    return "".join(f"{user}\t{':'.join(tokens)}\n" for user, tokens in groups.items())
+
+
+def write_rows(path, rows, sep, header=None) -> Path:
+    lines = ([header] if header else []) + [sep.join(row) for row in rows]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+# --- the same output as DSSTNE's awk script ---------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("awk") is None, reason="awk is not installed")
+def test_script_matches_awk_byte_for_byte(csv_path, tmp_path):
+    awk = subprocess.run(["awk", "-f", str(AWK), str(csv_path)], capture_output=True,
+                         check=True, timeout=60)
+    out = tmp_path / "ratings.dsstne"
+    result = run_script(csv_path, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == awk.stdout
+    assert "300 users" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["ratings.dsstne"]  # no temporary left
+
+
+@pytest.mark.parametrize("value", ["timestamp", "rating", "none"])
+def test_matches_synthetic_dsstne_writer(csv_path, rows, tmp_path, value):
+    # The benchmarks write DSSTNE text directly; it must be what the converter would give.
+    r = synthetic.generate_ratings(users=300, items=200, mean_per_user=12, seed=3)
+    synthetic.write_ratings_dsstne(tmp_path / "direct.txt", r, value=value)
+    assert convert(csv_path, value=value) == (tmp_path / "direct.txt").read_text()
+    if value == "timestamp":
+        assert convert(csv_path) == expected_text(rows)
+
+
+def test_report(csv_path, rows):
+    report = convert_ratings(csv_path, io.StringIO())
+    assert report == ratings_mod.ConvertReport(users=300, ratings=len(rows),
+                                               skipped_below_min=0, fmt="csv")
+
+
+def test_stdout(csv_path):
+    result = run_script(csv_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == convert(csv_path)
+    assert "written to stdout" in result.stderr
+    assert run_script(csv_path, "-o", "-").stdout == result.stdout
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+def test_unsorted_input_groups_users(rows, tmp_path):
+    shuffled = rows[:]
+    random.Random(7).shuffle(shuffled)
+    path = write_rows(tmp_path / "shuffled.csv", shuffled, ",", HEADER.strip())
+    text = convert(path)
+    assert text == expected_text(shuffled)  # first-appearance order, items in input order
+    by_user = {line.split("\t")[0]: set(line.split("\t")[1].split(":"))
+               for line in text.splitlines()}
+    assert len(by_user) == len(text.splitlines()) == 300
+    assert by_user == {u: {f"{i},{t}" for uu, i, _, t in rows if uu == u} for u in by_user}
+
+
+@pytest.mark.parametrize("fmt, sep", [("udata", "\t"), ("dat", "::")])
+def test_udata_and_dat_match_csv(csv_path, rows, tmp_path, fmt, sep):
+    path = write_rows(tmp_path / f"ratings.{fmt}", rows, sep)
+    expected = convert(csv_path)
+    assert convert(path) == expected
+    assert convert(path, fmt=fmt) == expected
+    assert convert_ratings(path, io.StringIO()).fmt == fmt
+    result = run_script(path, "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected
+
+
+def test_headers(rows, tmp_path):
+    plain = write_rows(tmp_path / "plain.csv", rows[:50], ",")
+    other = write_rows(tmp_path / "other.csv", rows[:50], ",", "user,item,rating,time")
+    assert convert(plain) == convert(other) == convert(other, fmt="csv") == expected_text(rows[:50])
+
+
+def test_chunk_boundaries(rows, tmp_path, monkeypatch):
+    """Chunks far smaller than the file: runs of a user and line numbers span chunks."""
+    path = write_rows(tmp_path / "r.csv", rows[:500], ",", HEADER.strip())
+    monkeypatch.setattr(ratings_mod, "CHUNK_CHARS", 37)
+    assert convert(path) == expected_text(rows[:500])
+    bad = rows[:500]
+    bad[300] = [bad[300][0], "", "4.0", "100"]
+    write_rows(path, bad, ",", HEADER.strip())
+    with pytest.raises(DataFormatError, match="line 302: the item field is empty"):
+        convert(path)
+
+
+def test_last_line_without_newline(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text(HEADER + "1,10,4.0,100\n1,11,3.5,101\n2,10,5.0,102")
+    assert convert(path) == "1\t10,100:11,101\n2\t10,102\n"
+
+
+# --- options -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["rating", "none"])
+def test_value(csv_path, rows, value):
+    result = run_script(csv_path, "--value", value)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected_text(rows, value=value)
+    if value == "rating":  # copied verbatim: '4.0', not '4' as %g would write it
+        assert ",4.0:" in result.stdout
+
+
+def test_min_rating(csv_path, rows, tmp_path):
+    out = tmp_path / "liked.txt"
+    result = run_script(csv_path, "-o", out, "--min-rating", "4.5", "--value", "rating")
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == expected_text(rows, value="rating", min_rating=4.5)
+    below = sum(float(r[2]) < 4.5 for r in rows)
+    assert f"{below} below --min-rating" in result.stderr
+    report = convert_ratings(csv_path, io.StringIO(), min_rating=4.5)
+    assert (report.ratings, report.skipped_below_min) == (len(rows) - below, below)
+    kept_users = {r[0] for r in rows if float(r[2]) >= 4.5}
+    assert report.users == len(kept_users) < 300  # users with nothing left are omitted
+
+
+# --- errors --------------------------------------------------------------------------------
+
+ERRORS = [
+    # (name, file bytes, extra arguments, text expected in the message)
+    ("field count", HEADER + "1,10,4.0,100\n1,11,3.5\n", [], "line 3: found 3 fields"),
+    ("blank line", HEADER + "1,10,4.0,100\n\n1,11,3.5,101\n", [], "line 3: found a blank line"),
+    ("rating", HEADER + "1,10,4.0,100\n1,11,good,101\n", ["--min-rating", "3"],
+     "line 3: the rating 'good' is not a number"),
+    ("empty user", HEADER + ",10,4.0,100\n", [], "line 2: the user field is empty"),
+    ("empty item", "1\t\t4\t100\n", [], "line 1: the item field is empty"),
+    ("empty value", "1::10::4::\n", [], "line 1: the timestamp field is empty"),
+    ("crlf", HEADER.replace("\n", "\r\n") + "1,10,4.0,100\r\n", [], "line 1: "),
+    ("crlf later", HEADER + "1,10,4.0,100\n1,11,4.0,101\r\n", [], "line 3: "),
+    ("cr only", "1,10,4.0,100\r1,11,4.0,101\r", [], "line 1: "),
+    ("separator", "1\t10:3\t4\t100\n", [], "line 1: the item field '10:3' contains ':'"),
+    ("colons", "1:::10::4::100\n", [], "line 1: the item field ':10' contains ':'"),
+    ("utf-8", HEADER.encode() + b"1,10,4.0,100\n1,\xe910,4.0,100\n", [],
+     "line 3, column 3: byte 0xe9 is not valid UTF-8"),
+    ("empty file", "", [], "line 1: the file is empty"),
+    ("header only", HEADER, [], "line 2: the file ends after its header and holds no ratings"),
+    ("none kept", HEADER + "1,10,2.0,100\n", ["--min-rating", "4"], "none of the 1 ratings"),
+    ("format", "1 10 4 100\n", [], "line 1: cannot tell the ratings format"),
+    ("wrong format", HEADER + "1,10,4.0,100\n", ["--format", "dat"], "line 1: found 1 field"),
+]
+
+
+@pytest.mark.parametrize("name, content, args, message", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors(tmp_path, name, content, args, message):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out.txt"
+    result = run_script(src, "-o", out, *args)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"Error: {src}"), result.stderr
+    assert message in result.stderr
+    if name.startswith("cr"):
+        assert "dos2unix" in result.stderr
+    assert result.stderr.count("\n") == 1  # one paragraph, no traceback
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
+
+
+def test_unreadable_input(tmp_path):
+    result = run_script(tmp_path / "missing.csv")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: ") and "cannot be read" in result.stderr
+    assert result.stdout == ""
+
+
+def test_library_rejects_bad_options(csv_path):
+    with pytest.raises(ValueError, match="fmt"):
+        convert(csv_path, fmt="tsv")
+    with pytest.raises(ValueError, match="value"):
+        convert(csv_path, value="stars")
+
+
+def test_error_names_file_and_line(tmp_path):
+    src = tmp_path / "r.dat"
+    src.write_text("1::10::4::100\n2::11::4\n")
+    with pytest.raises(DataFormatError) as info:
+        convert(src)
+    assert (info.value.path, info.value.line) == (str(src), 2)
+    assert os.fspath(src) in str(info.value)
