@@ -8,8 +8,6 @@ scanner can look names up without touching Python objects.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from destiny.errors import DataFormatError
@@ -186,7 +184,3 @@ def write_index(path, labels: list[str], values: np.ndarray) -> None:
 def _show(line: str, limit: int = 60) -> str:
     shown = line if len(line) <= limit else line[:limit] + "..."
     return repr(shown)
-
-
-def index_exists(path) -> bool:
-    return os.path.exists(path)
