@@ -1,0 +1,1 @@
+"""numba CPU kernels, mirroring ``destiny.kernels.reference`` name for name."""
