@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from destiny.kernels import reference
+from destiny.kernels.reference import sparse as ref_sparse
 from destiny.kernels.cpu import sparse as cpu_sparse
 
-BACKENDS = {"reference": reference, "cpu": cpu_sparse}
+BACKENDS = {"reference": ref_sparse, "cpu": cpu_sparse}
 
 
 def random_batch(rng, rows, features, boolean, max_per_row=12):

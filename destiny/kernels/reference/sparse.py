@@ -1,4 +1,4 @@
-"""NumPy reference for every kernel: slow, obviously correct, the oracle for the tests.
+"""NumPy reference for the sparse input layer (spec 6.1, 6.2).
 
 See ``destiny.kernels`` for the conventions (dimension letters, CSR batches, outputs first).
 """
