@@ -29,3 +29,22 @@ class DataFormatError(DestinyError):
 
 class OutputError(DestinyError):
     """An output that cannot be written (missing directory, no permission, ...)."""
+
+
+class NetDefError(DestinyError):
+    """An invalid network definition (DSSTNE JSON), or one that uses an unsupported feature.
+
+    The message starts with the file name (when read from a file) and the JSON path of the
+    offending field, e.g. ``Layers[1].Activation: unknown 'Sigmod'; expected one of ...``.
+    """
+
+    def __init__(self, json_path: str, message: str, *, file: str | None = None):
+        prefix = json_path if file is None else f"{file}: {json_path}"
+        super().__init__(f"{prefix}: {message}")
+        self.json_path = json_path
+        self.detail = message
+        self.file = file
+
+    def with_file(self, file) -> "NetDefError":
+        """Return the same error with the definition's file name in front."""
+        return NetDefError(self.json_path, self.detail, file=str(file))

@@ -1,0 +1,329 @@
+"""Vocabulary of DSSTNE's JSON network definitions: enums, accepted spellings, typed readers.
+
+`destiny.netdef` builds dataclasses from these pieces. Everything here follows DSSTNE's
+parser (`LoadNeuralNetworkJSON` in `NNNetwork.cpp`), not `LDL.txt`, where the two differ
+(spec section 10, item 10). Keys and enum string values are case-insensitive (spec 3.1).
+
+The numeric enum values are the ones DSSTNE stores in network NetCDF files (spec section 11).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from destiny.errors import NetDefError
+
+
+class Activation(IntEnum):
+    """Layer activation; values are ``layer<i>_activation`` in network files (spec 11)."""
+
+    Sigmoid = 0
+    Tanh = 1
+    RectifiedLinear = 2
+    Linear = 3
+    ParametricRectifiedLinear = 4  # enum value exists, but DSSTNE cannot parse it (spec 3.3)
+    SoftPlus = 5
+    SoftSign = 6
+    SoftMax = 7
+    RELUMax = 8
+    LinearMax = 9
+    ExponentialLinear = 10
+    LeakyRectifiedLinear = 11
+    ScaledExponentialLinear = 12
+
+
+class ErrorFunction(IntEnum):
+    """Network loss; values are the global ``errorFunction`` attribute (spec 11)."""
+
+    L1 = 0
+    L2 = 1
+    CrossEntropy = 2
+    ScaledMarginalCrossEntropy = 3
+    DataScaledMarginalCrossEntropy = 4
+    Hinge = 5
+    L2Hinge = 6
+
+
+class WeightInit(IntEnum):
+    """Weight initialisation scheme; values are ``layer<i>_weightInit`` (spec 11, formulas 3.7)."""
+
+    Xavier = 0
+    CaffeXavier = 1
+    Gaussian = 2
+    Uniform = 3
+    UnitBall = 4
+    Constant = 5
+    SELU = 6
+
+
+class NetworkKind(IntEnum):
+    """Top-level ``Kind``; stored only, no behavioural difference (spec 3.2)."""
+
+    FeedForward = 0
+    AutoEncoder = 1
+
+
+class LayerKind(IntEnum):
+    """``layer<i>_kind`` (spec 11)."""
+
+    Input = 0
+    Hidden = 1
+    Output = 2
+    Target = 3
+
+
+class LayerType(IntEnum):
+    """``layer<i>_type`` (spec 11)."""
+
+    FullyConnected = 0
+    Convolutional = 1
+    Pooling = 2
+
+
+# Layer attribute bits, ``layer<i>_attributes`` (spec 11).
+LAYER_ATTR_SPARSE = 1
+LAYER_ATTR_DENOISING = 2
+LAYER_ATTR_BATCH_NORMALIZATION = 4
+
+NN_VERSION = 0.9  # default `Version` (spec 3.2)
+MIN_VERSION = 0.6999  # DSSTNE's cutoff: a Version below this is an error (spec 3.2)
+MAX_SOURCES = 4  # "Too many input layers" beyond this (spec 3.4)
+
+# Lower-cased JSON spelling -> enum member. Aliases are those DSSTNE's parser accepts.
+ACTIVATION_NAMES = {
+    "sigmoid": Activation.Sigmoid,
+    "tanh": Activation.Tanh,
+    "linear": Activation.Linear,
+    "relu": Activation.RectifiedLinear,
+    "rectifiedlinear": Activation.RectifiedLinear,
+    "lrelu": Activation.LeakyRectifiedLinear,
+    "leakyrectifiedlinear": Activation.LeakyRectifiedLinear,
+    "elu": Activation.ExponentialLinear,
+    "exponentiallinear": Activation.ExponentialLinear,
+    "selu": Activation.ScaledExponentialLinear,
+    "scaledexponentiallinear": Activation.ScaledExponentialLinear,
+    "softmax": Activation.SoftMax,
+    # DSSTNE parses SoftPlus and SoftSign but runs them as a silent identity with no output
+    # delta (quirk 10.12). Destiny accepts them because it implements them properly instead.
+    "softplus": Activation.SoftPlus,
+    "softsign": Activation.SoftSign,
+}
+
+# Spellings refused with an explanation instead of "unknown".
+ACTIVATION_REFUSED = {
+    "relumax": "DSSTNE runs RELUMax as a silent identity with no output delta (spec quirk 10.12); "
+    "Destiny does not support it",
+    "linearmax": "DSSTNE runs LinearMax as a silent identity with no output delta (spec quirk "
+    "10.12); Destiny does not support it",
+    "prelu": "DSSTNE's parser rejects PRelu (LDL.txt lists it, spec 10.10); Destiny does not "
+    "support it",
+    "parametricrectifiedlinear": "DSSTNE cannot parse ParametricRectifiedLinear (spec 11); "
+    "Destiny does not support it",
+    "maxout": "DSSTNE's parser rejects the MaxOut activation (spec 10.10); Destiny does not "
+    "support it",
+}
+
+ERROR_FUNCTION_NAMES = {
+    "l1": ErrorFunction.L1,
+    "l2": ErrorFunction.L2,
+    "l2hinge": ErrorFunction.L2Hinge,
+    "hinge": ErrorFunction.Hinge,
+    "crossentropy": ErrorFunction.CrossEntropy,
+    "cross entropy": ErrorFunction.CrossEntropy,
+    "scaledmarginalcrossentropy": ErrorFunction.ScaledMarginalCrossEntropy,
+    "datascaledmarginalcrossentropy": ErrorFunction.DataScaledMarginalCrossEntropy,
+}
+ERROR_FUNCTION_REFUSED = {
+    "smce": "LDL.txt's SMCE alias is rejected by DSSTNE's parser (spec 10.10); write "
+    "ScaledMarginalCrossEntropy",
+}
+
+WEIGHT_INIT_NAMES = {m.name.lower(): m for m in WeightInit}
+NETWORK_KIND_NAMES = {m.name.lower(): m for m in NetworkKind}
+LAYER_KIND_NAMES = {m.name.lower(): m for m in LayerKind}
+LAYER_TYPE_NAMES = {m.name.lower(): m for m in LayerType}
+
+# Top-level keys: lower-cased spelling -> canonical DSSTNE spelling (spec 3.2).
+TOP_KEYS = {
+    k.lower(): k
+    for k in (
+        "Version", "Name", "Kind", "WeightsData", "LRN", "Maxout", "SparsenessPenalty",
+        "Denoising", "DeltaBoost", "ScaledMarginalCrossEntropy", "ShuffleIndices", "RELUSlope",
+        "ELUAlpha", "SELULambda", "Decay", "ErrorFunction", "Layers",
+    )
+}
+TOP_KEYS["localresponsenormalization"] = "LRN"
+# Both keys fill the same four parameters (spec 3.2).
+TOP_KEYS["datascaledmarginalcrossentropy"] = "ScaledMarginalCrossEntropy"
+TOP_KEYS["slope"] = "RELUSlope"
+
+# Per-layer keys and the kinds that accept them (spec 3.3 table).
+_I, _H, _O, _T = LayerKind.Input, LayerKind.Hidden, LayerKind.Output, LayerKind.Target
+_ALL = frozenset(LayerKind)
+_HO = frozenset((_H, _O))
+LAYER_KEY_KINDS = {
+    "Kind": _ALL, "Type": _ALL, "Name": _ALL, "Sparse": _ALL, "N": _ALL, "pDropout": _ALL,
+    "Source": frozenset((_H, _O, _T)), "Kernel": frozenset((_H, _O, _T)),
+    "KernelStride": frozenset((_H, _O, _T)), "BatchNormalization": frozenset((_H,)),
+    "SparsenessPenalty": frozenset((_H,)), "Function": _HO, "Skip": _HO, "Activation": _HO,
+    "RELUSlope": _HO, "ELUAlpha": _HO, "SELULambda": _HO, "WeightNorm": _HO,
+    "DeltaNorm": _HO, "WeightInit": _HO, "SharedWeights": _HO, "DataSet": frozenset((_I, _O)),
+}
+LAYER_KEYS = {k.lower(): k for k in LAYER_KEY_KINDS}
+LAYER_KEYS["slope"] = "RELUSlope"
+
+# Hints for keys that LDL.txt documents but the parser rejects (spec 3.3, 10.10).
+KEY_HINTS = {
+    "weightdata": "DSSTNE's parser spells it WeightsData",
+    "transpose": "the SharedWeights key is Transposed",
+    "errorfunction": "ErrorFunction is a network-level key",
+    "l1penalty": "DSSTNE's parser rejects L1Penalty",
+    "recurrent": "DSSTNE's parser rejects Recurrent; Destiny does not support recurrent layers",
+    "target": "DSSTNE's parser rejects a Target field",
+}
+
+
+def _describe(value) -> str:
+    """Name a JSON value's type for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def fold_keys(obj, path: str, keys: dict[str, str], what: str) -> dict[str, tuple[str, object]]:
+    """Check an object's keys case-insensitively; map canonical key -> (written key, value).
+
+    Unknown keys are fatal, as in DSSTNE (spec 3.1). A key given twice (two spellings or two
+    aliases) is refused, since DSSTNE would silently keep one of them.
+    """
+    if not isinstance(obj, dict):
+        raise NetDefError(path, f"expected {what} object, got {_describe(obj)}")
+    out: dict[str, tuple[str, object]] = {}
+    for written, value in obj.items():
+        canonical = keys.get(written.lower())
+        key_path = f"{path}.{written}" if path != "$" else written
+        if canonical is None:
+            hint = KEY_HINTS.get(written.lower())
+            allowed = ", ".join(dict.fromkeys(keys.values()))
+            extra = f" ({hint})" if hint else ""
+            raise NetDefError(key_path, f"unknown key{extra}; expected one of {allowed}")
+        if canonical in out:
+            raise NetDefError(key_path, f"given twice (also as '{out[canonical][0]}')")
+        out[canonical] = (written, value)
+    return out
+
+
+def sub_path(path: str, written: str) -> str:
+    """JSON path of a key inside the object at `path` (`$` is the document root)."""
+    return written if path == "$" else f"{path}.{written}"
+
+
+def read_number(path: str, value) -> float:
+    """A JSON number (booleans are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NetDefError(path, f"expected a number, got {_describe(value)}")
+    return float(value)
+
+
+def read_int(path: str, value) -> int:
+    """A JSON integer; an integral float such as 128.0 is accepted, as jsoncpp's asInt does."""
+    number = read_number(path, value)
+    if not number.is_integer():
+        raise NetDefError(path, f"expected an integer, got {_describe(value)}")
+    return int(number)
+
+
+def read_bool(path: str, value) -> bool:
+    """A JSON boolean."""
+    if not isinstance(value, bool):
+        raise NetDefError(path, f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def read_str(path: str, value) -> str:
+    """A JSON string."""
+    if not isinstance(value, str):
+        raise NetDefError(path, f"expected a string, got {_describe(value)}")
+    return value
+
+
+def read_names(path: str, value) -> tuple[str, ...]:
+    """A layer name or an array of layer names (Source, Skip; spec 3.3)."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list):
+        raise NetDefError(path, f"expected a layer name or an array of names, got "
+                                f"{_describe(value)}")
+    return tuple(read_str(f"{path}[{i}]", v) for i, v in enumerate(value))
+
+
+def read_enum(path: str, value, names: dict, refused: dict | None = None):
+    """Look up a case-insensitive enum spelling; the error lists every accepted spelling."""
+    text = read_str(path, value)
+    key = text.lower()
+    if refused and key in refused:
+        raise NetDefError(path, f"'{text}' is not supported: {refused[key]}")
+    if key not in names:
+        expected = ", ".join(m.name for m in sorted(set(names.values())))
+        aliases = sorted(k for k, m in names.items() if k != m.name.lower())
+        alias_text = f" (aliases: {', '.join(aliases)})" if aliases else ""
+        raise NetDefError(path, f"unknown '{text}'; expected one of {expected}{alias_text}")
+    return names[key]
+
+
+# --- readers shared by the network and layer parsers (destiny.netdef) ---
+
+def params_reader(cls, fields: dict[str, str]):
+    """Reader for an object of numbers, e.g. {"p": .., "beta": ..} -> cls(p=.., beta=..)."""
+    keys = {json_key.lower(): json_key for json_key in fields}
+
+    def read(path: str, value):
+        found = fold_keys(value, path, keys, "a parameter")
+        args = {fields[k]: read_number(f"{path}.{w}", v) for k, (w, v) in found.items()}
+        return cls(**args)
+    return read
+
+
+def read_non_negative(path, value) -> float:
+    number = read_number(path, value)
+    if number < 0.0:
+        raise NetDefError(path, f"{number} is negative; expected >= 0")
+    return number
+
+
+def setter(name, reader):
+    def apply(kw, path, value):
+        kw[name] = reader(path, value)
+    return apply
+
+
+def read_n(kw, path, value) -> None:
+    if isinstance(value, str) and value.lower() == "auto":
+        kw["n"], kw["n_auto"] = None, True
+        return
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise NetDefError(path, "multi-dimensional layers (an array of 2-4 sizes) are not "
+                                    "supported by Destiny; expected a positive integer or "
+                                    "'auto'")
+        path, value = f"{path}[0]", value[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
+            float(value) != int(value)):
+        raise NetDefError(path, f"expected a positive integer or 'auto', got {value!r}")
+    kw["n"], kw["n_auto"] = int(value), False
+
+
+def read_dropout(path, value) -> float:
+    p = read_number(path, value)
+    if not 0.0 <= p < 1.0:
+        raise NetDefError(path, f"{p} is outside [0, 1); dropout keeps units with "
+                                f"probability 1 - pDropout")
+    return p

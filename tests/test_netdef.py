@@ -1,0 +1,262 @@
+"""Tests for destiny.netdef: shipped netdefs, defaults, aliases, N auto, one test per error."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from destiny.errors import DestinyError, NetDefError
+from destiny.netdef import (
+    Activation, ErrorFunction, LayerKind, NetworkDef, WeightInit, load_netdef,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDTHS = {"gl_input": 27392, "gl_output": 27392}
+
+
+def minimal() -> dict:
+    """The smallest valid network: Input -> Hidden -> Output, everything else default."""
+    return {"Layers": [
+        {"Kind": "Input", "N": "auto", "DataSet": "in"},
+        {"Kind": "Hidden", "N": 8},
+        {"Kind": "Output", "N": "auto", "DataSet": "out"},
+    ]}
+
+
+def test_movielens_netdef_loads():
+    net = load_netdef(ROOT / "netdefs" / "movielens.json", WIDTHS)
+    assert [layer.name for layer in net.layers] == ["Input", "Hidden", "Output"]
+    assert [layer.n for layer in net.layers] == [27392, 128, 27392]
+    assert net.error_function == ErrorFunction.ScaledMarginalCrossEntropy
+    assert (net.smce.one_target, net.smce.zero_target) == (1.0, 0.0)
+    assert net.shuffle_indices is False
+    assert net.denoising.p == 0.2 and net.layers[0].denoising
+    assert (net.sparseness_penalty.p, net.sparseness_penalty.beta) == (0.5, 2.0)
+    assert net.layer("Output").activation == Activation.Sigmoid
+    assert net.layer("Output").sources == ("Hidden",)
+
+
+def test_benchmark_netdef_loads():
+    net = load_netdef(ROOT / "netdefs" / "benchmark.json")
+    assert not net.is_resolved
+    hidden = net.layers_of(LayerKind.Hidden)
+    assert [h.n for h in hidden] == [1024] * 3
+    assert all(h.p_dropout == 0.5 and h.weight_init.scheme == WeightInit.Gaussian
+               and h.weight_init.scale == 0.01 for h in hidden)
+    out = net.layer("Output")
+    assert (out.weight_init.scale, out.weight_init.bias) == (0.01, -10.2)
+    assert net.error_function == ErrorFunction.ScaledMarginalCrossEntropy
+    resolved = net.resolve(WIDTHS)
+    assert resolved.is_resolved and resolved.layer("Input").n == 27392
+
+
+def test_defaults_follow_dsstne():
+    net = load_netdef(minimal())
+    assert isinstance(net, NetworkDef)
+    assert net.shuffle_indices is True  # quirk 10.11
+    assert net.error_function == ErrorFunction.CrossEntropy
+    assert net.relu_slope == 1.0 and net.elu_alpha == 1.0 and net.selu_lambda == 1.050701
+    assert (net.smce.one_target, net.smce.zero_target) == (0.9, 0.1)
+    assert net.version == 0.9 and net.decay == 0.0
+    hidden = net.layers[1]
+    assert hidden.activation == Activation.Sigmoid
+    assert hidden.weight_init.scheme == WeightInit.Xavier and hidden.weight_init.scale == 1.0
+    assert hidden.p_dropout == 0.0 and hidden.sparse is False
+    # Positional default names: Output2, not Output (quirk 10.9).
+    assert [layer.name for layer in net.layers] == ["Input0", "Hidden1", "Output2"]
+    assert net.layers[2].sources == ("Hidden1",)
+
+
+def test_positional_kinds_and_default_n():
+    net = load_netdef({"Layers": [{"DataSet": "a", "N": 3}, {}, {"DataSet": "b"}]})
+    assert [layer.kind for layer in net.layers] == [LayerKind.Input, LayerKind.Hidden,
+                                                    LayerKind.Output]
+    assert net.layers[1].n == 1  # DSSTNE's default N
+
+
+def test_case_insensitive_keys_values_and_aliases():
+    data = {"layers": [
+        {"kind": "INPUT", "n": 4, "dataset": "in", "sparse": True},
+        {"Kind": "hidden", "N": 8, "Activation": "relu", "Slope": 0.1,
+         "weightinit": {"scheme": "caffexavier"}},
+        {"Kind": "Output", "N": 4, "DataSet": "out", "Activation": "SoftMax"},
+    ], "errorfunction": "Cross Entropy", "DataScaledMarginalCrossEntropy": {"oneScale": 30},
+        "Slope": 0.5, "LocalResponseNormalization": {"k": 3}}
+    net = load_netdef(data)
+    assert net.layers[1].activation == Activation.RectifiedLinear
+    assert net.layers[1].relu_slope == 0.1 and net.layers[2].relu_slope == 0.5
+    assert net.layers[1].weight_init.scheme == WeightInit.CaffeXavier
+    assert net.error_function == ErrorFunction.CrossEntropy
+    assert net.smce.one_scale == 30 and net.lrn.k == 3
+    assert not net.layers[0].denoising  # Denoising.p is 0
+
+
+def test_enum_values_match_spec_section_11():
+    assert Activation.SoftMax == 7 and Activation.ScaledExponentialLinear == 12
+    assert ErrorFunction.ScaledMarginalCrossEntropy == 3 and ErrorFunction.L2Hinge == 6
+    assert WeightInit.Constant == 5 and WeightInit.SELU == 6
+
+
+def test_softplus_is_accepted():
+    data = minimal()
+    data["ErrorFunction"] = "L2"
+    data["Layers"][1]["Activation"] = "SoftPlus"
+    assert load_netdef(data).layers[1].activation == Activation.SoftPlus
+
+
+def test_auto_needs_a_width():
+    net = load_netdef(minimal())
+    assert net.layers[0].n is None and net.layers[0].n_auto
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.N: 'auto' needs the width of "
+                                          r"dataset 'out'"):
+        net.resolve({"in": 128})
+    assert net.resolve({"in": 128, "out": 256}).layers[2].n == 256
+
+
+def test_single_layer_object_and_skip_and_shared_weights():
+    data = minimal()
+    data["Layers"][1]["Name"] = "H"
+    data["Layers"].insert(2, {"Kind": "Hidden", "Name": "H2", "N": 8, "Skip": "H",
+                              "SharedWeights": {"InputLayer": "H", "SourceInputLayer": "H",
+                                                "SourceOutputLayer": "H2"}})
+    net = load_netdef(data)
+    assert net.layer("H2").skips == ("H",)
+    assert net.layer("H2").shared_weights[0].transposed is False
+
+
+def _with(change):
+    data = minimal()
+    change(data)
+    return data
+
+
+def _set_layer(i, key, value):
+    return lambda d: d["Layers"][i].__setitem__(key, value)
+
+
+def _set_top(key, value):
+    return lambda d: d.__setitem__(key, value)
+
+
+def _cycle(d):
+    d["Layers"][1].update(Name="A", Source="B")
+    d["Layers"].insert(2, {"Kind": "Hidden", "Name": "B", "N": 4, "Source": "A"})
+
+
+INVALID = [
+    ("missing_layers", lambda d: d.pop("Layers"), r"^Layers: required key missing"),
+    ("unknown_top_key", _set_top("WeightData", "x"),
+     r"^WeightData: unknown key \(DSSTNE's parser spells it WeightsData\); expected one of "
+     r"Version, Name"),
+    ("unknown_layer_key", _set_layer(1, "L1Penalty", 1),
+     r"^Layers\[1\]\.L1Penalty: unknown key .*expected one of Kind, Type, Name"),
+    ("key_not_allowed_for_kind", _set_layer(0, "Activation", "Tanh"),
+     r"^Layers\[0\]\.Activation: not allowed on an Input layer .*allowed keys: Kind, Type"),
+    ("key_twice", lambda d: d["Layers"][1].update(RELUSlope=1, slope=2),
+     r"^Layers\[1\]\.slope: given twice"),
+    ("string_for_number", _set_layer(1, "pDropout", "0.5"),
+     r"^Layers\[1\]\.pDropout: expected a number, got a string \('0.5'\)"),
+    ("bool_expected", _set_top("ShuffleIndices", 1),
+     r"^ShuffleIndices: expected true or false, got a number"),
+    ("unknown_activation", _set_layer(1, "Activation", "Sigmod"),
+     r"^Layers\[1\]\.Activation: unknown 'Sigmod'; expected one of Sigmoid, Tanh, "
+     r"RectifiedLinear, Linear, SoftPlus"),
+    ("relumax_refused", _set_layer(1, "Activation", "RELUMax"),
+     r"^Layers\[1\]\.Activation: 'RELUMax' is not supported: .*identity"),
+    ("prelu_refused", _set_layer(1, "Activation", "PRelu"),
+     r"^Layers\[1\]\.Activation: 'PRelu' is not supported"),
+    ("unknown_kind", _set_layer(1, "Kind", "Pooling"),
+     r"^Layers\[1\]\.Kind: unknown 'Pooling'; expected one of Input, Hidden, Output"),
+    ("target_kind", _set_layer(1, "Kind", "Target"),
+     r"^Layers\[1\]\.Kind: Target layers .*not support"),
+    ("unknown_error_function", _set_top("ErrorFunction", "MSE"),
+     r"^ErrorFunction: unknown 'MSE'; expected one of L1, L2, CrossEntropy, "
+     r"ScaledMarginalCrossEntropy"),
+    ("smce_alias_refused", _set_top("ErrorFunction", "SMCE"),
+     r"^ErrorFunction: 'SMCE' is not supported: .*ScaledMarginalCrossEntropy"),
+    ("unknown_weight_init", _set_layer(1, "WeightInit", {"Scheme": "He"}),
+     r"^Layers\[1\]\.WeightInit\.Scheme: unknown 'He'; expected one of Xavier, CaffeXavier, "
+     r"Gaussian"),
+    ("n_zero", _set_layer(1, "N", 0), r"^Layers\[1\]\.N: expected a positive integer or 'auto'"),
+    ("n_float", _set_layer(1, "N", 2.5), r"^Layers\[1\]\.N: expected a positive integer"),
+    ("n_auto_hidden", _set_layer(1, "N", "auto"),
+     r"^Layers\[1\]\.N: 'auto' is allowed only on Input and Output"),
+    ("n_multi_dim", _set_layer(1, "N", [2, 3]), r"^Layers\[1\]\.N: multi-dimensional"),
+    ("dropout_one", _set_layer(1, "pDropout", 1.0), r"^Layers\[1\]\.pDropout: 1.0 is outside"),
+    ("dropout_negative", _set_layer(1, "pDropout", -0.1), r"^Layers\[1\]\.pDropout: -0.1 is"),
+    ("unknown_source", _set_layer(2, "Source", "Hiden"),
+     r"^Layers\[2\]\.Source: unknown layer 'Hiden'; expected one of Input0, Hidden1, Output2"),
+    ("too_many_sources", _set_layer(2, "Source", ["Input0"] * 5),
+     r"^Layers\[2\]\.Source: 5 sources; a layer has at most 4"),
+    ("duplicate_names", lambda d: [layer.__setitem__("Name", "X") for layer in d["Layers"]],
+     r"^Layers\[1\]\.Name: duplicate layer name 'X'"),
+    ("input_without_dataset", lambda d: d["Layers"][0].pop("DataSet"),
+     r"^Layers\[0\]\.DataSet: required on an Input layer"),
+    ("output_without_dataset", lambda d: d["Layers"][2].pop("DataSet"),
+     r"^Layers\[2\]\.DataSet: required on an Output layer"),
+    ("no_output_layer", lambda d: d["Layers"].__setitem__(2, {"Kind": "Hidden", "N": 3}),
+     r"^Layers: no Output layer"),
+    ("no_input_layer", lambda d: d["Layers"].__setitem__(0, {"Kind": "Hidden", "N": 3}),
+     r"^Layers: no Input layer"),
+    ("empty_source", _set_layer(1, "Source", []),
+     r"^Layers\[1\]\.Source: a non-Input layer needs at least one source"),
+    ("cycle", _cycle, r"^Layers\[\d\]\.Source: cycle in the layer graph: "),
+    ("self_source", _set_layer(1, "Source", "Hidden1"),
+     r"^Layers\[1\]\.Source: cycle in the layer graph: Hidden1 -> Hidden1"),
+    ("convolutional", _set_layer(1, "Type", "Convolutional"),
+     r"^Layers\[1\]\.Type: Convolutional layers .*Destiny does not support"),
+    ("kernel", _set_layer(1, "Kernel", 3), r"^Layers\[1\]\.Kernel: convolution and pooling"),
+    ("batch_norm", _set_layer(1, "BatchNormalization", True),
+     r"^Layers\[1\]\.BatchNormalization: batch normalisation is not supported"),
+    ("recurrent", _set_layer(1, "Recurrent", True),
+     r"^Layers\[1\]\.Recurrent: unknown key .*recurrent"),
+    ("old_version", _set_top("Version", 0.6), r"^Version: 0.6 is too old"),
+    ("ce_with_tanh_output", _set_layer(2, "Activation", "Tanh"),
+     r"^Layers\[2\]\.Activation: Tanh cannot be used with ErrorFunction CrossEntropy"),
+    ("denoising_p", _set_top("Denoising", {"p": 1}), r"^Denoising\.p: 1.0 is outside"),
+    ("smce_sub_key", _set_top("ScaledMarginalCrossEntropy", {"oneTargets": 1}),
+     r"^ScaledMarginalCrossEntropy\.oneTargets: unknown key; expected one of oneScale, "
+     r"zeroScale, oneTarget, zeroTarget"),
+    ("layers_not_array", _set_top("Layers", 3), r"^Layers: expected a non-empty array"),
+]
+
+
+@pytest.mark.parametrize("change, pattern", [c[1:] for c in INVALID],
+                         ids=[c[0] for c in INVALID])
+def test_invalid_definitions(change, pattern):
+    data = _with(change)
+    with pytest.raises(NetDefError, match=pattern) as info:
+        load_netdef(copy.deepcopy(data))
+    assert isinstance(info.value, DestinyError)
+
+
+def test_invalid_json_names_file_line_and_column(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "Layers": [\n    {"Kind": "Input",}\n  ]\n}\n')
+    with pytest.raises(NetDefError, match=r"bad\.json: line 3, column 22: invalid JSON: "):
+        load_netdef(path)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    data = minimal()
+    data["Layers"][1]["Activation"] = "Sigmod"
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(NetDefError) as info:
+        load_netdef(str(path))
+    assert str(info.value).startswith(f"{path}: Layers[1].Activation: unknown 'Sigmod'")
+    assert info.value.json_path == "Layers[1].Activation"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(NetDefError, match="cannot read"):
+        load_netdef(tmp_path / "nope.json")
+
+
+def test_netdef_is_frozen():
+    net = load_netdef(minimal())
+    with pytest.raises(AttributeError):
+        net.name = "x"
