@@ -9,3 +9,50 @@ Conventions for every backend:
   0 for indicator data (every listed value is 1). Dense arrays are C-contiguous float32.
 * Outputs are passed in, first; kernels allocate nothing the caller can reuse.
 """
+
+from __future__ import annotations
+
+import types
+
+from destiny.errors import DestinyError
+
+
+class BackendUnavailableError(DestinyError):
+    """The requested backend cannot run on this machine."""
+
+
+# The kernels every backend provides, by family module (the same names in each backend).
+KERNELS = {
+    "sparse": ("sparse_fc_forward", "sparse_fc_weight_grad"),
+    "pointwise": ("activation_forward", "activation_backward", "dropout_forward",
+                  "sparseness_penalty", "delta_norm", "weight_norm"),
+    "loss": ("sparse_loss_delta", "dense_loss_delta"),
+    "optim": ("update_weights", "update_bias", "state_arrays_needed"),
+}
+
+
+def _load(package: str) -> types.SimpleNamespace:
+    import importlib
+
+    functions = {}
+    for family, names in KERNELS.items():
+        module = importlib.import_module(f"destiny.kernels.{package}.{family}")
+        functions.update({name: getattr(module, name) for name in names})
+    return types.SimpleNamespace(name=package, **functions)
+
+
+def get_backend(name: str = "auto") -> types.SimpleNamespace:
+    """The kernels of one backend, chosen once: ``reference``, ``cpu``, ``gpu`` or ``auto``.
+
+    ``auto`` is ``cpu`` until the CUDA backend exists; ``gpu`` then raises with the extra to
+    install. Dense products are NumPy's BLAS on the CPU for every backend here.
+    """
+    if name == "auto":
+        name = "cpu"
+    if name in ("reference", "cpu"):
+        return _load(name)
+    if name == "gpu":
+        raise BackendUnavailableError(
+            "--backend gpu: this version of Destiny has no CUDA backend yet; use --backend cpu "
+            "(or auto). When it exists it will need the gpu extra: pip install 'destiny[gpu]'.")
+    raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or reference.")

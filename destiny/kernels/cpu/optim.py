@@ -1,0 +1,203 @@
+"""numba kernels for the optimizers (spec 5.8); same names and signatures as the reference.
+
+These are the hot loop of training (every parameter, every minibatch), and they are memory
+bound, so each update makes exactly one pass over memory: one parallel loop over the
+flattened arrays reads the parameter, the gradient and the state and writes the parameter and
+the state back, with no temporary arrays. The arithmetic stays in the arrays' dtype (float32
+for float32 arrays, as DSSTNE's GPU kernels): the scalar hyper-parameters are cast once,
+outside the loop. The mode is tested outside the loop too, one loop per mode.
+
+See ``destiny.kernels.reference.optim`` for which state array each mode uses.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit, prange
+
+from destiny.kernels.reference.optim import (
+    ADADELTA,
+    ADAGRAD,
+    ADAM,
+    ADAM_EPSILON,
+    MOMENTUM,
+    NESTEROV,
+    RMSPROP,
+    SGD,
+    SQUARE_FLOOR,
+    state_arrays_needed,
+    step_size,
+)
+
+# The mode constants and the plain-Python helpers are shared with the reference, re-exported.
+__all__ = ["SGD", "MOMENTUM", "ADAGRAD", "NESTEROV", "RMSPROP", "ADADELTA", "ADAM",
+           "state_arrays_needed", "step_size", "update_weights", "update_bias"]
+
+
+@njit(cache=True)
+def _check_state(n, s1, s2, mode):
+    # Out-of-bounds writes are unchecked in numba: refuse short state arrays up front.
+    if mode < SGD or mode > ADAM:
+        raise ValueError("unknown optimizer mode")
+    if mode != SGD and s1.size != n:
+        raise ValueError("this optimizer mode needs s1 with as many elements as the parameters")
+    if (mode == ADADELTA or mode == ADAM) and s2.size != n:
+        raise ValueError("this optimizer mode needs s2 with as many elements as the parameters")
+
+
+@njit(cache=True)
+def _direction(gradient, w, lam, lam1):
+    # g = G - lam*w - lam1*sgn(w), sgn(0) = 0 (spec 5.8): a zero weight gets no L1 push.
+    g = gradient - lam * w
+    if w > 0:
+        g -= lam1
+    elif w < 0:
+        g += lam1
+    return g
+
+
+@njit(cache=True, parallel=True)
+def update_weights(W, G, s1, s2, t, mode, alpha, lam, lam1, mu, mu1):
+    """One optimizer step on the weights ``W``, in place (spec 5.8, weight table).
+
+    ``G`` is the negated, batch-averaged gradient; ``t`` the update counter after its increment
+    (first update ``t = 1``). See ``destiny.kernels.reference.optim.update_weights``.
+    """
+    n = W.size
+    _check_state(n, s1, s2, mode)
+    w_ = W.reshape(n)
+    g_ = G.reshape(n)
+    v_ = s1.reshape(s1.size)
+    u_ = s2.reshape(s2.size)
+    ty = W.dtype.type
+    a = ty(alpha)
+    l2 = ty(lam)
+    l1 = ty(lam1)
+    m = ty(mu)
+    one_m = ty(1.0 - mu)
+    floor = ty(SQUARE_FLOOR)
+    if mode == SGD:
+        for i in prange(n):
+            w = w_[i]
+            w_[i] = w + a * _direction(g_[i], w, l2, l1)
+    elif mode == MOMENTUM:
+        for i in prange(n):
+            w = w_[i]
+            v = m * v_[i] + a * _direction(g_[i], w, l2, l1)
+            v_[i] = v
+            w_[i] = w + v
+    elif mode == ADAGRAD:
+        for i in prange(n):
+            w = w_[i]
+            g = _direction(g_[i], w, l2, l1)
+            v = v_[i] + g * g
+            v_[i] = v
+            w_[i] = w + a * g / math.sqrt(max(floor, v))
+    elif mode == NESTEROV:
+        for i in prange(n):
+            w = w_[i]
+            v_old = v_[i]
+            v = m * v_old + a * _direction(g_[i], w, l2, l1)
+            v_[i] = v
+            w_[i] = w + v + m * (v - v_old)
+    elif mode == RMSPROP:
+        for i in prange(n):
+            w = w_[i]
+            g = _direction(g_[i], w, l2, l1)
+            v = m * v_[i] + one_m * g * g
+            v_[i] = v
+            w_[i] = w + a * g / math.sqrt(max(floor, v))
+    elif mode == ADADELTA:
+        # s1 = v (mean square of the steps), s2 = vg (mean square of the gradients); alpha unused.
+        for i in prange(n):
+            w = w_[i]
+            g = _direction(g_[i], w, l2, l1)
+            vg = m * u_[i] + one_m * g * g
+            dw = math.sqrt(max(floor, v_[i]) / max(floor, vg)) * g
+            u_[i] = vg
+            v_[i] = m * v_[i] + one_m * dw * dw
+            w_[i] = w + dw
+    else:  # ADAM: s1 = m, s2 = s
+        # DSSTNE's quirk (spec 5.8): the bias correction uses t' = t + 1, so the first update
+        # (t = 1) divides by 1 - mu^2. The corrections are computed once, in float64.
+        c1 = ty(1.0 / (1.0 - mu ** (t + 1)))
+        c2 = ty(1.0 / (1.0 - mu1 ** (t + 1)))
+        m1 = ty(mu1)
+        one_m1 = ty(1.0 - mu1)
+        eps = ty(ADAM_EPSILON)
+        for i in prange(n):
+            w = w_[i]
+            g = _direction(g_[i], w, l2, l1)
+            mom = m * v_[i] + one_m * g
+            sq = m1 * u_[i] + one_m1 * g * g
+            v_[i] = mom
+            u_[i] = sq
+            w_[i] = w + a * (mom * c1) / (math.sqrt(sq * c2) + eps)
+
+
+@njit(cache=True, parallel=True)
+def update_bias(b, beta, s1, s2, t, mode, alpha, mu, mu1):
+    """One optimizer step on the bias ``b``, in place (spec 5.8, bias table).
+
+    ``beta`` is the batch mean of the delta, not negated; no L1/L2 decay. See
+    ``destiny.kernels.reference.optim.update_bias``.
+    """
+    n = b.size
+    _check_state(n, s1, s2, mode)
+    b_ = b.reshape(n)
+    d_ = beta.reshape(n)
+    v_ = s1.reshape(s1.size)
+    u_ = s2.reshape(s2.size)
+    ty = b.dtype.type
+    a = ty(alpha)
+    m = ty(mu)
+    one_m = ty(1.0 - mu)
+    floor = ty(SQUARE_FLOOR)
+    if mode == SGD:
+        for i in prange(n):
+            b_[i] -= a * d_[i]
+    elif mode == MOMENTUM:
+        for i in prange(n):
+            v = m * v_[i] - a * d_[i]
+            v_[i] = v
+            b_[i] += v
+    elif mode == ADAGRAD:
+        for i in prange(n):
+            d = d_[i]
+            v = v_[i] + d * d
+            v_[i] = v
+            b_[i] -= a * d / math.sqrt(max(floor, v))
+    elif mode == NESTEROV:
+        for i in prange(n):
+            v_old = v_[i]
+            v = m * v_old - a * d_[i]
+            v_[i] = v
+            b_[i] += v + m * (v - v_old)
+    elif mode == RMSPROP:
+        for i in prange(n):
+            d = d_[i]
+            v = m * v_[i] + one_m * d * d
+            v_[i] = v
+            b_[i] -= a * d / math.sqrt(max(floor, v))
+    elif mode == ADADELTA:
+        for i in prange(n):
+            d = d_[i]
+            vg = m * u_[i] + one_m * d * d
+            dw = math.sqrt(max(floor, v_[i]) / max(floor, vg)) * d
+            u_[i] = vg
+            v_[i] = m * v_[i] + one_m * dw * dw
+            b_[i] -= dw
+    else:  # ADAM, with the same t + 1 quirk as the weights (spec 5.8)
+        c1 = ty(1.0 / (1.0 - mu ** (t + 1)))
+        c2 = ty(1.0 / (1.0 - mu1 ** (t + 1)))
+        m1 = ty(mu1)
+        one_m1 = ty(1.0 - mu1)
+        eps = ty(ADAM_EPSILON)
+        for i in prange(n):
+            d = d_[i]
+            mom = m * v_[i] + one_m * d
+            sq = m1 * u_[i] + one_m1 * d * d
+            v_[i] = mom
+            u_[i] = sq
+            b_[i] -= a * (mom * c1) / (math.sqrt(sq * c2) + eps)

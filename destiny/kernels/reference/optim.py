@@ -1,0 +1,196 @@
+"""NumPy reference for the optimizers: weight and bias updates, step size (spec 5.2, 5.8).
+
+See ``destiny.kernels`` for the conventions. Every update is element-wise and in place on the
+parameter array and on its optimizer state arrays ``s1`` and ``s2`` (same shape as the
+parameters; pass empty arrays for the ones a mode does not use, see `state_arrays_needed`).
+The reference computes each step in float64 and rounds the results to the arrays' dtype.
+
+State arrays by mode (DSSTNE's names in brackets):
+
+======== ===== =========================== ===========================
+mode     value ``s1``                      ``s2``
+======== ===== =========================== ===========================
+SGD      0     unused                      unused
+MOMENTUM 1     velocity v                  unused
+ADAGRAD  2     sum of squares v            unused
+NESTEROV 3     velocity v                  unused
+RMSPROP  4     mean square v               unused
+ADADELTA 5     mean square of steps v      mean square of gradients vg
+ADAM     6     first moment m [velocity]   second moment s [gradient velocity]
+======== ===== =========================== ===========================
+
+Every state array starts at zero (spec 5.8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# DSSTNE's TrainingMode enum (spec 2.3, 5.8).
+SGD = 0
+MOMENTUM = 1
+ADAGRAD = 2
+NESTEROV = 3
+RMSPROP = 4
+ADADELTA = 5
+ADAM = 6
+
+# Floors and offsets of spec 5.8, the same in every mode that uses them.
+SQUARE_FLOOR = 1e-9  # AdaGrad, RMSProp, AdaDelta: sqrt(max(1e-9, v))
+ADAM_EPSILON = 1e-8  # Adam: sqrt(s_hat) + 1e-8
+
+_STATE_ARRAYS = {SGD: 0, MOMENTUM: 1, ADAGRAD: 1, NESTEROV: 1, RMSPROP: 1, ADADELTA: 2, ADAM: 2}
+
+
+def state_arrays_needed(mode):
+    """Number of state arrays (0, 1 or 2) that optimizer ``mode`` reads and writes.
+
+    With 1, only ``s1`` is used; with 2, ``s1`` and ``s2``. The unused ones may be empty arrays
+    and are never touched. See the module docstring for what each array holds.
+    """
+    try:
+        return _STATE_ARRAYS[int(mode)]
+    except KeyError:
+        raise ValueError(f"unknown optimizer mode {mode!r}") from None
+
+
+def step_size(alpha, decay, t):
+    """Step size of spec 5.2: ``alpha`` if ``decay <= 0``, else ``alpha / (1 + decay * t)``.
+
+    ``t`` is DSSTNE's update counter ``_batches`` when the step size is computed, which is
+    *before* this minibatch's increment: the number of updates already made.
+    """
+    return alpha if decay <= 0 else alpha / (1.0 + decay * t)
+
+
+def _check_state(param, s1, s2, mode):
+    needed = state_arrays_needed(mode)
+    for k, s in enumerate((s1, s2)[:needed]):
+        if s.shape != param.shape:
+            raise ValueError(f"optimizer mode {mode} needs s{k + 1} of shape {param.shape}, "
+                             f"got {s.shape}")
+
+
+def _f64(a):
+    # Always a copy: a view of a float64 state array would change under the in-place stores.
+    return np.array(a, dtype=np.float64)
+
+
+def _store(dst, value):
+    dst[...] = value.astype(dst.dtype)
+
+
+def update_weights(W, G, s1, s2, t, mode, alpha, lam, lam1, mu, mu1):
+    """One optimizer step on the weights ``W``, in place (spec 5.8, weight table).
+
+    Parameters
+    ----------
+    W : ndarray
+        Weights, updated in place.
+    G : ndarray
+        DSSTNE's stored gradient, already negated and averaged over the batch:
+        ``G = -(1/B) X^T delta``. Same shape as ``W``.
+    s1, s2 : ndarray
+        Optimizer state, updated in place; see the module docstring and `state_arrays_needed`.
+    t : int
+        Update counter after its increment: the first update has ``t = 1``. Only Adam uses it.
+    mode : int
+        One of `SGD`, `MOMENTUM`, `ADAGRAD`, `NESTEROV`, `RMSPROP`, `ADADELTA`, `ADAM`.
+    alpha : float
+        Step size (`step_size`). AdaDelta ignores it.
+    lam, lam1 : float
+        L2 and L1 weight decay, applied to every weight every step, not scaled by 1/B.
+    mu, mu1 : float
+        Momentum / decay rates; ``mu1`` is Adam's second-moment rate, unused elsewhere.
+    """
+    _check_state(W, s1, s2, mode)
+    w = _f64(W)
+    # The regularised ascent direction of spec 5.8, with sgn(0) = 0 (np.sign agrees): a zero
+    # weight gets no L1 push.
+    g = _f64(G) - lam * w - lam1 * np.sign(w)
+    if mode == SGD:
+        _store(W, w + alpha * g)
+    elif mode == MOMENTUM:
+        v = mu * _f64(s1) + alpha * g
+        _store(s1, v)
+        _store(W, w + v)
+    elif mode == ADAGRAD:
+        v = _f64(s1) + g * g
+        _store(s1, v)
+        _store(W, w + alpha * g / np.sqrt(np.maximum(SQUARE_FLOOR, v)))
+    elif mode == NESTEROV:
+        v_old = _f64(s1)
+        v_new = mu * v_old + alpha * g
+        _store(s1, v_new)
+        _store(W, w + v_new + mu * (v_new - v_old))
+    elif mode == RMSPROP:
+        v = mu * _f64(s1) + (1.0 - mu) * g * g
+        _store(s1, v)
+        _store(W, w + alpha * g / np.sqrt(np.maximum(SQUARE_FLOOR, v)))
+    elif mode == ADADELTA:
+        vg = mu * _f64(s2) + (1.0 - mu) * g * g
+        dw = np.sqrt(np.maximum(SQUARE_FLOOR, _f64(s1)) / np.maximum(SQUARE_FLOOR, vg)) * g
+        _store(s2, vg)
+        _store(s1, mu * _f64(s1) + (1.0 - mu) * dw * dw)
+        _store(W, w + dw)
+    elif mode == ADAM:
+        m = mu * _f64(s1) + (1.0 - mu) * g
+        s = mu1 * _f64(s2) + (1.0 - mu1) * g * g
+        _store(s1, m)
+        _store(s2, s)
+        # DSSTNE's quirk (spec 5.8): the bias correction uses t' = t + 1, so the first update
+        # (t = 1) divides by 1 - mu^2, not 1 - mu. Reproduced on purpose.
+        tp = t + 1
+        m_hat = m / (1.0 - mu ** tp)
+        s_hat = s / (1.0 - mu1 ** tp)
+        _store(W, w + alpha * m_hat / (np.sqrt(s_hat) + ADAM_EPSILON))
+    else:
+        raise ValueError(f"unknown optimizer mode {mode!r}")
+
+
+def update_bias(b, beta, s1, s2, t, mode, alpha, mu, mu1):
+    """One optimizer step on the bias ``b``, in place (spec 5.8, bias table).
+
+    ``beta`` is the bias gradient of spec 5.7, the batch mean of the delta, **not** negated,
+    hence the ``b -=`` of the table. Biases get no L1/L2 decay. The other parameters are as in
+    `update_weights`, with ``s1``, ``s2`` shaped like ``b``.
+    """
+    _check_state(b, s1, s2, mode)
+    x = _f64(b)
+    beta = _f64(beta)
+    if mode == SGD:
+        _store(b, x - alpha * beta)
+    elif mode == MOMENTUM:
+        v = mu * _f64(s1) - alpha * beta
+        _store(s1, v)
+        _store(b, x + v)
+    elif mode == ADAGRAD:
+        v = _f64(s1) + beta * beta
+        _store(s1, v)
+        _store(b, x - alpha * beta / np.sqrt(np.maximum(SQUARE_FLOOR, v)))
+    elif mode == NESTEROV:
+        v_old = _f64(s1)
+        v_new = mu * v_old - alpha * beta
+        _store(s1, v_new)
+        _store(b, x + v_new + mu * (v_new - v_old))
+    elif mode == RMSPROP:
+        v = mu * _f64(s1) + (1.0 - mu) * beta * beta
+        _store(s1, v)
+        _store(b, x - alpha * beta / np.sqrt(np.maximum(SQUARE_FLOOR, v)))
+    elif mode == ADADELTA:
+        vg = mu * _f64(s2) + (1.0 - mu) * beta * beta
+        dw = np.sqrt(np.maximum(SQUARE_FLOOR, _f64(s1)) / np.maximum(SQUARE_FLOOR, vg)) * beta
+        _store(s2, vg)
+        _store(s1, mu * _f64(s1) + (1.0 - mu) * dw * dw)
+        _store(b, x - dw)
+    elif mode == ADAM:
+        m = mu * _f64(s1) + (1.0 - mu) * beta
+        s = mu1 * _f64(s2) + (1.0 - mu1) * beta * beta
+        _store(s1, m)
+        _store(s2, s)
+        tp = t + 1  # the same t + 1 quirk as the weights (spec 5.8)
+        m_hat = m / (1.0 - mu ** tp)
+        s_hat = s / (1.0 - mu1 ** tp)
+        _store(b, x - alpha * m_hat / (np.sqrt(s_hat) + ADAM_EPSILON))
+    else:
+        raise ValueError(f"unknown optimizer mode {mode!r}")

@@ -1,0 +1,293 @@
+"""The optimizer kernels (spec 5.2, 5.8) of every backend: hand-checked values and the reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from destiny.kernels.cpu import optim as cpu_optim
+from destiny.kernels.reference import optim as ref_optim
+from destiny.kernels.reference.optim import (
+    ADADELTA,
+    ADAGRAD,
+    ADAM,
+    MOMENTUM,
+    NESTEROV,
+    RMSPROP,
+    SGD,
+)
+
+BACKENDS = {"reference": ref_optim, "cpu": cpu_optim}
+MODES = [SGD, MOMENTUM, ADAGRAD, NESTEROV, RMSPROP, ADADELTA, ADAM]
+TWO_STATE = (ADADELTA, ADAM)
+
+
+def test_mode_values_are_dsstne_training_mode():
+    assert MODES == list(range(7))
+    assert cpu_optim.ADAM == ADAM and cpu_optim.SGD == SGD
+    for backend in BACKENDS.values():
+        assert [backend.state_arrays_needed(m) for m in MODES] == [0, 1, 1, 1, 1, 2, 2]
+
+
+def test_step_size_decay():
+    for backend in BACKENDS.values():
+        assert backend.step_size(0.1, 0.0, 50) == 0.1
+        assert backend.step_size(0.1, -1.0, 50) == 0.1
+        assert backend.step_size(0.1, 0.5, 0) == 0.1
+        assert backend.step_size(0.1, 0.5, 3) == pytest.approx(0.1 / 2.5)
+
+
+# Hand-checked weights of one element over two steps: w0 = 0.5, the stored (negated) gradient
+# G = 0.2 on both steps, lam = 0.01, lam1 = 0.001, alpha = 0.1, mu = 0.9, mu1 = 0.999. Each
+# entry unrolls the formulas of spec 5.8 by hand: (w after step 1, w after step 2, s1 and s2
+# after step 2, None where unused).
+W0, GRAD, LAM, LAM1, ALPHA, MU, MU1 = 0.5, 0.2, 0.01, 0.001, 0.1, 0.9, 0.999
+
+
+def _hand_weights(mode):
+    g1 = GRAD - LAM * W0 - LAM1  # sgn(0.5) = 1
+    assert g1 == pytest.approx(0.194)
+    if mode == SGD:
+        w1 = W0 + ALPHA * g1  # 0.5194
+        w2 = w1 + ALPHA * (GRAD - LAM * w1 - LAM1)  # 0.5194 + 0.1 * 0.193806
+        assert w2 == pytest.approx(0.5387806)
+        return w1, w2, None, None
+    if mode == MOMENTUM:
+        v1 = ALPHA * g1  # 0.0194
+        w1 = W0 + v1
+        v2 = MU * v1 + ALPHA * (GRAD - LAM * w1 - LAM1)  # 0.01746 + 0.0193806
+        w2 = w1 + v2
+        assert w2 == pytest.approx(0.5562406)
+        return w1, w2, v2, None
+    if mode == ADAGRAD:
+        v1 = g1 ** 2
+        w1 = W0 + ALPHA * g1 / math.sqrt(v1)  # exactly alpha on the first step: 0.6
+        assert w1 == pytest.approx(0.6)
+        g2 = GRAD - LAM * w1 - LAM1  # 0.193
+        v2 = v1 + g2 ** 2  # 0.037636 + 0.037249
+        assert v2 == pytest.approx(0.074885)
+        return w1, w1 + ALPHA * g2 / math.sqrt(v2), v2, None
+    if mode == NESTEROV:
+        v1 = ALPHA * g1  # 0.0194
+        w1 = W0 + v1 + MU * (v1 - 0.0)  # 0.53686
+        assert w1 == pytest.approx(0.53686)
+        g2 = GRAD - LAM * w1 - LAM1  # 0.1936314
+        v2 = MU * v1 + ALPHA * g2  # 0.03682314
+        assert v2 == pytest.approx(0.03682314)
+        return w1, w1 + v2 + MU * (v2 - v1), v2, None
+    if mode == RMSPROP:
+        v1 = (1 - MU) * g1 ** 2
+        w1 = W0 + ALPHA * g1 / math.sqrt(v1)  # alpha / sqrt(0.1) on the first step
+        assert w1 == pytest.approx(0.5 + 0.1 / math.sqrt(0.1))
+        g2 = GRAD - LAM * w1 - LAM1
+        v2 = MU * v1 + (1 - MU) * g2 ** 2
+        return w1, w1 + ALPHA * g2 / math.sqrt(v2), v2, None
+    if mode == ADADELTA:
+        vg1 = (1 - MU) * g1 ** 2
+        dw1 = math.sqrt(1e-9 / vg1) * g1  # v = 0 is floored at 1e-9; alpha unused
+        v1 = (1 - MU) * dw1 ** 2
+        w1 = W0 + dw1
+        g2 = GRAD - LAM * w1 - LAM1
+        vg2 = MU * vg1 + (1 - MU) * g2 ** 2
+        assert v1 == pytest.approx(1e-9)  # dw1^2 = 1e-9 / (1 - mu): v1 lands on the floor
+        dw2 = math.sqrt(max(1e-9, v1) / vg2) * g2
+        v2 = MU * v1 + (1 - MU) * dw2 ** 2
+        return w1, w1 + dw2, v2, vg2
+    if mode == ADAM:
+        m1 = (1 - MU) * g1
+        s1 = (1 - MU1) * g1 ** 2
+        # DSSTNE's quirk: the first update (t = 1) corrects with exponent t + 1 = 2.
+        w1 = W0 + ALPHA * (m1 / (1 - MU ** 2)) / (math.sqrt(s1 / (1 - MU1 ** 2)) + 1e-8)
+        g2 = GRAD - LAM * w1 - LAM1
+        m2 = MU * m1 + (1 - MU) * g2
+        s2 = MU1 * s1 + (1 - MU1) * g2 ** 2
+        w2 = w1 + ALPHA * (m2 / (1 - MU ** 3)) / (math.sqrt(s2 / (1 - MU1 ** 3)) + 1e-8)
+        return w1, w2, m2, s2
+    raise AssertionError(mode)
+
+
+# The same for a bias: b0 = 0.5, beta = 0.2 (the delta's mean, not negated), no decay.
+B0, BETA = 0.5, 0.2
+
+
+def _hand_bias(mode):
+    if mode == SGD:
+        return 0.48, 0.46, None, None
+    if mode == MOMENTUM:
+        # v1 = -0.02, b1 = 0.48; v2 = -0.018 - 0.02 = -0.038, b2 = 0.442
+        return 0.48, 0.442, -0.038, None
+    if mode == ADAGRAD:
+        # v1 = 0.04, b1 = 0.5 - 0.02 / 0.2; v2 = 0.08, b2 = b1 - 0.02 / sqrt(0.08)
+        return 0.4, 0.4 - 0.02 / math.sqrt(0.08), 0.08, None
+    if mode == NESTEROV:
+        # v1 = -0.02, b1 = 0.5 - 0.02 - 0.018; v2 = -0.038, b2 = b1 - 0.038 + 0.9 * -0.018
+        return 0.462, 0.462 - 0.038 - 0.0162, -0.038, None
+    if mode == RMSPROP:
+        # v1 = 0.004, b1 = 0.5 - 0.02 / sqrt(0.004); v2 = 0.0036 + 0.004 = 0.0076
+        b1 = 0.5 - 0.02 / math.sqrt(0.004)
+        return b1, b1 - 0.02 / math.sqrt(0.0076), 0.0076, None
+    if mode == ADADELTA:
+        # vg1 = 0.004, dw1 = sqrt(1e-9 / 0.004) * 0.2, v1 = 0.1 * dw1^2 = 1e-9 (the floor);
+        # vg2 = 0.0076, dw2 = sqrt(max(1e-9, v1) / 0.0076) * 0.2, v2 = 0.9 * v1 + 0.1 * dw2^2
+        dw1 = math.sqrt(1e-9 / 0.004) * 0.2
+        v1 = 0.1 * dw1 ** 2
+        dw2 = math.sqrt(max(1e-9, v1) / 0.0076) * 0.2
+        return 0.5 - dw1, 0.5 - dw1 - dw2, 0.9 * v1 + 0.1 * dw2 ** 2, 0.0076
+    if mode == ADAM:
+        # m1 = 0.02, s1 = 0.001 * 0.04 = 4e-5, corrected with exponent 2 (quirk);
+        # m2 = 0.018 + 0.02 = 0.038, s2 = 0.999 * 4e-5 + 4e-5, corrected with exponent 3.
+        b1 = 0.5 - 0.1 * (0.02 / 0.19) / (math.sqrt(4e-5 / (1 - 0.999 ** 2)) + 1e-8)
+        s2 = 0.999 * 4e-5 + 4e-5
+        b2 = b1 - 0.1 * (0.038 / (1 - 0.9 ** 3)) / (math.sqrt(s2 / (1 - 0.999 ** 3)) + 1e-8)
+        return b1, b2, 0.038, s2
+    raise AssertionError(mode)
+
+
+def _state(mode, shape, dtype):
+    """Zeroed state arrays for ``mode``, empty (same number of dimensions) where unused."""
+    needed = ref_optim.state_arrays_needed(mode)
+    empty = (0,) * len(shape)  # same ndim as the parameters: fewer numba specialisations
+    return tuple(np.zeros(shape if k < needed else empty, dtype=dtype) for k in range(2))
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("mode", MODES)
+def test_hand_checked_weight_steps(backend, mode):
+    update = BACKENDS[backend].update_weights
+    w1, w2, e1, e2 = _hand_weights(mode)
+    # The checked element sits among others, so that the flattened loop runs over a 2-D array.
+    W = np.full((3, 4), W0)
+    G = np.full((3, 4), GRAD)
+    s1, s2 = _state(mode, W.shape, np.float64)
+    update(W, G, s1, s2, 1, mode, ALPHA, LAM, LAM1, MU, MU1)
+    np.testing.assert_allclose(W, w1, rtol=1e-12)
+    update(W, G, s1, s2, 2, mode, ALPHA, LAM, LAM1, MU, MU1)
+    np.testing.assert_allclose(W, w2, rtol=1e-12)
+    if e1 is not None:
+        np.testing.assert_allclose(s1, e1, rtol=1e-12)
+    if e2 is not None:
+        np.testing.assert_allclose(s2, e2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("mode", MODES)
+def test_hand_checked_bias_steps(backend, mode):
+    update = BACKENDS[backend].update_bias
+    b1, b2, e1, e2 = _hand_bias(mode)
+    b = np.full(5, B0)
+    beta = np.full(5, BETA)
+    s1, s2 = _state(mode, b.shape, np.float64)
+    update(b, beta, s1, s2, 1, mode, ALPHA, MU, MU1)
+    np.testing.assert_allclose(b, b1, rtol=1e-12)
+    update(b, beta, s1, s2, 2, mode, ALPHA, MU, MU1)
+    np.testing.assert_allclose(b, b2, rtol=1e-12)
+    if e1 is not None:
+        np.testing.assert_allclose(s1, e1, rtol=1e-12)
+    if e2 is not None:
+        np.testing.assert_allclose(s2, e2, rtol=1e-12)
+
+
+def test_adam_first_step_uses_exponent_two():
+    # Textbook Adam's first step is alpha * g / (|g| + eps), about alpha; DSSTNE's t + 1 quirk
+    # gives alpha * (0.1 / 0.19) / sqrt(0.001 / 0.001999) instead (spec 5.8).
+    for backend in BACKENDS.values():
+        W = np.zeros((1, 3))
+        G = np.full((1, 3), 0.5)
+        s1, s2 = np.zeros((1, 3)), np.zeros((1, 3))
+        backend.update_weights(W, G, s1, s2, 1, ADAM, 0.1, 0.0, 0.0, 0.9, 0.999)
+        expected = 0.1 * (0.1 / 0.19) / math.sqrt(0.001 / 0.001999)
+        np.testing.assert_allclose(W, expected, rtol=1e-6)
+        assert abs(W[0, 0] - 0.1) > 0.02
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", MODES)
+def test_cpu_matches_reference(mode, dtype):
+    rng = np.random.default_rng(10 + mode)
+    W = rng.normal(size=(23, 41)).astype(dtype)
+    W[rng.random(W.shape) < 0.1] = 0.0  # exact zeros exercise sgn(0) = 0
+    b = rng.normal(size=41).astype(dtype)
+    weights = {name: W.copy() for name in BACKENDS}
+    biases = {name: b.copy() for name in BACKENDS}
+    w_state = {name: _state(mode, W.shape, dtype) for name in BACKENDS}
+    b_state = {name: _state(mode, b.shape, dtype) for name in BACKENDS}
+    for t in range(1, 6):
+        G = (0.3 * rng.normal(size=W.shape)).astype(dtype)
+        beta = (0.3 * rng.normal(size=b.shape)).astype(dtype)
+        for name, backend in BACKENDS.items():
+            backend.update_weights(weights[name], G, *w_state[name], t, mode,
+                                   0.05, 1e-2, 3e-3, 0.9, 0.999)
+            backend.update_bias(biases[name], beta, *b_state[name], t, mode, 0.05, 0.9, 0.999)
+    # float32 kernels round every operation to float32, the reference only the results; an
+    # absolute tolerance scaled to each array's magnitude absorbs cancellations near zero.
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    pairs = [(weights["cpu"], weights["reference"]), (biases["cpu"], biases["reference"])]
+    pairs += list(zip(w_state["cpu"] + b_state["cpu"], w_state["reference"] + b_state["reference"]))
+    for got, want in pairs:
+        assert got.dtype == dtype
+        scale = np.abs(want).max() if want.size else 0.0
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=0.1 * rtol * scale)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_sgd_with_dsstne_defaults(backend):
+    # `train` always uses SGD with alpha = 0.025 and lam = 1e-4 (spec 5.8, last rule).
+    rng = np.random.default_rng(3)
+    W = rng.normal(size=(17, 9)).astype(np.float32)
+    G = rng.normal(size=W.shape).astype(np.float32)
+    b = rng.normal(size=9).astype(np.float32)
+    beta = rng.normal(size=9).astype(np.float32)
+    expected_W = W.astype(np.float64) + 0.025 * (G - 1e-4 * W.astype(np.float64))
+    expected_b = b.astype(np.float64) - 0.025 * beta
+    empty1, empty2 = np.zeros(0, dtype=np.float32), np.zeros((0, 0), dtype=np.float32)
+    BACKENDS[backend].update_weights(W, G, empty2, empty2, 1, SGD, 0.025, 1e-4, 0.0, 0.0, 0.0)
+    BACKENDS[backend].update_bias(b, beta, empty1, empty1, 1, SGD, 0.025, 0.0, 0.0)
+    np.testing.assert_allclose(W, expected_W, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(b, expected_b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("mode", MODES)
+def test_zero_weights_get_no_l1_push(backend, mode):
+    # With no gradient, sgn(0) = 0 leaves a zero weight at exactly zero in every mode, while
+    # L1 and L2 pull the others toward zero.
+    W = np.array([[0.0, 0.5, -0.5, 0.0]], dtype=np.float32)
+    G = np.zeros_like(W)
+    s1, s2 = _state(mode, W.shape, np.float32)
+    BACKENDS[backend].update_weights(W, G, s1, s2, 1, mode, 0.1, 0.1, 0.2, 0.9, 0.999)
+    assert W[0, 0] == 0.0 and W[0, 3] == 0.0
+    assert 0.0 <= W[0, 1] < 0.5 and -0.5 < W[0, 2] <= 0.0
+    if mode in (SGD, MOMENTUM):  # 0.5 - 0.1 * (0.1 * 0.5 + 0.2)
+        np.testing.assert_allclose(W[0, 1:3], [0.475, -0.475], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_unused_state_is_untouched(backend):
+    update = BACKENDS[backend].update_weights
+    W = np.ones((4, 6), dtype=np.float32)
+    G = np.ones_like(W)
+    s1, s2 = np.full_like(W, 7.0), np.full_like(W, 7.0)
+    update(W, G, s1, s2, 1, SGD, 0.1, 0.01, 0.01, 0.9, 0.999)
+    assert np.all(s1 == 7.0) and np.all(s2 == 7.0)
+    BACKENDS[backend].update_bias(W[0], G[0], s1[0], s2[0], 1, SGD, 0.1, 0.9, 0.999)
+    assert np.all(s1 == 7.0) and np.all(s2 == 7.0)
+    for mode in (MOMENTUM, ADAGRAD, NESTEROV, RMSPROP):  # s1 only
+        update(W, G, s1, s2, 1, mode, 0.1, 0.01, 0.01, 0.9, 0.999)
+        assert np.all(s2 == 7.0)
+    empty = np.zeros((0, 0), dtype=np.float32)
+    update(W, G, empty, empty, 1, SGD, 0.1, 0.0, 0.0, 0.0, 0.0)  # empty arrays are accepted
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_missing_state_is_refused(backend):
+    W = np.ones((4, 6), dtype=np.float32)
+    G = np.ones_like(W)
+    s, empty = np.zeros_like(W), np.zeros((0, 0), dtype=np.float32)
+    for mode, s1, s2 in [(MOMENTUM, empty, empty), (ADAM, s, empty), (ADADELTA, empty, s)]:
+        with pytest.raises(ValueError):
+            BACKENDS[backend].update_weights(W, G, s1, s2, 1, mode, 0.1, 0.0, 0.0, 0.9, 0.999)
+    with pytest.raises(ValueError):
+        BACKENDS[backend].update_bias(W[0], G[0], s[0], s[0], 1, 7, 0.1, 0.9, 0.999)
+    assert np.all(W == 1.0)
