@@ -7,6 +7,7 @@ import click
 from destiny import __version__
 from destiny.cli.common import CONTEXT
 from destiny.cli.generate_netcdf import generate_netcdf
+from destiny.cli.train import train
 
 
 @click.group(context_settings=CONTEXT)
@@ -20,6 +21,7 @@ def cli():
 
 
 cli.add_command(generate_netcdf)
+cli.add_command(train)
 
 
 def main():

@@ -1,0 +1,152 @@
+"""``train``: a JSON network definition plus datasets to a trained network file (DSSTNE's train)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from destiny.cli.common import CONTEXT, library_errors, note
+
+NAME = "train"
+
+# What each optimizer uses when a flag is not given. DSSTNE's train was always SGD with these
+# values (spec 5.1); run as its MovieLens example says it learns little beyond popularity, so
+# Destiny's default is Adam (see README, "Defaults"). Explicit flags always win.
+DEFAULTS = {
+    "sgd": {"alpha": 0.025, "lam": 1e-4, "mu": 0.5, "mu1": 0.0},
+    "momentum": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
+    "nesterov": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
+    "adagrad": {"alpha": 0.01, "lam": 0.0, "mu": 0.0, "mu1": 0.0},
+    "rmsprop": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.0},
+    "adadelta": {"alpha": 1.0, "lam": 0.0, "mu": 0.95, "mu1": 0.0},
+    "adam": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.999},
+}
+DEFAULT_OPTIMIZER = "adam"
+
+
+@click.command(NAME, context_settings=CONTEXT)
+@click.option("-c", "--config", "config_path", required=True, metavar="NET.json",
+              help="Network definition (DSSTNE JSON).")
+@click.option("-i", "--input", "input_path", required=True, metavar="IN.nc",
+              help="Input dataset file (from generate-netcdf).")
+@click.option("-o", "--output", "output_path", required=True, metavar="OUT.nc",
+              help="Output (target) dataset file.")
+@click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
+              help="Network file to write; must not exist (see --force).")
+@click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Minibatch size.")
+@click.option("-e", "--epochs", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("-alpha", "--alpha", type=float, default=None,
+              help="Learning rate [default: per optimizer; 0.025 for sgd, 0.001 for adam].")
+@click.option("-lambda", "--lambda", "lam", type=float, default=None,
+              help="L2 weight decay [default: 1e-4 for sgd/momentum/nesterov, else 0].")
+@click.option("-lambda1", "--lambda1", "lam1", type=float, default=0.0, show_default=True,
+              help="L1 weight decay.")
+@click.option("-mu", "--mu", type=float, default=None,
+              help="Momentum, or decay of RMSProp/AdaDelta, or Adam's beta1 [default: per optimizer].")
+@click.option("-mu1", "--mu1", type=float, default=None, help="Adam's beta2 [default: 0.999].")
+@click.option("--optimizer", type=click.Choice(sorted(DEFAULTS)), default=DEFAULT_OPTIMIZER,
+              show_default=True, help="sgd with DSSTNE's defaults reproduces DSSTNE's train.")
+@click.option("--seed", type=int, default=12134, show_default=True,
+              help="Seeds weights, shuffling, dropout and denoising (DSSTNE's fixed seed).")
+@click.option("--shuffle/--no-shuffle", default=None,
+              help="Shuffle examples every epoch [default: the definition's ShuffleIndices].")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+              show_default=True)
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=10, show_default=True,
+              metavar="N", help="Write NET.nc<epoch>.nc every N epochs (0: never).")
+@click.option("--resume", is_flag=True,
+              help="Continue from the newest checkpoint NET.nc<epoch>.nc, if there is one.")
+@click.option("--metrics", "metrics_path", metavar="FILE",
+              help="Append one JSON line per epoch: epoch, loss, seconds, learning_rate, ...")
+@click.option("--initial-network", metavar="FILE",
+              help="Also write the untrained network here (DSSTNE always wrote initial_network.nc).")
+@click.option("--force", is_flag=True, help="Overwrite an existing network file.")
+@click.option("-d", "ignored_d", hidden=True, help="Ignored, as in DSSTNE.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
+@library_errors
+def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
+          mu, mu1, optimizer, seed, shuffle, backend, checkpoint_every, resume, metrics_path,
+          initial_network, force, ignored_d, quiet):
+    """Train a network (DSSTNE JSON definition) on datasets made by generate-netcdf.
+
+    \b
+    Example:
+      train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
+    """
+    from destiny.fit import fit
+    from destiny.train import TrainConfig
+
+    defaults = DEFAULTS[optimizer]
+    cfg = TrainConfig(
+        batch=batch, epochs=epochs, optimizer=optimizer,
+        alpha=defaults["alpha"] if alpha is None else alpha,
+        lam=defaults["lam"] if lam is None else lam, lam1=lam1,
+        mu=defaults["mu"] if mu is None else mu, mu1=defaults["mu1"] if mu1 is None else mu1,
+        seed=seed, shuffle=shuffle)
+    if ignored_d is not None and not quiet:
+        note(NAME, "-d is ignored, as in DSSTNE")
+    progress = _Progress(cfg, quiet)
+    report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
+                 network_path=network_path, cfg=cfg, backend=backend,
+                 checkpoint_every=checkpoint_every, resume=resume, force=force,
+                 metrics_path=metrics_path, initial_network=initial_network,
+                 on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch)
+    progress.close()
+    if not quiet:
+        note(NAME, f"wrote {report.written} after {report.epochs_run} epochs")
+
+
+class _Progress:
+    """A bar per epoch (samples/s, running loss) and one line per epoch, on stderr."""
+
+    def __init__(self, cfg, quiet: bool):
+        self.cfg, self.quiet, self.bar = cfg, quiet, None
+        self.examples, self.seen, self.loss = 0, 0, 0.0
+
+    def start(self, net, data, state):
+        self.examples = data.examples
+        if self.quiet:
+            return
+        import numba
+
+        note(NAME, f"backend {net.backend.name} ({numba.get_num_threads()} threads), optimizer "
+                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
+                   f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
+        self._new_bar(state.epoch + 1)
+
+    def _new_bar(self, epoch: int):
+        from tqdm import tqdm
+
+        self.seen, self.loss = 0, 0.0
+        self.bar = tqdm(total=self.examples, desc=f"epoch {epoch}/{self.cfg.epochs}",
+                        unit="ex", unit_scale=True, file=sys.stderr, disable=None, leave=False)
+
+    def batch(self, n: int, err: float):
+        if self.bar is None:
+            return
+        self.seen += n
+        self.loss += err
+        self.bar.set_postfix_str(f"loss {self.loss / self.seen:.5f}", refresh=False)
+        self.bar.update(n)
+
+    def epoch(self, r):
+        if self.quiet:
+            return
+        self.bar.close()
+        note(NAME, f"epoch {r.epoch}/{self.cfg.epochs}: loss {r.loss:.6f} (training "
+                   f"{r.training_error:.6f}, regularization {r.regularization_error:.6f}), "
+                   f"{r.seconds:.1f} s, {r.samples_per_s:,.0f} examples/s, lr {r.learning_rate:g}"
+                   + (f", {r.skipped_batches} batches skipped by the divergence brake"
+                      if r.skipped_batches else ""))
+        if r.epoch < self.cfg.epochs:
+            self._new_bar(r.epoch + 1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main():
+    train(prog_name=NAME)

@@ -1,0 +1,142 @@
+"""``train`` end to end: definition + datasets -> network, trained, checkpointed, written.
+
+Follows DSSTNE's ``train`` (spec 5.1): the datasets of the input and output files form one
+pool that layers pick from by name, ``N: "auto"`` is resolved against them, the network file
+must not exist yet, checkpoints are ``<network><epoch>.nc``. What Destiny adds: a choice of
+optimizer with good defaults, a seed, resumable checkpoints, per-epoch metrics, a NaN guard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Callable
+
+from destiny import __version__
+from destiny.errors import DestinyError, OutputError
+from destiny.io import atomic
+from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
+from destiny.io.dataset import dataset_names, read_dataset
+from destiny.kernels import get_backend
+from destiny.netdef import load_netdef
+from destiny.network import Network
+from destiny.train import EpochRecord, TrainConfig, TrainData, TrainState, train_epochs
+
+
+@dataclass
+class FitReport:
+    backend: str
+    epochs_run: int
+    resumed_from: str | None
+    records: list[EpochRecord]
+    written: str
+
+
+def fit(
+    *,
+    config_path,
+    input_path,
+    output_path,
+    network_path,
+    cfg: TrainConfig,
+    backend: str = "auto",
+    checkpoint_every: int = 10,
+    resume: bool = False,
+    force: bool = False,
+    metrics_path=None,
+    initial_network=None,
+    on_start: Callable[[Network, TrainData, TrainState], None] | None = None,
+    on_batch: Callable[[int, float], None] | None = None,
+    on_epoch: Callable[[EpochRecord], None] | None = None,
+) -> FitReport:
+    """Train the network of ``config_path`` on the two dataset files and write ``network_path``."""
+    if os.path.exists(network_path) and not force:
+        raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
+                          "refuses to overwrite it, and so does Destiny. Remove it, choose "
+                          "another -n, or pass --force.")
+    for path, what in ((network_path, "network file"), (metrics_path, "metrics file"),
+                       (initial_network, "initial network")):
+        if path:
+            atomic.check_writable(path, what)
+    datasets = _load_datasets([input_path, output_path])
+    widths = {name: ds.width for name, ds in datasets.items()}
+    netdef = load_netdef(config_path, dataset_widths=widths)
+    with open(config_path, encoding="utf-8") as f:
+        netdef_text = json.dumps(json.load(f), separators=(",", ":"))
+    if cfg.shuffle is None:
+        cfg = replace(cfg, shuffle=netdef.shuffle_indices)
+    kernels = get_backend(backend)
+    net = Network(netdef, kernels)
+    data = TrainData(net, datasets)
+    net.initialize(cfg.seed)
+    net.init_optimizer(cfg.optimizer_config())
+    settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
+    state, resumed_from = TrainState(), None
+    if resume:
+        found = latest_checkpoint(network_path)
+        if found is not None:
+            resumed_from, _ = found
+            extras = load_weights(net, resumed_from)
+            _check_same_run(resumed_from, extras, settings)
+            state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
+    elif initial_network:
+        save_network(initial_network, net, destiny=_extras(kernels.name, cfg, state, netdef_text))
+    if on_start is not None:
+        on_start(net, data, state)
+
+    records: list[EpochRecord] = []
+    metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8") if metrics_path else None
+
+    def epoch_done(record: EpochRecord, st: TrainState) -> None:
+        records.append(record)
+        if metrics is not None:
+            metrics.write(record.json() + "\n")
+            metrics.flush()
+        if checkpoint_every > 0 and st.epoch % checkpoint_every == 0 and st.epoch < cfg.epochs:
+            extras = _extras(kernels.name, cfg, st, netdef_text) | {
+                "settings": json.dumps(settings, sort_keys=True)}
+            save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
+                         optimizer_state=True)
+        if on_epoch is not None:
+            on_epoch(record)
+
+    try:
+        train_epochs(net, data, cfg, state, on_batch=on_batch, on_epoch=epoch_done)
+    finally:
+        if metrics is not None:
+            metrics.close()
+    save_network(network_path, net, destiny=_extras(kernels.name, cfg, state, netdef_text))
+    return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
+                     records=records, written=str(network_path))
+
+
+def _load_datasets(paths) -> dict:
+    """Every dataset of every file, by name (DSSTNE pools both files' datasets, spec 5.1)."""
+    pool = {}
+    for path in paths:
+        for name in dataset_names(path):
+            pool.setdefault(name, read_dataset(path, name))
+    return pool
+
+
+def _extras(backend: str, cfg: TrainConfig, state: TrainState, netdef_text: str) -> dict:
+    return {"version": __version__, "backend": backend, "optimizer": cfg.optimizer,
+            "seed": cfg.seed, "epoch": state.epoch, "updates": state.updates,
+            "netdef_json": netdef_text}
+
+
+def _check_same_run(path, extras: dict, settings: dict) -> None:
+    saved = json.loads(extras.get("settings", "{}"))
+    mine = json.loads(json.dumps(settings, sort_keys=True))
+    if {k: v for k, v in saved.items() if k != "config"} != {
+            k: v for k, v in mine.items() if k != "config"} or _arith(saved) != _arith(mine):
+        raise DestinyError(f"{path}: this checkpoint was made with other settings (network "
+                           "definition, data, or training flags other than -e); resuming from it "
+                           "would not continue the same run. Use the original flags, or start "
+                           "afresh without --resume.")
+
+
+def _arith(settings: dict) -> dict:
+    """The training settings that must match to resume: all but the number of epochs."""
+    return {k: v for k, v in settings.get("config", {}).items() if k != "epochs"}

@@ -1,0 +1,40 @@
+"""Initial weights, with DSSTNE's exact formulas (spec 3.7, quirk 10.16).
+
+``u`` below is uniform on (0, 1], as cuRAND's; ``s`` the layer's WeightInit Scale; ``n_in``
+and ``n_out`` the strides of the source and destination layers. The whole matrix is drawn from
+one generator, so a run split across ranks can draw the same matrix and slice it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from destiny.netdef import WeightInit
+
+
+def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, n_in: int,
+                    n_out: int, dtype=np.float32) -> np.ndarray:
+    """A [n_in, n_out] weight matrix drawn as DSSTNE's ``NNWeight::Randomize`` does."""
+    shape = (n_in, n_out)
+    if scheme == WeightInit.Xavier:
+        # Half the usual Glorot range: S * (u - 0.5) with S = s * sqrt(6 / (n_in + n_out)).
+        w = scale * np.sqrt(6.0 / (n_in + n_out)) * (_u(rng, shape) - 0.5)
+    elif scheme == WeightInit.CaffeXavier:
+        w = 2.0 * scale * np.sqrt(3.0 / n_out) * (_u(rng, shape) - 0.5)  # fan-out, as DSSTNE
+    elif scheme == WeightInit.Gaussian:
+        w = rng.normal(0.0, scale, size=shape)
+    elif scheme == WeightInit.Uniform:
+        w = 2.0 * scale * (_u(rng, shape) - 0.5)
+    elif scheme == WeightInit.UnitBall:
+        w = scale * _u(rng, shape)  # (0, s]: positive only
+    elif scheme == WeightInit.SELU:
+        w = rng.normal(0.0, 1.0 / n_in, size=shape)  # sigma = 1/n_in, not 1/sqrt(n_in)
+    elif scheme == WeightInit.Constant:
+        w = np.full(shape, -scale)  # kScaleAndBias flips the sign of the constant
+    else:
+        raise ValueError(f"unknown weight initialisation scheme {scheme!r}")
+    return np.ascontiguousarray(w, dtype=dtype)
+
+
+def _u(rng: np.random.Generator, shape) -> np.ndarray:
+    return 1.0 - rng.random(shape)  # (0, 1], like cuRAND's uniform

@@ -1,0 +1,296 @@
+"""Network NetCDF files in DSSTNE's layout (spec 4), written and read back.
+
+Everything DSSTNE stores is global attributes, in DSSTNE's write order, with its NetCDF
+types (uint, int, float, text as NC_CHAR, uint64 for weight shapes), plus one ``bias`` and one
+``weights`` variable per connection (row-major [input unit][output unit]). A DSSTNE network
+file therefore loads here, and ours loads in DSSTNE, which ignores the attributes Destiny adds
+under the ``destiny_`` prefix: the format version, the JSON definition, the training state
+and, in checkpoints, the optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from destiny.errors import DataFormatError
+from destiny.netdef import (
+    Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
+    NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
+    WeightInitDef)
+
+FORMAT_VERSION = 1
+NN_VERSION = 0.9
+
+_u32, _i32, _f32, _u64 = np.uint32, np.int32, np.float32, np.uint64
+
+
+def write_network(path, netdef: NetworkDef, weights: dict[int, np.ndarray],
+                  biases: dict[int, np.ndarray], *, destiny: dict | None = None,
+                  arrays: dict[str, np.ndarray] | None = None) -> None:
+    """Write a network file.
+
+    ``weights[k]`` / ``biases[k]`` belong to connection k (DSSTNE's weight k: layers in
+    definition order, each layer's sources in order); shared connections have no weights.
+    ``destiny`` holds extra attributes (written as ``destiny_<key>``) and ``arrays`` extra
+    float variables (written as ``destiny_<name>``).
+    """
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        for key, value in _network_attributes(netdef):
+            nc.setncattr(key, value)
+        layers = netdef.layers
+        nc.setncattr("layers", _u32(len(layers)))
+        for i, layer in enumerate(layers):
+            for key, value in _layer_attributes(layer, netdef):
+                nc.setncattr(f"layer{i}_{key}", value)
+        pairs = connections(netdef)
+        nc.setncattr("weights", _u32(len(pairs)))
+        by_name = {layer.name: layer for layer in layers}
+        for k, (source, dest) in enumerate(pairs):
+            _write_weight(nc, k, by_name[source], by_name[dest], weights.get(k), biases[k])
+        for key, value in (destiny or {}).items():
+            nc.setncattr(f"destiny_{key}", value)
+        nc.setncattr("destiny_format_version", _u32(FORMAT_VERSION))
+        for name, array in (arrays or {}).items():
+            dim = f"destiny_{name}_dim"
+            nc.createDimension(dim, array.size)
+            var = nc.createVariable(f"destiny_{name}", "f4", (dim,), fill_value=False)
+            var[:] = np.ravel(array).astype(np.float32)
+
+
+def connections(netdef: NetworkDef) -> list[tuple[str, str]]:
+    """(source, destination) of every weight matrix, in DSSTNE's creation order."""
+    return [(s, layer.name) for layer in netdef.layers for s in layer.sources]
+
+
+def _network_attributes(n: NetworkDef):
+    yield "version", _f32(NN_VERSION)
+    yield "name", n.name
+    yield "kind", _u32(int(n.kind))
+    yield "errorFunction", _u32(int(n.error_function))
+    yield "maxout_k", _i32(int(n.maxout_k))
+    yield "decay", _f32(n.decay)
+    yield "LRN_k", _f32(n.lrn.k)
+    yield "LRN_n", _i32(int(n.lrn.n))
+    yield "LRN_alpha", _f32(n.lrn.alpha)
+    yield "LRN_beta", _f32(n.lrn.beta)
+    yield "bSparsenessPenalty", _u32(n.sparseness_penalty.beta > 0)
+    yield "sparsenessPenalty_p", _f32(n.sparseness_penalty.p)
+    yield "sparsenessPenalty_beta", _f32(n.sparseness_penalty.beta)
+    yield "bDenoising", _u32(n.denoising.p > 0)
+    yield "denoising_p", _f32(n.denoising.p)
+    yield "deltaBoost_one", _f32(n.delta_boost.one)
+    yield "deltaBoost_zero", _f32(n.delta_boost.zero)
+    yield "SMCE_oneScale", _f32(n.smce.one_scale)
+    yield "SMCE_zeroScale", _f32(n.smce.zero_scale)
+    yield "SMCE_oneTarget", _f32(n.smce.one_target)
+    yield "SMCE_zeroTarget", _f32(n.smce.zero_target)
+    yield "ShuffleIndices", _u32(n.shuffle_indices)
+    yield "checkpoint_name", ""
+    yield "checkpoint_interval", _i32(0)
+    yield "checkpoint_epochs", _i32(0)
+
+
+def _layer_attributes(layer: LayerDef, net: NetworkDef):
+    yield "name", layer.name
+    yield "kind", _u32(int(layer.kind))
+    yield "type", _u32(int(layer.type))
+    yield "dataSet", layer.dataset
+    for key, value in (("Nx", layer.n), ("Ny", 1), ("Nz", 1), ("Nw", 1), ("dimensions", 1)):
+        yield key, _u32(value)
+    for key in ("kernelX", "kernelY", "kernelZ", "kernelDimensions", "kernelStrideX",
+                "kernelStrideY", "kernelStrideZ"):
+        yield key, _u32(1)
+    for key in ("kernelPaddingX", "kernelPaddingY", "kernelPaddingZ"):
+        yield key, _u32(0)
+    yield "pDropout", _f32(layer.p_dropout)
+    yield "weightInit", _u32(int(layer.weight_init.scheme))
+    yield "weightInitScale", _f32(layer.weight_init.scale)
+    yield "biasInit", _f32(layer.weight_init.bias)
+    yield "weightNorm", _f32(layer.weight_norm)
+    yield "deltaNorm", _f32(layer.delta_norm)
+    yield "activation", _u32(int(layer.activation))
+    # Written per layer (DSSTNE wrote them but read the global values back, quirk 10.25).
+    yield "sparsenessPenalty_p", _f32(layer.sparseness_penalty.p)
+    yield "sparsenessPenalty_beta", _f32(layer.sparseness_penalty.beta)
+    yield "RELUSlope", _f32(layer.relu_slope)
+    yield "ELUAlpha", _f32(layer.elu_alpha)
+    yield "SELULambda", _f32(layer.selu_lambda)
+    # The Sparse bit of an Input layer is that of its dataset, always sparse here (spec 4.2).
+    sparse = layer.sparse or layer.kind == LayerKind.Input
+    yield "attributes", _u32(int(sparse) | (2 if layer.denoising else 0))
+    yield "sources", _u32(len(layer.sources))
+    for j, s in enumerate(layer.sources):
+        yield f"source{j}", s
+    yield "skips", _u32(len(layer.skips))
+    for j, s in enumerate(layer.skips):
+        yield f"skip{j}", s
+
+
+def _write_weight(nc, k: int, source: LayerDef, dest: LayerDef, W, b) -> None:
+    p = f"weight{k}_"
+    share = next((s for s in dest.shared_weights if s.input_layer == source.name), None)
+    nc.setncattr(p + "inputLayer", source.name)
+    nc.setncattr(p + "outputLayer", dest.name)
+    nc.setncattr(p + "width", _u64(dest.n))
+    nc.setncattr(p + "height", _u64(source.n))
+    for key in ("length", "depth", "breadth"):
+        nc.setncattr(p + key, _u64(1))
+    nc.setncattr(p + "bShared", _u32(share is not None))
+    nc.setncattr(p + "bLocked", _u32(0))
+    nc.setncattr(p + "norm", _f32(dest.weight_norm))
+    nc.createDimension(p + "biasDim", dest.n)
+    bias = nc.createVariable(p + "bias", "f4", (p + "biasDim",), fill_value=False)
+    bias[:] = np.asarray(b, dtype=np.float32)
+    if share is not None:
+        nc.setncattr(p + "bTransposed", _u32(share.transposed))
+        nc.setncattr(p + "sourceInputLayer", share.source_input_layer)
+        nc.setncattr(p + "sourceOutputLayer", share.source_output_layer)
+        return
+    nc.createDimension(p + "weightDim", source.n * dest.n)
+    var = nc.createVariable(p + "weights", "f4", (p + "weightDim",), fill_value=False)
+    var[:] = np.asarray(W, dtype=np.float32).ravel()
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+class NetworkFile:
+    """A network file read back: the definition, weights and biases, and Destiny's extras."""
+
+    def __init__(self, netdef, weights, biases, destiny, arrays):
+        self.netdef: NetworkDef = netdef
+        self.weights: dict[int, np.ndarray] = weights
+        self.biases: dict[int, np.ndarray] = biases
+        self.destiny: dict = destiny
+        self.arrays: dict[str, np.ndarray] = arrays
+
+
+def read_network(path) -> NetworkFile:
+    """Read a DSSTNE or Destiny network file (``version`` is read but not checked, quirk 10.34)."""
+    import netCDF4
+
+    try:
+        nc = netCDF4.Dataset(path, "r")
+    except FileNotFoundError:
+        raise DataFormatError(path, "the network file does not exist; train one first.") from None
+    except OSError as e:
+        raise DataFormatError(path, f"is not a readable NetCDF network file ({e}).") from None
+    with nc:
+        nc.set_auto_mask(False)
+        attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
+        get = _Getter(path, attrs)
+        layers = _attach_shares(get, [_read_layer(get, i) for i in range(get.uint("layers"))])
+        netdef = _read_network(get, layers)
+        weights, biases = {}, {}
+        for k in range(get.uint("weights")):
+            p = f"weight{k}_"
+            biases[k] = _variable(nc, path, p + "bias").astype(np.float32)
+            if not get.uint(p + "bShared"):
+                rows, cols = _shape(netdef, get.text(p + "inputLayer"), get.text(p + "outputLayer"))
+                flat = _variable(nc, path, p + "weights").astype(np.float32)
+                if flat.size != rows * cols:
+                    raise DataFormatError(path, f"{p}weights holds {flat.size} values; the layers "
+                                          f"it joins need {rows} x {cols}.")
+                weights[k] = flat.reshape(rows, cols)
+        destiny = {k[len("destiny_"):]: v for k, v in attrs.items() if k.startswith("destiny_")}
+        arrays = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
+                  if name.startswith("destiny_")}
+    return NetworkFile(netdef, weights, biases, destiny, arrays)
+
+
+class _Getter:
+    def __init__(self, path, attrs):
+        self.path, self.attrs = path, attrs
+
+    def raw(self, key):
+        if key not in self.attrs:
+            raise DataFormatError(self.path, f"lacks the attribute {key!r} that every DSSTNE "
+                                  "network file has; is it a network written by train?")
+        return self.attrs[key]
+
+    def uint(self, key) -> int:
+        return int(np.asarray(self.raw(key)).flat[0])
+
+    def float(self, key, default=None) -> float:
+        if default is not None and key not in self.attrs:
+            return default
+        return float(np.asarray(self.raw(key)).flat[0])
+
+    def text(self, key) -> str:
+        return str(self.raw(key))
+
+
+def _read_network(get: _Getter, layers) -> NetworkDef:
+    glob_penalty = SparsenessPenalty(get.float("sparsenessPenalty_p"),
+                                     get.float("sparsenessPenalty_beta"))
+    return NetworkDef(
+        layers=layers, name=get.text("name"), kind=NetworkKind(get.uint("kind")),
+        version=get.float("version"), error_function=ErrorFunction(get.uint("errorFunction")),
+        smce=SMCEParams(get.float("SMCE_oneScale"), get.float("SMCE_zeroScale"),
+                        get.float("SMCE_oneTarget"), get.float("SMCE_zeroTarget")),
+        delta_boost=DeltaBoost(get.float("deltaBoost_one"), get.float("deltaBoost_zero")),
+        sparseness_penalty=glob_penalty, denoising=Denoising(get.float("denoising_p")),
+        shuffle_indices=bool(get.uint("ShuffleIndices")), decay=get.float("decay", 0.0),
+        lrn=LRNParams(get.float("LRN_k"), get.float("LRN_n"), get.float("LRN_alpha"),
+                      get.float("LRN_beta")),
+        maxout_k=get.float("maxout_k"))
+
+
+def _read_layer(get: _Getter, i: int) -> LayerDef:
+    p = f"layer{i}_"
+    attributes = get.uint(p + "attributes")
+    kind = LayerKind(get.uint(p + "kind"))
+    return LayerDef(
+        name=get.text(p + "name"), kind=kind, index=i, n=get.uint(p + "Nx"),
+        type=LayerType(get.uint(p + "type")),
+        sources=tuple(get.text(f"{p}source{j}") for j in range(get.uint(p + "sources"))),
+        skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
+        dataset=get.text(p + "dataSet"), activation=Activation(get.uint(p + "activation")),
+        sparse=bool(attributes & 1), p_dropout=get.float(p + "pDropout"),
+        weight_init=WeightInitDef(WeightInit(get.uint(p + "weightInit")),
+                                  get.float(p + "weightInitScale"), get.float(p + "biasInit")),
+        weight_norm=get.float(p + "weightNorm"), delta_norm=get.float(p + "deltaNorm"),
+        relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
+        selu_lambda=get.float(p + "SELULambda"),
+        # Per-layer values, falling back to the global ones DSSTNE reads (quirk 10.25).
+        sparseness_penalty=SparsenessPenalty(
+            get.float(p + "sparsenessPenalty_p", get.float("sparsenessPenalty_p")),
+            get.float(p + "sparsenessPenalty_beta", get.float("sparsenessPenalty_beta"))),
+        shared_weights=(), denoising=bool(attributes & 2))
+
+
+def _shape(netdef: NetworkDef, source: str, dest: str) -> tuple[int, int]:
+    by_name = {layer.name: layer for layer in netdef.layers}
+    return by_name[source].n, by_name[dest].n
+
+
+def _variable(nc, path, name) -> np.ndarray:
+    if name not in nc.variables:
+        raise DataFormatError(path, f"lacks the variable {name!r}; the network file is incomplete.")
+    return np.asarray(nc.variables[name][:])
+
+
+def netdef_json(destiny: dict) -> dict | None:
+    """The JSON network definition Destiny embedded, if any."""
+    text = destiny.get("netdef_json")
+    return json.loads(text) if text else None
+
+
+def _attach_shares(get: _Getter, layers: list[LayerDef]) -> tuple[LayerDef, ...]:
+    """Give each layer the SharedWeights entries recorded on its incoming weights (spec 4.3)."""
+    import dataclasses
+
+    shares: dict[str, list[SharedWeight]] = {}
+    for k in range(get.uint("weights")):
+        p = f"weight{k}_"
+        if get.uint(p + "bShared"):
+            shares.setdefault(get.text(p + "outputLayer"), []).append(SharedWeight(
+                input_layer=get.text(p + "inputLayer"),
+                source_input_layer=get.text(p + "sourceInputLayer"),
+                source_output_layer=get.text(p + "sourceOutputLayer"),
+                transposed=bool(get.uint(p + "bTransposed"))))
+    return tuple(dataclasses.replace(layer, shared_weights=tuple(shares.get(layer.name, ())))
+                 for layer in layers)

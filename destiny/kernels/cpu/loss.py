@@ -1,0 +1,198 @@
+"""numba kernels for the output-layer losses and deltas (spec 5.5, 3.11, 6.3).
+
+Same names and signatures as ``destiny.kernels.reference.loss``, whose docstring explains the
+"pre-delta" ``p`` and the SoftMax row Jacobian ``delta = p - a * sum_j p_j``. The public
+functions are thin Python wrappers: they check the (loss, activation) pair, bundle the
+scalars and call one parallel kernel, which works on whole rows (a SoftMax row is coupled) and
+writes one error per row, summed afterwards in a fixed order (the result does not depend on
+the number of threads). The per-unit maths lives in one small ``@njit`` helper, ``unit_loss``,
+that branches on the integer codes, instead of one kernel per (loss, activation) pair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit, prange
+
+from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
+                                   boost_applies, check_loss_activation)
+from destiny.kernels.cpu.pointwise import unit_derivative
+
+__all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
+
+EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
+
+# All float64, so that numba sees one homogeneous tuple type.
+LossParams = namedtuple("LossParams", "slope alpha lam one_target zero_target one_scale zero_scale")
+
+
+@njit(cache=True)
+def _log(x):
+    return math.log(max(EPS, x))
+
+
+@njit(cache=True)
+def _hinge_gap(a, t):
+    # L2Hinge: d = a - |t|, kept only on the wrong side of the target (spec 5.5).
+    d = a - abs(t)
+    return min(0.0, d) if t > 0.0 else max(0.0, d)
+
+
+@njit(cache=True)
+def _marginal(one, a, prm):
+    """Whether an SMCE branch is active: a listed unit below oneTarget, a zero above zeroTarget."""
+    return a < prm.one_target if one else a > prm.zero_target
+
+
+@njit(cache=True)
+def _marginal_loss(err_fn, act, a, t, one, prm):
+    """(e, p) of SMCE and DSMCE, fused with the Sigmoid or SoftMax derivative."""
+    if not _marginal(one, a, prm):
+        return 0.0, 0.0
+    if one:  # DSMCE scales a listed unit by its value t
+        scale = prm.one_scale * (t if err_fn == DSMCE else 1.0)
+        return -scale * _log(a), -scale if act == SOFTMAX else scale * (a - 1.0)
+    e = -prm.zero_scale * _log(1.0 - a)
+    if act == SOFTMAX:  # a * de/da
+        return e, prm.zero_scale * a / max(EPS, 1.0 - a)
+    return e, prm.zero_scale * a  # de/da * a (1 - a)
+
+
+@njit(cache=True)
+def unit_loss(err_fn, act, a, t, one, prm):
+    """Per-unit error and pre-delta ``(e, p)`` of the output ``a`` for the target ``t``.
+
+    ``p`` is ``de/da * f'(a)``, or ``a * de/da`` for SoftMax (the row Jacobian follows);
+    ``one`` selects the SMCE/DSMCE listed-target branch. One function for both, so that the
+    row kernels inline the per-unit maths at few call sites (numba compiles much faster).
+    """
+    if err_fn == CROSS_ENTROPY:  # fused with the Sigmoid / SoftMax derivative
+        if act == SOFTMAX:
+            return -t * _log(a), -t
+        return -t * _log(a) - (1.0 - t) * _log(1.0 - a), a - t
+    if err_fn == SMCE or err_fn == DSMCE:
+        return _marginal_loss(err_fn, act, a, t, one, prm)
+    if err_fn == L1:
+        e, g = abs(a - t), (1.0 if a > t else (-1.0 if a < t else 0.0))  # g = sgn(a - t)
+    elif err_fn == L2:
+        e, g = 0.5 * (a - t) * (a - t), a - t
+    elif err_fn == L2_HINGE:
+        g = _hinge_gap(a, t)
+        e = 0.5 * g * g
+    else:  # HINGE: the exact gradient, not DSSTNE's a < 0
+        e, g = max(0.0, 1.0 - t * a), (-t if t * a < 1.0 else 0.0)
+    if act == SOFTMAX:
+        return e, a * g
+    return e, g * unit_derivative(act, a, prm.slope, prm.alpha, prm.lam)
+
+
+@njit(cache=True)
+def _listed_target(err_fn, act, value, count):
+    """A listed entry's target: its value, or 1 / (1/n for SoftMax CrossEntropy), spec 6.6."""
+    if err_fn == CROSS_ENTROPY:
+        return 1.0 / count if act == SOFTMAX else 1.0
+    if err_fn == SMCE:
+        return 1.0
+    return value
+
+
+@njit(cache=True)
+def _jacobian_row(drow, arow, act):
+    """SoftMax: ``drow = p - a * sum_j p_j`` in place; other activations: nothing to do."""
+    if act == SOFTMAX:
+        total = 0.0
+        for j in range(len(drow)):
+            total += float(drow[j])
+        for j in range(len(drow)):
+            drow[j] = float(drow[j]) - float(arow[j]) * total
+
+
+@njit(cache=True)
+def _scale_row(drow, factor):
+    if factor != 1.0:
+        for j in range(len(drow)):
+            drow[j] = float(drow[j]) * factor
+
+
+@njit(cache=True)
+def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one, boost_zero,
+                boosting):
+    """One row of ``sparse_loss_delta``: writes the unweighted delta, returns the error."""
+    boolean = len(values) == 0
+    err = 0.0
+    for j in range(len(arow)):  # every unit as a zero target ...
+        e, drow[j] = unit_loss(err_fn, act, float(arow[j]), 0.0, False, prm)
+        err += e
+    for k in range(lo, hi):  # ... then correct the listed entries
+        j = indices[k]
+        x = float(arow[j])
+        t = _listed_target(err_fn, act, 1.0 if boolean else float(values[k]), hi - lo)
+        e1, drow[j] = unit_loss(err_fn, act, x, t, True, prm)
+        err += e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+    _jacobian_row(drow, arow, act)
+    if boosting:  # DeltaBoost scales the final deltas, by boost_one at the listed units
+        listed = np.empty(hi - lo, dtype=np.float64)
+        for k in range(lo, hi):
+            listed[k - lo] = drow[indices[k]]
+        _scale_row(drow, boost_zero)
+        for k in range(lo, hi):
+            drow[indices[k]] = listed[k - lo] * boost_one
+    return err
+
+
+@njit(cache=True, parallel=True)
+def _sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, act, prm, boost_one,
+                   boost_zero, boosting):
+    n_rows = a.shape[0]
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        w = 1.0 if len(weights) == 0 else float(weights[r])
+        err = _sparse_row(delta[r], a[r], indices, values, indptr[r], indptr[r + 1], err_fn, act,
+                          prm, boost_one, boost_zero, boosting)
+        _scale_row(delta[r], w)
+        row_err[r] = w * err
+    return row_err.sum()
+
+
+@njit(cache=True, parallel=True)
+def _dense_kernel(delta, a, t, weights, err_fn, act, prm):
+    n_rows, n_units = a.shape
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        err = 0.0
+        for j in range(n_units):
+            x = float(a[r, j])
+            y = float(t[r, j])
+            e, delta[r, j] = unit_loss(err_fn, act, x, y, y > 0.0, prm)
+            err += e
+        _jacobian_row(delta[r], a[r], act)
+        w = 1.0 if len(weights) == 0 else float(weights[r])
+        _scale_row(delta[r], w)
+        row_err[r] = w * err
+    return row_err.sum()
+
+
+def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
+    return LossParams(float(slope), float(alpha), float(lam), float(one_target),
+                      float(zero_target), float(one_scale), float(zero_scale))
+
+
+def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, slope, alpha, lam,
+                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+    """Error and output delta for sparse CSR targets; see the reference for the parameters."""
+    check_loss_activation(err_fn, act)
+    boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
+    prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
+    return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
+                                prm, float(boost_one), float(boost_zero), boosting))
+
+
+def dense_loss_delta(delta, a, t, weights, err_fn, act, slope, alpha, lam,
+                     one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+    """Error and output delta for a dense target matrix; DeltaBoost does not apply (spec 3.11)."""
+    check_loss_activation(err_fn, act)
+    prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
+    return float(_dense_kernel(delta, a, t, weights, int(err_fn), int(act), prm))

@@ -1,0 +1,228 @@
+"""numba kernels for activations, dropout, the sparseness penalty and the norms (spec 3.6-3.13).
+
+Same names and signatures as ``destiny.kernels.reference.pointwise``. Rows are independent, so
+the kernels run in parallel over rows. Scalars are computed in float64 and stored in the
+output's dtype. No explicit signatures: the same kernels compile for float32 (training) and
+float64 (gradient checks).
+
+``unit_activation`` and ``unit_derivative`` are scalar device helpers shared with
+``destiny.kernels.cpu.loss``; they branch on the activation code, which LLVM hoists out of
+the loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from destiny.kernels.codes import (ELU, LINEAR, LRELU, RELU, SELU, SIGMOID, SOFTMAX, SOFTPLUS,
+                                   SOFTSIGN, TANH)
+
+
+@njit(cache=True)
+def is_known_activation(act):
+    """Whether ``act`` is an activation code with a kernel (see ``destiny.kernels.codes``)."""
+    return act in (SIGMOID, TANH, RELU, LINEAR, SOFTPLUS, SOFTSIGN, SOFTMAX, ELU, LRELU, SELU)
+
+
+@njit(cache=True)
+def unit_activation(act, z, slope, alpha, lam):
+    """f(z) for one float64 unit; SoftMax is handled per row by the callers."""
+    if act == SIGMOID:
+        # exp of -|z| only, so that no exponent overflows whatever the sign of z.
+        e = math.exp(-abs(z))
+        return 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    if act == TANH:
+        return math.tanh(z)
+    if act == RELU:
+        return z if z > 0.0 else 0.0
+    if act == LRELU:
+        return z if z > 0.0 else slope * z
+    if act == ELU:
+        return z if z > 0.0 else alpha * math.expm1(z)
+    if act == SELU:
+        return lam * z if z > 0.0 else lam * alpha * math.expm1(z)
+    if act == SOFTPLUS:
+        return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+    if act == SOFTSIGN:
+        return z / (1.0 + abs(z))
+    return z  # LINEAR
+
+
+@njit(cache=True)
+def unit_derivative(act, a, slope, alpha, lam):
+    """f'(z) in terms of the activation a = f(z) (spec 3.6); SoftMax uses the row Jacobian.
+
+    Tanh is the plain 1 - a^2: Destiny keeps explicit dropout masks (no 1/(1-p) factor).
+    """
+    if act == SIGMOID:
+        return a * (1.0 - a)
+    if act == TANH:
+        return 1.0 - a * a
+    if act == RELU:
+        return 1.0 if a > 0.0 else 0.0
+    if act == LRELU:
+        return 1.0 if a > 0.0 else slope
+    if act == ELU:
+        return 1.0 if a > 0.0 else a + alpha
+    if act == SELU:
+        return lam if a > 0.0 else a + lam * alpha
+    if act == SOFTPLUS:
+        return -math.expm1(-a)  # sigmoid(z) = 1 - e^-a
+    if act == SOFTSIGN:
+        s = 1.0 - abs(a)  # 1 / (1 + |z|)
+        return s * s
+    return 1.0  # LINEAR
+
+
+@njit(cache=True)
+def _softmax_row(out, z):
+    # Max subtraction keeps every exponent <= 0; out may be z (each z[j] is read before out[j]
+    # is written, and the second loop reads only out).
+    m = -np.inf
+    for j in range(len(z)):
+        m = max(m, float(z[j]))
+    total = 0.0
+    for j in range(len(z)):
+        e = math.exp(float(z[j]) - m)
+        out[j] = e
+        total += e
+    for j in range(len(z)):
+        out[j] = float(out[j]) / total
+
+
+@njit(cache=True, parallel=True)
+def activation_forward(a, z, act, slope, alpha, lam):
+    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z``. SoftMax works per row."""
+    if not is_known_activation(act):
+        raise ValueError("unknown activation code (see destiny.kernels.codes)")
+    for r in prange(z.shape[0]):
+        if act == SOFTMAX:
+            _softmax_row(a[r], z[r])
+        else:
+            for j in range(z.shape[1]):
+                a[r, j] = unit_activation(act, float(z[r, j]), slope, alpha, lam)
+
+
+@njit(cache=True)
+def softmax_row_dot(a, g):
+    """``sum_j g[j] * a[j]`` in float64: the shared term of a softmax row's Jacobian product."""
+    s = 0.0
+    for j in range(len(a)):
+        s += float(g[j]) * float(a[j])
+    return s
+
+
+@njit(cache=True, parallel=True)
+def activation_backward(dz, da, a, act, slope, alpha, lam):
+    """``dz[B, N] = da * f'(a)``, f' taken from the activations ``a``; ``dz`` may be ``da``.
+
+    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``.
+    """
+    if not is_known_activation(act):
+        raise ValueError("unknown activation code (see destiny.kernels.codes)")
+    for r in prange(a.shape[0]):
+        if act == SOFTMAX:
+            s = softmax_row_dot(a[r], da[r])
+            for j in range(a.shape[1]):
+                dz[r, j] = float(a[r, j]) * (float(da[r, j]) - s)
+        else:
+            for j in range(a.shape[1]):
+                x = float(a[r, j])
+                dz[r, j] = float(da[r, j]) * unit_derivative(act, x, slope, alpha, lam)
+
+
+@njit(cache=True, parallel=True)
+def dropout_forward(out, mask, a, r, p, act, alpha, lam):
+    """Dropout with an explicit mask ``d out / d a``; a unit is dropped iff ``r < p`` (spec 3.8).
+
+    Sigmoid: dropped -> 0.5, kept unchanged. ELU/SELU: alpha-dropout. Others: inverted
+    dropout. ``out`` may be ``a``. See the reference for the parameters.
+    """
+    if not (p >= 0.0 and p < 1.0):
+        raise ValueError("dropout probability is outside [0, 1)")
+    if act == SIGMOID:
+        gain, shift, dropped_value = 1.0, 0.0, 0.5
+    elif act == ELU or act == SELU:
+        saturation = -(lam if act == SELU else 1.0) * alpha
+        q = 1.0 - p
+        gain = 1.0 / math.sqrt(q + saturation * saturation * p * q)
+        shift = -gain * p * saturation
+        dropped_value = gain * saturation + shift
+    else:
+        gain, shift, dropped_value = 1.0 / (1.0 - p), 0.0, 0.0
+    for i in prange(a.shape[0]):
+        for j in range(a.shape[1]):
+            if r[i, j] < p:
+                out[i, j] = dropped_value
+                mask[i, j] = 0.0
+            else:
+                out[i, j] = gain * float(a[i, j]) + shift
+                mask[i, j] = gain
+
+
+# Column statistics (sparseness penalty, WeightNorm) run in parallel over tiles of columns: each
+# thread reads a contiguous slice of every row, owns its columns, and sums them in row order
+# (deterministic whatever the number of threads).
+_TILE = 64
+
+
+@njit(cache=True, parallel=True)
+def sparseness_penalty(da, a, p, beta):
+    """``da[:, j] += beta * (-p / rho_j + (1 - p) / (1 - rho_j))``, rho_j = clamped column mean.
+
+    Spec 3.10; ``da`` [B, N] is the delta before the activation derivative.
+    """
+    n_rows, n_units = a.shape
+    for t in prange((n_units + _TILE - 1) // _TILE):
+        lo = t * _TILE
+        hi = min(lo + _TILE, n_units)
+        penalty = np.zeros(hi - lo, dtype=np.float64)
+        for r in range(n_rows):
+            for j in range(lo, hi):
+                penalty[j - lo] += a[r, j]
+        for j in range(hi - lo):
+            rho = min(max(penalty[j] / max(n_rows, 1), 1e-6), 0.999999)
+            penalty[j] = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+        for r in range(n_rows):
+            for j in range(lo, hi):
+                da[r, j] = float(da[r, j]) + penalty[j - lo]
+
+
+@njit(cache=True, parallel=True)
+def delta_norm(d, limit):
+    """Rescale each row of ``d`` [B, N] whose L2 norm exceeds ``limit`` to norm ``limit`` (3.13)."""
+    for r in prange(d.shape[0]):
+        row = d[r]
+        total = 0.0
+        for j in range(len(row)):
+            total += float(row[j]) * float(row[j])
+        norm = math.sqrt(total)
+        if norm > limit:
+            scale = limit / norm
+            for j in range(len(row)):
+                row[j] = float(row[j]) * scale
+
+
+@njit(cache=True, parallel=True)
+def weight_norm(W, limit):
+    """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
+    n_in, n_out = W.shape
+    for t in prange((n_out + _TILE - 1) // _TILE):
+        lo = t * _TILE
+        hi = min(lo + _TILE, n_out)
+        scale = np.zeros(hi - lo, dtype=np.float64)
+        for i in range(n_in):
+            for j in range(lo, hi):
+                scale[j - lo] += float(W[i, j]) * float(W[i, j])
+        rescale = False
+        for j in range(hi - lo):
+            norm = math.sqrt(scale[j])
+            scale[j] = limit / norm if norm > limit else 1.0
+            rescale = rescale or norm > limit
+        if rescale:
+            for i in range(n_in):
+                for j in range(lo, hi):
+                    W[i, j] = float(W[i, j]) * scale[j - lo]

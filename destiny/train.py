@@ -1,0 +1,188 @@
+"""The training loop: epochs, shuffling, denoising masks, the divergence brake, checkpoints.
+
+One readable loop in nanoGPT's order (spec 5.2): per epoch draw the permutation and the
+denoising mask, then per minibatch forward -> loss -> backward -> step size -> brake -> update.
+Every random draw of epoch e comes from a generator seeded with (seed, e), so a run resumed
+from the checkpoint of epoch e reaches the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from destiny.errors import DestinyError
+from destiny.io.dataset import SparseDataset
+from destiny.netdef import LayerKind
+from destiny.network import Batch, Network, OptimizerConfig
+from destiny.sparse import take_rows
+
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
+              "adadelta": 5, "adam": 6}
+
+
+class TrainingDivergedError(DestinyError):
+    """The loss or the weights stopped being finite."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides the arithmetic of a run (stored in checkpoints to resume)."""
+
+    batch: int = 1024
+    epochs: int = 40
+    optimizer: str = "sgd"
+    alpha: float = 0.025
+    lam: float = 1e-4
+    lam1: float = 0.0
+    mu: float = 0.5
+    mu1: float = 0.0
+    seed: int = 12134  # DSSTNE's FIXED_SEED
+    shuffle: bool | None = None  # None: the definition's ShuffleIndices
+    brake: bool = True
+
+    def optimizer_config(self) -> OptimizerConfig:
+        return OptimizerConfig(mode=OPTIMIZERS[self.optimizer], lam=self.lam, lam1=self.lam1,
+                               mu=self.mu, mu1=self.mu1)
+
+
+@dataclass
+class TrainState:
+    """Where a run stands: epochs completed and updates applied (DSSTNE's ``_batches``)."""
+
+    epoch: int = 0
+    updates: int = 0
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    loss: float
+    training_error: float
+    regularization_error: float
+    seconds: float
+    learning_rate: float
+    samples_per_s: float
+    skipped_batches: int
+
+    def json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+class TrainData:
+    """The datasets bound to a network's Input and Output layers (spec 3.4)."""
+
+    def __init__(self, net: Network, datasets: dict[str, SparseDataset]):
+        self.inputs: dict[str, SparseDataset] = {}
+        self.targets: dict[str, SparseDataset] = {}
+        for name in net.inputs + net.outputs:
+            layer = net.layers[name]
+            ds = datasets[layer.dataset]
+            if ds.width > layer.n:
+                raise DestinyError(f"dataset {layer.dataset!r} has width {ds.width}, but layer "
+                                   f"{name!r} has only N = {layer.n} units; use N \"auto\" or a "
+                                   "larger N.")
+            (self.inputs if layer.kind == LayerKind.Input else self.targets)[name] = ds
+        rows = {ds.rows for ds in datasets.values()}
+        if len(rows) != 1:
+            sizes = ", ".join(f"{ds.name!r}: {ds.rows:,}" for ds in datasets.values())
+            raise DestinyError(f"the datasets hold different numbers of examples ({sizes}); "
+                               "build them from the same samples (one -s index, same input).")
+        self.examples = rows.pop()
+
+    def batch(self, rows: np.ndarray, inputs: dict[str, tuple] | None = None) -> Batch:
+        """The minibatch of ``rows`` (``inputs`` overrides the input CSR, e.g. denoised)."""
+        def csr(ds: SparseDataset, override=None):
+            indptr, indices, values = override or (ds.indptr, ds.indices, ds.values)
+            p, i, v = take_rows(indptr, indices, values, rows)
+            return p, i, _EMPTY if v is None else v
+
+        return Batch(size=len(rows),
+                     inputs={n: csr(ds, (inputs or {}).get(n)) for n, ds in self.inputs.items()},
+                     targets={n: csr(ds) for n, ds in self.targets.items()})
+
+
+def denoised(ds: SparseDataset, keep: np.ndarray) -> tuple:
+    """The CSR arrays of ``ds`` without the entries where ``keep`` is False."""
+    row_of_entry = np.repeat(np.arange(ds.rows), np.diff(ds.indptr))
+    counts = np.bincount(row_of_entry[keep], minlength=ds.rows)
+    indptr = np.zeros(ds.rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, ds.indices[keep], None if ds.values is None else ds.values[keep]
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch])
+
+
+def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainState, *,
+                 on_batch: Callable[[int, float], None] | None = None,
+                 on_epoch: Callable[[EpochRecord, TrainState], None] | None = None) -> TrainState:
+    """Train from ``state.epoch`` to ``cfg.epochs``; ``on_epoch`` may write checkpoints."""
+    opt = cfg.optimizer_config()
+    E, decay = data.examples, net.netdef.decay
+    p_denoise = net.netdef.denoising.p
+    while state.epoch < cfg.epochs:
+        epoch, started = state.epoch + 1, time.perf_counter()
+        rng = epoch_rng(cfg.seed, epoch)
+        perm = rng.permutation(E) if cfg.shuffle else np.arange(E)
+        masks = {}
+        for name, ds in data.inputs.items():
+            if net.layers[name].denoising:
+                # One draw per stored entry per epoch, as DSSTNE (spec 3.9).
+                masks[name] = denoised(ds, rng.random(ds.nnz) >= p_denoise)
+        total_t, skipped, step = 0.0, 0, cfg.alpha
+        moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
+        for pos in range(0, E, cfg.batch):
+            rows = perm[pos:pos + cfg.batch]
+            batch = data.batch(rows, masks)
+            denoise = {n: (batch.inputs[n], 1.0 / (1.0 - p_denoise)) for n in masks}
+            net.forward(batch, train=True, rng=rng, denoise=denoise)
+            err_t = net.backward()
+            if not np.isfinite(err_t):
+                raise TrainingDivergedError(
+                    f"training diverged in epoch {epoch}: the loss of layer "
+                    f"{net.outputs[0]!r} became {err_t} at example {pos:,}. The last good "
+                    "checkpoint (if any) is kept; lower the learning rate (-alpha) or use the "
+                    "default optimizer.")
+            total_t += err_t
+            step = cfg.alpha if decay <= 0 else cfg.alpha / (1.0 + decay * state.updates)
+            if cfg.brake:
+                moving = 0.9 * moving + 0.1 * err_t
+                if init_steps > 0:
+                    init_steps -= 1
+                elif err_t > 2.0 * moving:
+                    brake_steps = 25  # spec 5.2: skip this batch, then 0.1 x alpha for 24
+                if brake_steps > 0:
+                    step *= 0.1
+                    brake_steps -= 1
+            if brake_steps < 24:
+                state.updates += 1
+                net.update(step, state.updates, opt)
+            else:
+                skipped += 1
+                net.discard_gradients()
+            if on_batch is not None:
+                on_batch(len(rows), err_t)
+        bad = net.check_finite()
+        if bad is not None:
+            raise TrainingDivergedError(
+                f"training diverged in epoch {epoch}: the weights into layer {bad!r} are no "
+                "longer finite. The last good checkpoint (if any) is kept; lower the learning "
+                "rate (-alpha).")
+        seconds = time.perf_counter() - started
+        reg = net.regularization_error(cfg.lam, cfg.lam1)
+        state.epoch = epoch
+        record = EpochRecord(epoch=epoch, loss=(total_t + reg * E) / E, training_error=total_t / E,
+                             regularization_error=reg, seconds=seconds, learning_rate=step,
+                             samples_per_s=E / seconds, skipped_batches=skipped)
+        if on_epoch is not None:
+            on_epoch(record, state)
+    return state
+
+
+_EMPTY = np.zeros(0, dtype=np.float32)

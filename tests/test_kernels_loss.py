@@ -1,0 +1,281 @@
+"""Output losses and deltas of every backend (spec 5.5, 3.11).
+
+The deltas are checked against central finite differences of the returned error in float64,
+the sparse kernels against the dense ones on the same targets, and the numba kernels against
+the NumPy reference on float32 data.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from destiny.kernels import codes
+from destiny.kernels.cpu import loss as cpu_loss
+from destiny.kernels.cpu import pointwise as cpu_pointwise
+from destiny.kernels.reference import loss as ref_loss
+from destiny.kernels.reference import pointwise as ref_pointwise
+
+BACKENDS = {"reference": (ref_loss, ref_pointwise), "cpu": (cpu_loss, cpu_pointwise)}
+SLOPE, ALPHA, LAM = 0.1, 1.3, 1.0507
+# SMCE thresholds inside (0, 1), so that both branches of both targets occur.
+SMCE_PARAMS = dict(one_target=0.7, zero_target=0.3, one_scale=1.5, zero_scale=0.8)
+
+
+def supported(err_fn, act):
+    try:
+        codes.check_loss_activation(err_fn, act)
+    except ValueError:
+        return False
+    return True
+
+
+PAIRS = [pair for pair in itertools.product(sorted(codes.ERROR_FUNCTION_NAMES),
+                                            sorted(codes.ACTIVATION_NAMES)) if supported(*pair)]
+PAIR_IDS = [f"{codes.ERROR_FUNCTION_NAMES[e]}-{codes.ACTIVATION_NAMES[a]}" for e, a in PAIRS]
+# DeltaBoost applies to exactly these pairs (spec 3.11), written out rather than imported.
+BOOSTED = ({(codes.L1, act) for act in codes.ACTIVATION_NAMES}
+           | {(err_fn, codes.SIGMOID) for err_fn in (codes.L2, codes.L2_HINGE,
+                                                     codes.CROSS_ENTROPY)})
+
+
+def sparse_targets(rng, rows, units, boolean, max_per_row=3):
+    """CSR targets with distinct indices per row (some rows empty), values in [0.3, 1.5]."""
+    lengths = rng.integers(0, max_per_row + 1, size=rows)
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = np.concatenate([rng.choice(units, size=n, replace=False) for n in lengths])
+    values = (np.zeros(0, dtype=np.float32) if boolean
+              else rng.uniform(0.3, 1.5, size=indptr[-1]).astype(np.float32))
+    return indptr, indices.astype(np.int32), values
+
+
+def effective_dense_targets(indptr, indices, values, units, err_fn, act):
+    """The dense targets the sparse kernels mean: 1 or v at listed units, 0 elsewhere.
+
+    CrossEntropy and SMCE ignore the values, and SoftMax CrossEntropy gives each of a row's
+    n listed units 1/n (spec 5.5, 6.6).
+    """
+    counts = np.diff(indptr)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    t = np.zeros((len(counts), units))
+    v = np.ones(len(indices)) if len(values) == 0 else values.astype(np.float64)
+    if err_fn == codes.CROSS_ENTROPY:
+        v = 1.0 / counts[rows] if act == codes.SOFTMAX else np.ones(len(indices))
+    elif err_fn == codes.SMCE:
+        v = np.ones(len(indices))
+    t[rows, indices] = v
+    return t
+
+
+def loss_args(err_fn, act, boost_one=1.0, boost_zero=1.0):
+    p = SMCE_PARAMS
+    return (err_fn, act, SLOPE, ALPHA, LAM, p["one_target"], p["zero_target"], p["one_scale"],
+            p["zero_scale"], boost_one, boost_zero)
+
+
+def activate(backend, z, act):
+    a = np.empty_like(z)
+    BACKENDS[backend][1].activation_forward(a, z, act, SLOPE, ALPHA, LAM)
+    return a
+
+
+def sparse(backend, a, targets, weights, err_fn, act, **boost):
+    delta = np.full_like(a, np.nan)
+    error = BACKENDS[backend][0].sparse_loss_delta(delta, a, *targets, weights,
+                                                   *loss_args(err_fn, act, **boost))
+    assert isinstance(error, float)
+    return error, delta
+
+
+def dense(backend, a, t, weights, err_fn, act):
+    delta = np.full_like(a, np.nan)
+    error = BACKENDS[backend][0].dense_loss_delta(delta, a, t.astype(a.dtype), weights,
+                                                  *loss_args(err_fn, act))
+    assert isinstance(error, float)
+    return error, delta
+
+
+def rows_away_from_kinks(z, a, t, act, margin=1e-3):
+    """Rows where no unit sits near a kink of an activation or loss (finite differences fail).
+
+    Kinks: z = 0 (ReLU family, ELU), a = |t| (L1, L2Hinge), t*a = 1 (Hinge) and the SMCE
+    thresholds; a ReLU unit with z < 0 does not move, so its loss kinks do not matter. A
+    SoftMax row is coupled, so one bad unit spoils its row.
+    """
+    near = ((np.abs(a - np.abs(t)) < margin) | (np.abs(t * a - 1) < margin)
+            | (np.abs(a - SMCE_PARAMS["one_target"]) < margin)
+            | (np.abs(a - SMCE_PARAMS["zero_target"]) < margin))
+    if act == codes.RELU:
+        near &= z > 0
+    return ~(near | (np.abs(z) < margin)).any(axis=1)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("boolean", [True, False], ids=["boolean", "analog"])
+@pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
+def test_sparse_delta_is_the_gradient_of_the_error(backend, boolean, err_fn, act):
+    rng = np.random.default_rng(100 * err_fn + act + 7 * boolean)
+    rows, units = 6, 7
+    targets = sparse_targets(rng, rows, units, boolean)
+    weights = rng.uniform(0.5, 2.0, size=rows).astype(np.float32)
+    z = rng.normal(scale=1.5, size=(rows, units))
+    a = activate(backend, z, act)
+    _, delta = sparse(backend, a, targets, weights, err_fn, act)
+
+    h = 1e-6
+    numeric = np.empty_like(z)
+    for i in np.ndindex(z.shape):
+        zp, zm = z.copy(), z.copy()
+        zp[i] += h
+        zm[i] -= h
+        up = sparse(backend, activate(backend, zp, act), targets, weights, err_fn, act)[0]
+        down = sparse(backend, activate(backend, zm, act), targets, weights, err_fn, act)[0]
+        numeric[i] = (up - down) / (2 * h)
+    t = effective_dense_targets(*targets, units, err_fn, act)
+    clean = rows_away_from_kinks(z, a, t, act)
+    assert clean.sum() >= rows // 2
+    np.testing.assert_allclose(delta[clean], numeric[clean], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
+def test_sparse_equals_dense_on_the_same_targets(backend, err_fn, act):
+    rng = np.random.default_rng(200 + 100 * err_fn + act)
+    rows, units = 9, 11
+    for boolean, weighted in itertools.product([True, False], repeat=2):
+        targets = sparse_targets(rng, rows, units, boolean)
+        weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
+                   else np.zeros(0, dtype=np.float32))
+        a = activate(backend, rng.normal(size=(rows, units)), act)
+        t = effective_dense_targets(*targets, units, err_fn, act)
+        error, delta = sparse(backend, a, targets, weights, err_fn, act)
+        dense_error, dense_delta = dense(backend, a, t, weights, err_fn, act)
+        assert error == pytest.approx(dense_error, rel=1e-10)
+        np.testing.assert_allclose(delta, dense_delta, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
+def test_cpu_matches_reference_float32(err_fn, act):
+    rng = np.random.default_rng(300 + 100 * err_fn + act)
+    rows, units = 23, 37
+    z = rng.normal(scale=2.0, size=(rows, units)).astype(np.float32)
+    a = activate("reference", z, act)
+    for boolean, weighted in itertools.product([True, False], repeat=2):
+        targets = sparse_targets(rng, rows, units, boolean, max_per_row=6)
+        weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
+                   else np.zeros(0, dtype=np.float32))
+        results = {name: sparse(name, a, targets, weights, err_fn, act, boost_one=3.0,
+                                boost_zero=0.5) for name in BACKENDS}
+        t = effective_dense_targets(*targets, units, err_fn, act).astype(np.float32)
+        dense_results = {name: dense(name, a, t, weights, err_fn, act) for name in BACKENDS}
+        for got, expected in [(results["cpu"], results["reference"]),
+                              (dense_results["cpu"], dense_results["reference"])]:
+            assert got[0] == pytest.approx(expected[0], rel=1e-5)
+            np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
+def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):
+    rng = np.random.default_rng(400 + 100 * err_fn + act)
+    targets = sparse_targets(rng, 8, 10, boolean=False)
+    a = activate(backend, rng.normal(size=(8, 10)).astype(np.float32), act)
+    weights = np.zeros(0, dtype=np.float32)
+    error, delta = sparse(backend, a, targets, weights, err_fn, act)
+    boosted_error, boosted = sparse(backend, a, targets, weights, err_fn, act, boost_one=3.0,
+                                    boost_zero=0.5)
+    assert boosted_error == error  # DeltaBoost never touches the error
+    factor = np.ones_like(a)
+    if (err_fn, act) in BOOSTED:
+        indptr, indices, _ = targets
+        factor[:] = 0.5
+        factor[np.repeat(np.arange(8), np.diff(indptr)), indices] = 3.0
+    np.testing.assert_allclose(boosted, factor * delta, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_dense_targets_ignore_delta_boost(backend):
+    rng = np.random.default_rng(5)
+    a = activate(backend, rng.normal(size=(4, 5)).astype(np.float32), codes.SIGMOID)
+    t = (rng.random((4, 5)) < 0.3).astype(np.float32)
+    w = np.zeros(0, dtype=np.float32)
+    plain = np.empty_like(a)
+    boosted = np.empty_like(a)
+    loss = BACKENDS[backend][0]
+    loss.dense_loss_delta(plain, a, t, w, *loss_args(codes.L1, codes.SIGMOID))
+    loss.dense_loss_delta(boosted, a, t, w, *loss_args(codes.L1, codes.SIGMOID, 3.0, 0.5))
+    np.testing.assert_array_equal(plain, boosted)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_movielens_smce_is_sigmoid_cross_entropy(backend):
+    # Spec 5.5: SMCE with oneTarget 1, zeroTarget 0 and unit scales is binary cross-entropy.
+    rng = np.random.default_rng(6)
+    a = activate(backend, rng.normal(size=(5, 8)), codes.SIGMOID)
+    targets = sparse_targets(rng, 5, 8, boolean=True)
+    t = effective_dense_targets(*targets, 8, codes.SMCE, codes.SIGMOID)
+    delta = np.empty_like(a)
+    error = BACKENDS[backend][0].sparse_loss_delta(
+        delta, a, *targets, np.zeros(0, dtype=np.float32), codes.SMCE, codes.SIGMOID,
+        SLOPE, ALPHA, LAM, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0)
+    assert error == pytest.approx(-(t * np.log(a) + (1 - t) * np.log(1 - a)).sum(), rel=1e-12)
+    np.testing.assert_allclose(delta, a - t, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_hinge_zero_targets_cost_one_per_unit(backend):
+    a = np.full((2, 4), 0.25)
+    no_targets = (np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                  np.zeros(0, dtype=np.float32))
+    error, delta = sparse(backend, a, no_targets, np.zeros(0, dtype=np.float32), codes.HINGE,
+                          codes.LINEAR)
+    assert error == 8.0
+    np.testing.assert_array_equal(delta, 0.0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_duplicate_targets_count_twice_in_the_error_only(backend):
+    rng = np.random.default_rng(7)
+    a = activate(backend, rng.normal(size=(1, 6)), codes.SIGMOID)
+    w = np.zeros(0, dtype=np.float32)
+    once = (np.array([0, 2], dtype=np.int64), np.array([1, 4], dtype=np.int32),
+            np.zeros(0, dtype=np.float32))
+    twice = (np.array([0, 3], dtype=np.int64), np.array([1, 4, 4], dtype=np.int32),
+             np.zeros(0, dtype=np.float32))
+    error1, delta1 = sparse(backend, a, once, w, codes.L2, codes.SIGMOID)
+    error2, delta2 = sparse(backend, a, twice, w, codes.L2, codes.SIGMOID)
+    x = a[0, 4]
+    assert error2 - error1 == pytest.approx(0.5 * (x - 1) ** 2 - 0.5 * x ** 2, rel=1e-10)
+    np.testing.assert_array_equal(delta1, delta2)
+
+
+@pytest.mark.parametrize("err_fn, act", [
+    (codes.CROSS_ENTROPY, codes.TANH), (codes.SMCE, codes.RELU), (codes.DSMCE, codes.SOFTMAX),
+    (codes.CROSS_ENTROPY, codes.LINEAR), (codes.L2, 8), (9, codes.SIGMOID),
+])
+def test_unsupported_pairs_are_refused(err_fn, act):
+    with pytest.raises(ValueError):
+        codes.check_loss_activation(err_fn, act)
+    a = np.full((1, 2), 0.5, dtype=np.float32)
+    for backend in BACKENDS:
+        with pytest.raises(ValueError):
+            dense(backend, a, np.zeros_like(a), np.zeros(0, dtype=np.float32), err_fn, act)
+
+
+def test_refusal_message_names_the_fix():
+    with pytest.raises(ValueError, match="CrossEntropy needs a Sigmoid or SoftMax output layer, "
+                                         "not Tanh"):
+        ref_loss.check_loss_activation(codes.CROSS_ENTROPY, codes.TANH)
+
+
+@pytest.mark.parametrize("err_fn, act", [
+    (codes.L2, codes.TANH), (codes.L1, codes.RELU), (codes.HINGE, codes.LINEAR),
+    (codes.L2_HINGE, codes.SOFTMAX), (codes.CROSS_ENTROPY, codes.SOFTMAX),
+    (codes.SMCE, codes.SIGMOID), (codes.DSMCE, codes.SIGMOID),
+])
+def test_supported_pairs_are_accepted(err_fn, act):
+    cpu_loss.check_loss_activation(err_fn, act)
+    ref_loss.check_loss_activation(err_fn, act)

@@ -1,0 +1,191 @@
+"""Activation, dropout, sparseness-penalty and norm kernels of every backend.
+
+The numba kernels are checked against the NumPy reference on float32 data, and the
+activation derivatives against central finite differences in float64 (spec 3.6-3.13).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from destiny.kernels import codes
+from destiny.kernels.cpu import pointwise as cpu_pointwise
+from destiny.kernels.reference import pointwise as ref_pointwise
+
+BACKENDS = {"reference": ref_pointwise, "cpu": cpu_pointwise}
+ACTIVATIONS = sorted(codes.ACTIVATION_NAMES)
+SLOPE, ALPHA, LAM = 0.1, 1.3, 1.0507  # not the defaults, so that each parameter matters
+
+
+def random_pre_activations(rng, shape, dtype=np.float32, margin=1e-3, large=True):
+    """Normal z kept ``margin`` away from 0 (kinks); with ``large``, a few huge values."""
+    z = rng.normal(scale=2.0, size=shape)
+    if large:  # overflow checks
+        z.flat[:4] = [60.0, -60.0, 500.0, -500.0]
+    z[np.abs(z) < margin] = margin
+    return z.astype(dtype)
+
+
+def forward(backend, z, act):
+    a = np.empty_like(z)
+    BACKENDS[backend].activation_forward(a, z, act, SLOPE, ALPHA, LAM)
+    return a
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_forward_cpu_matches_reference(act):
+    z = random_pre_activations(np.random.default_rng(act), (23, 41))
+    expected = forward("reference", z, act)
+    assert np.all(np.isfinite(expected))
+    np.testing.assert_allclose(forward("cpu", z, act), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_forward_known_values_and_in_place(backend):
+    z = np.array([[-2.0, 0.0, 3.0]], dtype=np.float32)
+    cases = {
+        codes.SIGMOID: 1 / (1 + np.exp(-z)), codes.TANH: np.tanh(z), codes.LINEAR: z,
+        codes.RELU: [[0, 0, 3]], codes.LRELU: [[-0.2, 0, 3]],
+        codes.ELU: [[ALPHA * np.expm1(-2.0), 0, 3]],
+        codes.SELU: [[LAM * ALPHA * np.expm1(-2.0), 0, 3 * LAM]],
+        codes.SOFTPLUS: np.log1p(np.exp(z)), codes.SOFTSIGN: [[-2 / 3, 0, 0.75]],
+        codes.SOFTMAX: np.exp(z) / np.exp(z).sum(),
+    }
+    for act, expected in cases.items():
+        a = z.copy()
+        BACKENDS[backend].activation_forward(a, a, act, SLOPE, ALPHA, LAM)  # a is z
+        np.testing.assert_allclose(a, expected, rtol=1e-6, atol=1e-7, err_msg=str(act))
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_backward_matches_finite_differences(backend, act):
+    # Vector-Jacobian check: dz must be the gradient of sum(da * f(z)) with respect to z.
+    rng = np.random.default_rng(10 + act)
+    # No saturated units here: they would hide derivative errors.
+    z = random_pre_activations(rng, (4, 6), np.float64, margin=1e-2, large=False)
+    da = rng.normal(size=z.shape)
+    dz = np.empty_like(z)
+    BACKENDS[backend].activation_backward(dz, da, forward(backend, z, act), act, SLOPE, ALPHA, LAM)
+    h = 1e-6
+    numeric = np.empty_like(z)
+    for i in np.ndindex(z.shape):
+        zp, zm = z.copy(), z.copy()
+        zp[i] += h
+        zm[i] -= h
+        numeric[i] = (da * (forward(backend, zp, act) - forward(backend, zm, act))).sum() / (2 * h)
+    np.testing.assert_allclose(dz, numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_backward_cpu_matches_reference_in_place(act):
+    rng = np.random.default_rng(30 + act)
+    a = forward("reference", random_pre_activations(rng, (19, 33)), act)
+    da = rng.normal(size=a.shape).astype(np.float32)
+    expected = np.empty_like(da)
+    ref_pointwise.activation_backward(expected, da, a, act, SLOPE, ALPHA, LAM)
+    cpu_pointwise.activation_backward(da, da, a, act, SLOPE, ALPHA, LAM)  # dz is da
+    np.testing.assert_allclose(da, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_unknown_activation_is_refused(backend):
+    z = np.zeros((2, 3), dtype=np.float32)
+    with pytest.raises(ValueError):
+        BACKENDS[backend].activation_forward(z.copy(), z, 8, SLOPE, ALPHA, LAM)  # RELUMax
+
+
+def run_dropout(backend, a, r, p, act):
+    out, mask = np.empty_like(a), np.empty_like(a)
+    BACKENDS[backend].dropout_forward(out, mask, a, r, p, act, ALPHA, LAM)
+    return out, mask
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", [codes.SIGMOID, codes.RELU, codes.ELU, codes.SELU])
+def test_dropout_rules(backend, act):
+    rng = np.random.default_rng(40 + act)
+    p = 0.3
+    a = rng.uniform(-1, 1, size=(400, 500)).astype(np.float32)
+    r = rng.random(a.shape).astype(np.float32)
+    out, mask = run_dropout(backend, a, r, p, act)
+    dropped = r < p
+    assert abs(dropped.mean() - p) < 0.01
+    if act == codes.SIGMOID:
+        dropped_value, gain, shift = 0.5, 1.0, 0.0
+    elif act == codes.RELU:
+        dropped_value, gain, shift = 0.0, 1 / (1 - p), 0.0
+    else:  # alpha-dropout, spec 3.8
+        saturation = -(LAM if act == codes.SELU else 1.0) * ALPHA
+        gain = 1 / np.sqrt((1 - p) + saturation ** 2 * p * (1 - p))
+        shift = -gain * p * saturation
+        dropped_value = gain * saturation + shift
+    np.testing.assert_allclose(out[dropped], dropped_value, rtol=1e-6)
+    assert np.all(mask[dropped] == 0)
+    np.testing.assert_allclose(out[~dropped], gain * a[~dropped] + shift, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mask[~dropped], gain, rtol=1e-6)
+
+
+@pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH, codes.ELU, codes.SELU])
+def test_dropout_cpu_matches_reference_in_place(act):
+    rng = np.random.default_rng(50 + act)
+    a = rng.normal(size=(31, 17)).astype(np.float32)
+    r = rng.random(a.shape).astype(np.float32)
+    expected_out, expected_mask = run_dropout("reference", a, r, 0.25, act)
+    mask = np.empty_like(a)
+    cpu_pointwise.dropout_forward(a, mask, a, r, 0.25, act, ALPHA, LAM)  # out is a
+    np.testing.assert_allclose(a, expected_out, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(mask, expected_mask, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_dropout_probability_zero_keeps_everything_and_one_is_refused(backend):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out, mask = run_dropout(backend, a, np.zeros_like(a), 0.0, codes.RELU)
+    np.testing.assert_array_equal(out, a)
+    np.testing.assert_array_equal(mask, np.ones_like(a))
+    with pytest.raises(ValueError):
+        run_dropout(backend, a, np.zeros_like(a), 1.0, codes.RELU)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_sparseness_penalty_by_hand(backend):
+    a = np.array([[0.2, 0.0, 1.0], [0.4, 0.0, 1.0]], dtype=np.float32)
+    da = np.ones_like(a)
+    p, beta = 0.05, 2.0
+    BACKENDS[backend].sparseness_penalty(da, a, p, beta)
+    rho = np.array([0.3, 1e-6, 0.999999])  # column means, clamped (spec 3.10)
+    expected = 1.0 + beta * (-p / rho + (1 - p) / (1 - rho))
+    np.testing.assert_allclose(da, np.tile(expected, (2, 1)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_delta_norm_by_hand(backend):
+    d = np.array([[3.0, 4.0, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    BACKENDS[backend].delta_norm(d, 2.0)
+    expected = [[1.2, 1.6, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0]]  # only row 0 exceeds 2
+    np.testing.assert_allclose(d, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_weight_norm_by_hand(backend):
+    W = np.array([[3.0, 0.3, 0.0], [4.0, 0.4, 0.0]], dtype=np.float32)  # [I, O]
+    BACKENDS[backend].weight_norm(W, 2.0)
+    expected = [[1.2, 0.3, 0.0], [1.6, 0.4, 0.0]]  # column 0 has norm 5 > 2
+    np.testing.assert_allclose(W, expected, rtol=1e-6)
+
+
+def test_penalty_and_norms_cpu_match_reference():
+    rng = np.random.default_rng(60)
+    a = rng.random((37, 150)).astype(np.float32)
+    d = rng.normal(size=(37, 150)).astype(np.float32)
+    outputs = {}
+    for name, backend in BACKENDS.items():
+        da, dn, W = d.copy(), d.copy(), d.copy()
+        backend.sparseness_penalty(da, a, 0.1, 0.5)
+        backend.delta_norm(dn, 10.0)
+        backend.weight_norm(W, 5.0)
+        outputs[name] = (da, dn, W)
+    for cpu, ref in zip(outputs["cpu"], outputs["reference"]):
+        np.testing.assert_allclose(cpu, ref, rtol=1e-5, atol=1e-6)
