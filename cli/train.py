@@ -7,22 +7,10 @@ import sys
 import click
 
 from destiny.cli.common import CONTEXT, library_errors, note
+from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
 NAME = "train"
 
-# What each optimizer uses when a flag is not given. DSSTNE's train was always SGD with these
-# values (spec 5.1); run as its MovieLens example says it learns little beyond popularity, so
-# Destiny's default is Adam (see README, "Defaults"). Explicit flags always win.
-DEFAULTS = {
-    "sgd": {"alpha": 0.025, "lam": 1e-4, "mu": 0.5, "mu1": 0.0},
-    "momentum": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
-    "nesterov": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
-    "adagrad": {"alpha": 0.01, "lam": 0.0, "mu": 0.0, "mu1": 0.0},
-    "rmsprop": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.0},
-    "adadelta": {"alpha": 1.0, "lam": 0.0, "mu": 0.95, "mu1": 0.0},
-    "adam": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.999},
-}
-DEFAULT_OPTIMIZER = "adam"
 
 
 @click.command(NAME, context_settings=CONTEXT)
@@ -46,7 +34,7 @@ DEFAULT_OPTIMIZER = "adam"
 @click.option("-mu", "--mu", type=float, default=None,
               help="Momentum, or decay of RMSProp/AdaDelta, or Adam's beta1 [default: per optimizer].")
 @click.option("-mu1", "--mu1", type=float, default=None, help="Adam's beta2 [default: 0.999].")
-@click.option("--optimizer", type=click.Choice(sorted(DEFAULTS)), default=DEFAULT_OPTIMIZER,
+@click.option("--optimizer", type=click.Choice(sorted(OPTIMIZERS)), default=DEFAULT_OPTIMIZER,
               show_default=True, help="sgd with DSSTNE's defaults reproduces DSSTNE's train.")
 @click.option("--seed", type=int, default=12134, show_default=True,
               help="Seeds weights, shuffling, dropout and denoising (DSSTNE's fixed seed).")
@@ -76,15 +64,9 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
     from destiny.fit import fit
-    from destiny.train import TrainConfig
 
-    defaults = DEFAULTS[optimizer]
-    cfg = TrainConfig(
-        batch=batch, epochs=epochs, optimizer=optimizer,
-        alpha=defaults["alpha"] if alpha is None else alpha,
-        lam=defaults["lam"] if lam is None else lam, lam1=lam1,
-        mu=defaults["mu"] if mu is None else mu, mu1=defaults["mu1"] if mu1 is None else mu1,
-        seed=seed, shuffle=shuffle)
+    cfg = train_config(optimizer, batch=batch, epochs=epochs, alpha=alpha, lam=lam, lam1=lam1,
+                       mu=mu, mu1=mu1, seed=seed, shuffle=shuffle)
     if ignored_d is not None and not quiet:
         note(NAME, "-d is ignored, as in DSSTNE")
     progress = _Progress(cfg, quiet)

@@ -24,6 +24,20 @@ from destiny.sparse import take_rows
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
               "adadelta": 5, "adam": 6}
 
+# What each optimizer uses when a value is not given. DSSTNE's train was always SGD with
+# these values (spec 5.1); run as its MovieLens example says, it learns little beyond
+# popularity, so Destiny's default optimizer is Adam (README, "Defaults").
+OPTIMIZER_DEFAULTS = {
+    "sgd": {"alpha": 0.025, "lam": 1e-4, "mu": 0.5, "mu1": 0.0},
+    "momentum": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
+    "nesterov": {"alpha": 0.025, "lam": 1e-4, "mu": 0.9, "mu1": 0.0},
+    "adagrad": {"alpha": 0.01, "lam": 0.0, "mu": 0.0, "mu1": 0.0},
+    "rmsprop": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.0},
+    "adadelta": {"alpha": 1.0, "lam": 0.0, "mu": 0.95, "mu1": 0.0},
+    "adam": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.999},
+}
+DEFAULT_OPTIMIZER = "adam"
+
 
 class TrainingDivergedError(DestinyError):
     """The loss or the weights stopped being finite."""
@@ -48,6 +62,12 @@ class TrainConfig:
     def optimizer_config(self) -> OptimizerConfig:
         return OptimizerConfig(mode=OPTIMIZERS[self.optimizer], lam=self.lam, lam1=self.lam1,
                                mu=self.mu, mu1=self.mu1)
+
+
+def train_config(optimizer: str = DEFAULT_OPTIMIZER, **values) -> TrainConfig:
+    """A TrainConfig for ``optimizer``: values given as None take the optimizer's defaults."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return TrainConfig(optimizer=optimizer, **(OPTIMIZER_DEFAULTS[optimizer] | given))
 
 
 @dataclass
@@ -141,8 +161,9 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
             rows = perm[pos:pos + cfg.batch]
             batch = data.batch(rows, masks)
             denoise = {n: (batch.inputs[n], 1.0 / (1.0 - p_denoise)) for n in masks}
-            net.forward(batch, train=True, rng=rng, denoise=denoise)
-            err_t = net.backward()
+            with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
+                net.forward(batch, train=True, rng=rng, denoise=denoise)
+                err_t = net.backward()
             if not np.isfinite(err_t):
                 raise TrainingDivergedError(
                     f"training diverged in epoch {epoch}: the loss of layer "

@@ -1,0 +1,134 @@
+"""Held-out splits and the popularity baseline, for measuring a model's quality.
+
+A user's items are split at random into a training part and a held-out part; a model sees
+the training part and is scored on how many held-out items it ranks in its top k, against a
+ranking of items by training popularity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from destiny.metrics import RankingMetrics, ranking_metrics
+from destiny.predict import top_k
+
+
+def split_holdout(indptr, indices, fraction: float, seed: int):
+    """(train indptr, train indices, held-out sets): ``fraction`` of each row held out.
+
+    Rows with fewer than 2 items keep them all for training.
+    """
+    rng = np.random.default_rng(seed)
+    keep = np.ones(len(indices), dtype=bool)
+    held = []
+    for r in range(len(indptr) - 1):
+        lo, hi = indptr[r], indptr[r + 1]
+        n_out = int(round((hi - lo) * fraction)) if hi - lo >= 2 else 0
+        out = lo + rng.choice(hi - lo, size=n_out, replace=False)
+        keep[out] = False
+        held.append(set(indices[out].tolist()))
+    row_of_entry = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    counts = np.bincount(row_of_entry[keep], minlength=len(indptr) - 1)
+    new_indptr = np.zeros(len(indptr), dtype=np.int64)
+    np.cumsum(counts, out=new_indptr[1:])
+    return new_indptr, indices[keep], held
+
+
+def popularity_metrics(indptr, indices, held, n_items: int, k: int) -> RankingMetrics:
+    """The metrics of recommending the most popular unseen items to everyone."""
+    popularity = np.bincount(indices, minlength=n_items).astype(np.float64)
+    scores = np.broadcast_to(popularity, (len(indptr) - 1, n_items))
+    items, _ = top_k(scores, k, exclude_indptr=indptr, exclude_indices=indices)
+    return ranking_metrics(items.tolist(), held, k)
+
+
+class SampleSplit:
+    """A ratings file split for evaluation, with its training datasets on disk."""
+
+    def __init__(self, work, input_nc, output_nc, n_items, train_indptr, train_indices, held):
+        self.work, self.input_nc, self.output_nc = work, input_nc, output_nc
+        self.n_items = n_items
+        self.train_indptr, self.train_indices, self.held = train_indptr, train_indices, held
+
+    def popularity(self, k: int) -> RankingMetrics:
+        return popularity_metrics(self.train_indptr, self.train_indices, self.held,
+                                  self.n_items, k)
+
+
+def prepare_split(ratings_csv, work, *, fraction: float = 0.2, seed: int = 1) -> SampleSplit:
+    """Ratings CSV -> DSSTNE text -> held-out split -> gl_input.nc / gl_output.nc in ``work``."""
+    import os
+
+    from destiny.generate import generate_netcdf
+    from destiny.io.dataset import read_dataset
+    from destiny.io.ratings import convert_ratings
+
+    text = os.path.join(work, "ratings.txt")
+    with open(text, "w", encoding="utf-8") as out:
+        convert_ratings(ratings_csv, out)
+    common = dict(input_path=text, feature_index=os.path.join(work, "features"),
+                  sample_index=os.path.join(work, "samples"))
+    generate_netcdf(output=os.path.join(work, "all.nc"), dataset_name="all", create=True, **common)
+    full = read_dataset(os.path.join(work, "all.nc"))
+    indptr, indices, held = split_holdout(full.indptr, full.indices, fraction, seed)
+    from destiny.io.dataset import SparseDataset, write_dataset
+
+    paths = []
+    for name in ("gl_input", "gl_output"):
+        path = os.path.join(work, f"{name}.nc")
+        write_dataset(path, SparseDataset(name=name, width=full.width, indptr=indptr,
+                                          indices=indices))
+        paths.append(path)
+    from destiny.io.index import read_index
+
+    n_items = len(read_index(common["feature_index"])[0])
+    return SampleSplit(work, paths[0], paths[1], n_items, indptr, indices, held)
+
+
+def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int, batch: int,
+                    k: int, backend: str = "cpu") -> RankingMetrics:
+    """Train ``recipe`` ('default' or 'optimizer key=value ...') and score it on the split."""
+    import os
+
+    from destiny.fit import fit
+    from destiny.io.checkpoint import load_weights
+    from destiny.kernels import get_backend
+    from destiny.network import Network
+    from destiny.train import DEFAULT_OPTIMIZER, train_config
+
+    words = recipe.split()
+    optimizer = DEFAULT_OPTIMIZER if not words or words[0] == "default" else words[0]
+    overrides = {key: _value(value) for key, value in (w.split("=", 1) for w in words[1:])}
+    cfg = train_config(optimizer, epochs=epochs, batch=batch, **overrides)
+    network = os.path.join(split.work, f"net-{abs(hash(recipe))}.nc")
+    fit(config_path=config_path, input_path=split.input_nc, output_path=split.output_nc,
+        network_path=network, cfg=cfg, backend=backend, checkpoint_every=0, force=True)
+    from destiny.io.network_file import read_network
+
+    net = Network(read_network(network).netdef, get_backend(backend))
+    load_weights(net, network)
+    return score_network(net, split, k)
+
+
+def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
+    """Top-k of every user from their training items, seen items removed, against held-out."""
+    from destiny.predict import score_batches
+
+    recommended = []
+    for lo, scores in score_batches(net, split.train_indptr, split.train_indices):
+        hi = lo + len(scores)
+        sub = split.train_indptr[lo:hi + 1]
+        items, _ = top_k(scores, k, exclude_indptr=sub - sub[0],
+                         exclude_indices=split.train_indices[sub[0]:sub[-1]],
+                         n_items=split.n_items)
+        recommended.extend(items.tolist())
+    return ranking_metrics(recommended, split.held, k)
+
+
+def _value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)

@@ -1,0 +1,235 @@
+"""The engine and ``train``: backends agree, DSSTNE's SGD arithmetic, files, resume, NaN guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from destiny.cli.train import train
+from destiny.io.checkpoint import load_weights
+from destiny.io.dataset import SparseDataset, write_dataset
+from destiny.io.network_file import read_network
+from destiny.kernels import get_backend
+from destiny.netdef import parse_netdef
+from destiny.network import Batch, Network
+from destiny.train import TrainConfig, TrainData, TrainState, train_epochs
+
+from . import nctypes
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(sys.executable).parent
+
+
+def small_netdef(**top):
+    d = {"ErrorFunction": "ScaledMarginalCrossEntropy", "ShuffleIndices": True,
+         "ScaledMarginalCrossEntropy": {"oneTarget": 1.0, "zeroTarget": 0.0, "oneScale": 1.0,
+                                        "zeroScale": 1.0},
+         "Layers": [
+             {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
+             {"Name": "Hidden", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid",
+              "pDropout": 0.2},
+             {"Name": "Output", "Kind": "Output", "N": "auto", "DataSet": "gl_output",
+              "Activation": "Sigmoid"}]}
+    d.update(top)
+    return d
+
+
+def random_dataset(name, rows=300, width=128, items=100, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, rows)
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = np.concatenate([rng.choice(items, n, replace=False) for n in lengths])
+    return SparseDataset(name=name, width=width, indptr=indptr, indices=indices.astype(np.int32))
+
+
+@pytest.fixture
+def files(tmp_path):
+    ds = random_dataset("x")
+    for name in ("gl_input", "gl_output"):
+        write_dataset(tmp_path / f"{name}.nc", SparseDataset(name, ds.width, ds.indptr, ds.indices))
+    (tmp_path / "net.json").write_text(json.dumps(small_netdef()))
+    return tmp_path
+
+
+def run_train(tmp, *args, network="net.nc"):
+    argv = ["-c", str(tmp / "net.json"), "-i", str(tmp / "gl_input.nc"),
+            "-o", str(tmp / "gl_output.nc"), "-n", str(tmp / network), *args]
+    return CliRunner().invoke(train, argv)
+
+
+def weights_of(path):
+    nf = read_network(path)
+    return [nf.weights[k] for k in sorted(nf.weights)] + [nf.biases[k] for k in sorted(nf.biases)]
+
+
+def test_backends_agree_over_training(files):
+    from destiny.io.dataset import read_dataset
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    results = []
+    for backend in ("reference", "cpu"):
+        nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
+        net = Network(nd, get_backend(backend))
+        net.initialize(7)
+        cfg = TrainConfig(batch=64, epochs=3, optimizer="adam", alpha=0.01, lam=1e-4,
+                          mu=0.9, mu1=0.999, seed=3, shuffle=True)
+        net.init_optimizer(cfg.optimizer_config())
+        train_epochs(net, TrainData(net, datasets), cfg, TrainState())
+        results.append([c.W.copy() for c in net.connections] + [c.b.copy() for c in net.connections])
+    for ref, cpu in zip(*results):
+        np.testing.assert_allclose(cpu, ref, rtol=2e-4, atol=2e-5)
+
+
+def test_sgd_step_is_dsstnes_arithmetic():
+    # One SGD step of the MovieLens-style network, recomputed in NumPy from spec 5.5-5.8:
+    # SMCE 1/0/1/1 on a Sigmoid output is binary cross-entropy, delta = a - t.
+    nd = parse_netdef(small_netdef(ShuffleIndices=False)).resolve({"gl_input": 128,
+                                                                    "gl_output": 128})
+    nd = parse_netdef({**small_netdef(), "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 128, "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": 128, "DataSet": "gl_output",
+         "Activation": "Sigmoid"}]})
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(1)
+    cfg = TrainConfig(batch=300, optimizer="sgd", alpha=0.025, lam=1e-4, mu=0.5, mu1=0.0)
+    net.init_optimizer(cfg.optimizer_config())
+    ds = random_dataset("x", rows=32)
+    X = np.zeros((32, 128))
+    X[np.repeat(np.arange(32), np.diff(ds.indptr)), ds.indices] = 1.0
+    W1, b1, W2, b2 = (net.connections[0].W.astype(np.float64), net.connections[0].b.copy(),
+                      net.connections[1].W.astype(np.float64), net.connections[1].b.copy())
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    H = sig(X @ W1 + b1)
+    A = sig(H @ W2 + b2)
+    d2 = A - X
+    d1 = (d2 @ W2.T) * H * (1 - H)
+    expected_W2 = W2 + 0.025 * (-(H.T @ d2) / 32 - 1e-4 * W2)
+    expected_W1 = W1 + 0.025 * (-(X.T @ d1) / 32 - 1e-4 * W1)
+    csr = (ds.indptr, ds.indices, np.zeros(0, np.float32))
+    net.forward(Batch(size=32, inputs={"Input": csr}, targets={"Output": csr}))
+    loss = net.backward()
+    net.update(0.025, 1, cfg.optimizer_config())
+    assert loss == pytest.approx(-np.sum(X * np.log(A) + (1 - X) * np.log(1 - A)), rel=1e-5)
+    np.testing.assert_allclose(net.connections[1].W, expected_W2, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(net.connections[0].W, expected_W1, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(net.connections[1].b, b2 - 0.025 * d2.mean(axis=0), atol=1e-6)
+
+
+def test_train_writes_dsstne_network_file(files):
+    result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 0, result.output
+    nf = read_network(files / "net.nc")
+    assert [layer.name for layer in nf.netdef.layers] == ["Input", "Hidden", "Output"]
+    assert [layer.n for layer in nf.netdef.layers] == [128, 16, 128]
+    assert nf.weights[0].shape == (128, 16) and nf.weights[1].shape == (16, 128)
+    assert nf.destiny["backend"] == "cpu" and nf.destiny["optimizer"] == "adam"
+    lines = [json.loads(x) for x in (files / "m.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2]
+    assert {"loss", "seconds", "learning_rate"} <= set(lines[0])
+    if nctypes.LIB is not None:
+        types = nctypes.types(files / "net.nc")
+        assert types["version"] == nctypes.NC_FLOAT and types["name"] == nctypes.NC_CHAR
+        assert types["layers"] == types["layer0_Nx"] == types["weights"] == nctypes.NC_UINT
+        assert types["maxout_k"] == nctypes.NC_INT
+        assert types["weight0_width"] == nctypes.NC_UINT64
+        assert types["weight0_weights"] == types["weight0_bias"] == nctypes.NC_FLOAT
+
+
+def test_train_refuses_to_overwrite(files):
+    (files / "net.nc").write_bytes(b"keep me")
+    result = run_train(files, "-e", "1")
+    assert result.exit_code == 1 and "already exists" in result.output
+    assert (files / "net.nc").read_bytes() == b"keep me"
+    assert run_train(files, "-e", "1", "--force").exit_code == 0
+
+
+def test_dsstne_flags_parse(files):
+    result = run_train(files, "-b", "50", "-e", "1", "-alpha", "0.01", "-lambda", "0.001",
+                       "-lambda1", "0", "-mu", "0.8", "-mu1", "0.99", "-d", "ignored")
+    assert result.exit_code == 0, result.output
+
+
+def test_divergence_stops_with_message(files):
+    result = run_train(files, "-b", "64", "-e", "6", "--optimizer", "sgd", "-alpha", "1e38")
+    assert result.exit_code == 1
+    error = result.output.splitlines()[-1]
+    assert error.startswith("Error: training diverged in epoch 1: the ")
+    assert "layer 'Hidden'" in error or "layer 'Output'" in error
+    assert not (files / "net.nc").exists()
+
+
+def test_divergence_keeps_the_last_good_checkpoint(files):
+    from destiny.fit import fit
+    from destiny.train import TrainingDivergedError
+
+    held = {}
+
+    def poison(record):
+        if record.epoch == 2:  # diverge after the checkpoint of epoch 2 is written
+            held["net"].connections[0].W[0, 0] = np.nan
+
+    cfg = TrainConfig(batch=64, epochs=5, optimizer="adam", alpha=0.01, lam=0, mu=0.9, mu1=0.999)
+    with pytest.raises(TrainingDivergedError, match="epoch 3"):
+        fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+            output_path=files / "gl_output.nc", network_path=str(files / "net.nc"), cfg=cfg,
+            checkpoint_every=1, on_start=lambda net, data, state: held.update(net=net),
+            on_epoch=poison)
+    assert not (files / "net.nc").exists()
+    assert np.isfinite(weights_of(files / "net.nc2.nc")[0]).all()
+
+
+def test_resume_after_kill_reaches_the_same_weights(files):
+    argv = [str(BIN / "train"), "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+            "-o", str(files / "gl_output.nc"), "-b", "16", "-e", "8", "--checkpoint-every", "1",
+            "-q"]
+    subprocess.run(argv + ["-n", str(files / "straight.nc")], check=True)
+    proc = subprocess.Popen(argv + ["-n", str(files / "killed.nc")])
+    deadline = time.time() + 120
+    while not (files / "killed.nc3.nc").exists():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (files / "killed.nc").exists()
+    leftovers = [p for p in os.listdir(files) if p.endswith(".tmp")]
+    subprocess.run(argv + ["-n", str(files / "killed.nc"), "--resume"], check=True)
+    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "killed.nc")):
+        np.testing.assert_array_equal(a, b)
+    assert all(not p.endswith(".tmp") or p in leftovers for p in os.listdir(files))
+
+
+def test_checkerboard_known_answer():
+    # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
+    # autoencoder must rank item u first among the items user u has not seen.
+    n = 16
+    rows = [[i for i in range(n) if i % 2 == u % 2 and i != u] for u in range(n)]
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int32)
+    nd = parse_netdef({"ErrorFunction": "CrossEntropy", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": n, "DataSet": "in", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 4, "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": n, "DataSet": "out", "Activation": "Sigmoid"}]})
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(0)
+    cfg = TrainConfig(batch=n, epochs=300, optimizer="adam", alpha=0.03, lam=0.0, mu=0.9,
+                      mu1=0.999, shuffle=True)
+    net.init_optimizer(cfg.optimizer_config())
+    ds = SparseDataset("in", n, indptr, indices)
+    data = TrainData(net, {"in": ds, "out": SparseDataset("out", n, indptr, indices)})
+    train_epochs(net, data, cfg, TrainState())
+    from destiny.predict import score_batches, top_k
+
+    (_, scores), = list(score_batches(net, indptr, indices))
+    items, _ = top_k(scores, 1, exclude_indptr=indptr, exclude_indices=indices)
+    assert items[:, 0].tolist() == list(range(n))
