@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from destiny.cli.train import train
-from destiny.io.checkpoint import load_weights
 from destiny.io.dataset import SparseDataset, write_dataset
 from destiny.io.network_file import read_network
 from destiny.kernels import get_backend
@@ -93,8 +92,6 @@ def test_backends_agree_over_training(files):
 def test_sgd_step_is_dsstnes_arithmetic():
     # One SGD step of the MovieLens-style network, recomputed in NumPy from spec 5.5-5.8:
     # SMCE 1/0/1/1 on a Sigmoid output is binary cross-entropy, delta = a - t.
-    nd = parse_netdef(small_netdef(ShuffleIndices=False)).resolve({"gl_input": 128,
-                                                                    "gl_output": 128})
     nd = parse_netdef({**small_netdef(), "Layers": [
         {"Name": "Input", "Kind": "Input", "N": 128, "DataSet": "gl_input", "Sparse": True},
         {"Name": "Hidden", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid"},
