@@ -26,7 +26,7 @@ NAME = "train"
               help="Minibatch size.")
 @click.option("-e", "--epochs", type=click.IntRange(min=1), default=40, show_default=True)
 @click.option("-alpha", "--alpha", type=float, default=None,
-              help="Learning rate [default: per optimizer; 0.025 for sgd, 0.001 for adam].")
+              help="Learning rate [default: per optimizer; 0.025 for sgd, 0.01 for adam].")
 @click.option("-lambda", "--lambda", "lam", type=float, default=None,
               help="L2 weight decay [default: 1e-4 for sgd/momentum/nesterov, else 0].")
 @click.option("-lambda1", "--lambda1", "lam1", type=float, default=0.0, show_default=True,

@@ -34,7 +34,7 @@ OPTIMIZER_DEFAULTS = {
     "adagrad": {"alpha": 0.01, "lam": 0.0, "mu": 0.0, "mu1": 0.0},
     "rmsprop": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.0},
     "adadelta": {"alpha": 1.0, "lam": 0.0, "mu": 0.95, "mu1": 0.0},
-    "adam": {"alpha": 0.001, "lam": 0.0, "mu": 0.9, "mu1": 0.999},
+    "adam": {"alpha": 0.01, "lam": 0.0, "mu": 0.9, "mu1": 0.999},
 }
 DEFAULT_OPTIMIZER = "adam"
 

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Benchmark training and prediction on DSSTNE's benchmark network, beside PyTorch.
+
+Trains netdefs/benchmark.json (N -> 3 x 1024 Sigmoid, pDropout 0.5 -> N, batch 256, RMSProp)
+on synthetic MovieLens-20M-shaped data (138,493 users, 27,278 items; made once and cached
+under --workdir), and reports the median samples/s over timed windows, GFLOP/s, and the
+fraction of this machine's float32 matrix-multiply rate (NumPy's BLAS, the output layer's
+shape). With --torch, ../shared/bench/torch_reference.py runs on the same data file, network,
+batch and thread count in the same command, and the ratios are printed.
+
+Example:
+  python scripts/bench_train.py --torch --json build/bench/train.json
+  python scripts/bench_train.py --quick          # ~1 minute, fewer users, shorter windows
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import click
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from destiny import synthetic  # noqa: E402
+
+TORCH_REFERENCE = os.path.join(HERE, "..", "..", "shared", "bench", "torch_reference.py")
+
+
+def dataset_files(workdir: str, users: int, items: int, mean: float, seed: int) -> tuple[str, str]:
+    """gl_input.nc / gl_output.nc of synthetic data, built once with generate-netcdf."""
+    from destiny.generate import generate_netcdf
+
+    tag = f"{users}_{items}_{mean:g}_{seed}"
+    inp, out = (os.path.join(workdir, f"{n}_{tag}.nc") for n in ("gl_input", "gl_output"))
+    if os.path.exists(inp) and os.path.exists(out):
+        return inp, out
+    text = os.path.join(workdir, f"synthetic_{tag}.txt")
+    if not os.path.exists(text):
+        subprocess.run([sys.executable, os.path.join(HERE, "synthetic_data.py"), "--users",
+                        str(users), "--items", str(items), "--mean-per-user", str(mean),
+                        "--seed", str(seed), "--format", "dsstne", "-o", text], check=True)
+    for name, path in (("gl_input", inp), ("gl_output", out)):
+        generate_netcdf(input_path=text, output=path, dataset_name=name, create=True,
+                        feature_index=os.path.join(workdir, f"features_{tag}_{name}"),
+                        sample_index=os.path.join(workdir, f"samples_{tag}"))
+    return inp, out
+
+
+def matmul_gflops(batch: int, hidden: int, outputs: int, seconds: float) -> float:
+    a = np.random.default_rng(0).random((batch, hidden), dtype=np.float32)
+    b = np.random.default_rng(1).random((hidden, outputs), dtype=np.float32)
+    c = np.empty((batch, outputs), dtype=np.float32)
+    np.matmul(a, b, out=c)
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < 3:
+        t = time.perf_counter()
+        np.matmul(a, b, out=c)
+        times.append(time.perf_counter() - t)
+    return 2.0 * batch * hidden * outputs / min(times) / 1e9
+
+
+def copy_bandwidth() -> float:
+    """Bytes moved per second (read + write) by a 256 MiB copy."""
+    a = np.ones(32 << 20)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best
+
+
+def flops_per_sample(net, nnz_per_sample: float) -> tuple[float, float]:
+    """(train, predict) FLOP per sample, counted as torch_reference.py counts them."""
+    sparse = dense = 0.0
+    for c in net.connections:
+        if c.source.kind == 0:  # Input
+            sparse += 2.0 * nnz_per_sample * c.dest.n
+        else:
+            dense += 2.0 * c.source.n * c.dest.n
+    return 2 * sparse + 3 * dense, sparse + dense
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", default=os.path.join(HERE, "..", "netdefs", "benchmark.json"),
+              show_default=True)
+@click.option("--users", type=int, default=synthetic.ML20M_USERS, show_default=True)
+@click.option("--items", type=int, default=synthetic.ML20M_ITEMS, show_default=True)
+@click.option("--mean-per-user", type=float, default=synthetic.ML20M_MEAN_PER_USER,
+              show_default=True)
+@click.option("--batch", type=int, default=256, show_default=True)
+@click.option("--optimizer", default="rmsprop", show_default=True)
+@click.option("--train-seconds", type=float, default=60.0, show_default=True)
+@click.option("--predict-seconds", type=float, default=20.0, show_default=True)
+@click.option("--topk", type=int, default=100, show_default=True)
+@click.option("--quick", is_flag=True, help="20,000 users, 8 s of training, 4 s of prediction.")
+@click.option("--torch", "with_torch", is_flag=True, help="Run torch_reference.py beside it.")
+@click.option("--workdir", default="build/bench", show_default=True)
+@click.option("--json", "json_path", default=None)
+def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, predict_seconds,
+         topk, quick, with_torch, workdir, json_path):
+    """Time Destiny's training and prediction on the benchmark network."""
+    import numba
+
+    from destiny.io.dataset import read_dataset
+    from destiny.kernels import get_backend
+    from destiny.netdef import load_netdef
+    from destiny.network import Network
+    from destiny.predict import top_k
+    from destiny.train import TrainData, train_config
+
+    if quick:
+        users, train_seconds, predict_seconds = 20000, 8.0, 4.0
+    os.makedirs(workdir, exist_ok=True)
+    inp, out = dataset_files(workdir, users, items, mean_per_user, 0)
+    datasets = {"gl_input": read_dataset(inp), "gl_output": read_dataset(out)}
+    widths = {n: d.width for n, d in datasets.items()}
+    netdef = load_netdef(config, dataset_widths=widths)
+    net = Network(netdef, get_backend("cpu"))
+    net.initialize(1)
+    cfg = train_config(optimizer, batch=batch, shuffle=False)
+    net.init_optimizer(cfg.optimizer_config())
+    data = TrainData(net, datasets)
+    E = data.examples
+    rng = np.random.default_rng(0)
+
+    phases = {"data": [], "forward": [], "backward": [], "update": []}
+    window, t_step, pos, step = [], 0, 0, 0
+    deadline = None
+    while True:
+        t0 = time.perf_counter()
+        rows = np.arange(pos, min(pos + batch, E))
+        b = data.batch(rows)
+        t1 = time.perf_counter()
+        net.forward(b, train=True, rng=rng)
+        t2 = time.perf_counter()
+        net.backward()
+        t3 = time.perf_counter()
+        step += 1
+        net.update(cfg.alpha, step, cfg.optimizer_config())
+        t4 = time.perf_counter()
+        pos = 0 if pos + batch >= E else pos + batch
+        if step <= 2:  # warm-up: compilation, first-touch of buffers
+            deadline = time.perf_counter() + train_seconds
+            continue
+        for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            phases[name].append(dt)
+        window.append(len(rows) / (t4 - t0))
+        if time.perf_counter() > deadline:
+            break
+    train_sps = statistics.median(window)
+
+    pred, pred_topk = [], []
+    indptr, indices = datasets["gl_input"].indptr, datasets["gl_input"].indices
+    (input_name,) = net.inputs
+    deadline, pos, i = time.perf_counter() + predict_seconds, 0, 0
+    from destiny.network import Batch
+
+    n_items = len(np.unique(indices))
+    while time.perf_counter() < deadline or i < 4:
+        lo, hi = pos, min(pos + batch, E)
+        sub_ptr = indptr[lo:hi + 1] - indptr[lo]
+        sub_idx = indices[indptr[lo]:indptr[hi]]
+        t0 = time.perf_counter()
+        net.forward(Batch(size=hi - lo, inputs={input_name: (sub_ptr, sub_idx, np.zeros(0, np.float32))}))
+        scores = net.activation(net.outputs[0], hi - lo)
+        t1 = time.perf_counter()
+        if i % 2:
+            top_k(scores, topk, exclude_indptr=sub_ptr, exclude_indices=sub_idx, n_items=n_items)
+            pred_topk.append((hi - lo) / (time.perf_counter() - t0))
+        else:
+            pred.append((hi - lo) / (t1 - t0))
+        pos = 0 if hi >= E else hi
+        i += 1
+
+    nnz = datasets["gl_input"].nnz / E
+    train_flop, predict_flop = flops_per_sample(net, nnz)
+    last = [c for c in net.connections if c.dest.name == net.outputs[0]][0]
+    ceiling = max(matmul_gflops(batch, last.source.n, last.dest.n, 3.0), 1e-9)
+    bandwidth = copy_bandwidth()
+    params = sum(c.W.size + c.b.size for c in net.connections if not c.shared)
+    floor_step = (train_flop * batch / (ceiling * 1e9)
+                  + 4.0 * params * (3 + 2 * get_backend("cpu").state_arrays_needed(
+                      cfg.optimizer_config().mode)) / bandwidth)
+    result = {
+        "device": "cpu", "threads": numba.get_num_threads(), "users": E, "items": items,
+        "batch": batch, "optimizer": optimizer, "parameters": params,
+        "train_samples_per_s": train_sps,
+        "predict_samples_per_s": statistics.median(pred),
+        "predict_topk_samples_per_s": statistics.median(pred_topk),
+        "flop_per_sample": {"train": train_flop, "predict": predict_flop},
+        "gflops": {"train": train_sps * train_flop / 1e9,
+                   "predict": statistics.median(pred) * predict_flop / 1e9},
+        "ceiling_gflops": ceiling, "copy_bandwidth_gb_s": bandwidth / 1e9,
+        "floor_samples_per_s": batch / floor_step,
+        "breakdown_ms": {k: 1e3 * statistics.median(v) for k, v in phases.items()},
+    }
+    print(f"destiny train: {train_sps:,.0f} samples/s, {result['gflops']['train']:.1f} GFLOP/s "
+          f"({100 * result['gflops']['train'] / ceiling:.0f}% of the {ceiling:.0f} GFLOP/s "
+          f"matmul rate); floor {result['floor_samples_per_s']:,.0f} samples/s "
+          f"({100 * train_sps / result['floor_samples_per_s']:.0f}% of it)")
+    print("  per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result["breakdown_ms"].items()))
+    print(f"destiny predict: {result['predict_samples_per_s']:,.0f} samples/s; with top-{topk} "
+          f"and filters {result['predict_topk_samples_per_s']:,.0f} samples/s")
+    if with_torch:
+        result["torch"] = run_torch(inp, config, users, batch, optimizer, train_seconds,
+                                    predict_seconds, workdir)
+        t = result["torch"]
+        for key in ("train_samples_per_s", "predict_samples_per_s", "predict_topk_samples_per_s"):
+            print(f"{key}: destiny {result[key]:,.1f}, torch {t[key]:,.1f}, "
+                  f"ratio {result[key] / t[key]:.2f}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+def run_torch(data, config, users, batch, optimizer, train_seconds, predict_seconds, workdir):
+    out = os.path.join(workdir, "torch.json")
+    threads = str(len(os.sched_getaffinity(0)))
+    subprocess.run([sys.executable, TORCH_REFERENCE, "--data", data, "--config", config,
+                    "--users", str(users), "--batch", str(batch), "--optimizer", optimizer,
+                    "--threads", threads, "--train-seconds", str(train_seconds),
+                    "--predict-seconds", str(predict_seconds), "--json", out], check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+if __name__ == "__main__":
+    main()
