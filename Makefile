@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO := build/demo
 
-.PHONY: install test demo bench bench-generate sample-data clean
+.PHONY: install test demo bench bench-generate bench-train sample-data clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,8 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The DSSTNE MovieLens pipeline on the bundled sample: raw CSV -> DSSTNE text -> NetCDF.
-# train and predict join it when they exist (issues 3 and 4).
+# The DSSTNE MovieLens pipeline on the bundled sample: raw CSV -> DSSTNE text -> NetCDF ->
+# train, then held-out quality against popularity. predict joins it when it exists.
 demo: $(STAMP)
 	@mkdir -p $(DEMO)
 	$(BIN)/python scripts/convert_ratings.py data/ratings.csv -o $(DEMO)/ratings.txt
@@ -29,10 +29,21 @@ demo: $(STAMP)
 	$(BIN)/generate-netcdf -d gl_output -i $(DEMO)/ratings.txt -o $(DEMO)/gl_output.nc \
 		-f $(DEMO)/features_output -s $(DEMO)/samples_input -c
 	@$(BIN)/python scripts/describe_dataset.py $(DEMO)/gl_input.nc $(DEMO)/gl_output.nc
+	rm -f $(DEMO)/gl.nc
+	$(BIN)/train -c netdefs/movielens.json -i $(DEMO)/gl_input.nc -o $(DEMO)/gl_output.nc \
+		-n $(DEMO)/gl.nc -b 256 -e 10
 	@echo
-	@echo "demo: train and predict are not implemented yet; the pipeline stops after generate-netcdf."
+	@echo "Held-out quality (20% of each user's items hidden, the same training on the rest):"
+	@$(BIN)/python scripts/quality_sample.py --ratings data/ratings.csv \
+		--config netdefs/movielens.json --recipe default --recipe sgd
+	@echo
+	@echo "demo: predict is not implemented yet; the pipeline stops after train."
 
-bench: bench-generate
+bench: bench-generate bench-train
+
+# Destiny beside ../shared/bench/torch_reference.py (needs torch: pip install torch==2.13.0).
+bench-train: $(STAMP)
+	$(BIN)/python scripts/bench_train.py --torch --json build/bench/train.json
 
 bench-generate: $(STAMP)
 	$(BIN)/python scripts/bench_generate.py

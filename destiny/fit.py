@@ -127,16 +127,14 @@ def _extras(backend: str, cfg: TrainConfig, state: TrainState, netdef_text: str)
 
 
 def _check_same_run(path, extras: dict, settings: dict) -> None:
-    saved = json.loads(extras.get("settings", "{}"))
-    mine = json.loads(json.dumps(settings, sort_keys=True))
-    if {k: v for k, v in saved.items() if k != "config"} != {
-            k: v for k, v in mine.items() if k != "config"} or _arith(saved) != _arith(mine):
+    """Refuse a checkpoint made with other settings; only the number of epochs may change."""
+    def key(d: dict) -> dict:
+        d = json.loads(json.dumps(d))  # the same types as the saved copy
+        d["config"] = {k: v for k, v in d.get("config", {}).items() if k != "epochs"}
+        return d
+
+    if key(json.loads(extras.get("settings", "{}"))) != key(settings):
         raise DestinyError(f"{path}: this checkpoint was made with other settings (network "
                            "definition, data, or training flags other than -e); resuming from it "
                            "would not continue the same run. Use the original flags, or start "
                            "afresh without --resume.")
-
-
-def _arith(settings: dict) -> dict:
-    """The training settings that must match to resume: all but the number of epochs."""
-    return {k: v for k, v in settings.get("config", {}).items() if k != "epochs"}

@@ -230,3 +230,13 @@ def test_checkerboard_known_answer():
     (_, scores), = list(score_batches(net, indptr, indices))
     items, _ = top_k(scores, 1, exclude_indptr=indptr, exclude_indices=indices)
     assert items[:, 0].tolist() == list(range(n))
+
+
+def test_resume_refuses_other_settings(files):
+    assert run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1").exit_code == 0
+    (files / "net.nc").unlink()
+    result = run_train(files, "-b", "64", "-e", "5", "-alpha", "0.5", "--resume")
+    assert result.exit_code == 1 and "made with other settings" in result.output
+    more = run_train(files, "-b", "64", "-e", "5", "--resume")  # only -e changed: fine
+    assert more.exit_code == 0, more.output
+    assert read_network(files / "net.nc").destiny["epoch"] == 5
