@@ -59,6 +59,7 @@ def fit(
                        (initial_network, "initial network")):
         if path:
             atomic.check_writable(path, what)
+    kernels = get_backend(backend)  # fail fast, before reading the data
     datasets = _load_datasets([input_path, output_path])
     widths = {name: ds.width for name, ds in datasets.items()}
     netdef = load_netdef(config_path, dataset_widths=widths)
@@ -66,7 +67,6 @@ def fit(
         netdef_text = json.dumps(json.load(f), separators=(",", ":"))
     if cfg.shuffle is None:
         cfg = replace(cfg, shuffle=netdef.shuffle_indices)
-    kernels = get_backend(backend)
     net = Network(netdef, kernels)
     data = TrainData(net, datasets)
     net.initialize(cfg.seed)

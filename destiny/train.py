@@ -17,6 +17,7 @@ import numpy as np
 
 from destiny.errors import DestinyError
 from destiny.io.dataset import SparseDataset
+from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
 from destiny.sparse import take_rows
@@ -101,6 +102,11 @@ class TrainData:
         self.targets: dict[str, SparseDataset] = {}
         for name in net.inputs + net.outputs:
             layer = net.layers[name]
+            if layer.dataset not in datasets:
+                raise DestinyError(
+                    f"layer {name!r} reads the dataset {layer.dataset!r}, but the dataset files "
+                    f"hold {', '.join(map(repr, sorted(datasets)))}. The layer's DataSet must "
+                    "equal the -d name given to generate-netcdf.")
             ds = datasets[layer.dataset]
             if ds.width > layer.n:
                 raise DestinyError(f"dataset {layer.dataset!r} has width {ds.width}, but layer "
@@ -171,7 +177,7 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
                     "checkpoint (if any) is kept; lower the learning rate (-alpha) or use the "
                     "default optimizer.")
             total_t += err_t
-            step = cfg.alpha if decay <= 0 else cfg.alpha / (1.0 + decay * state.updates)
+            step = step_size(cfg.alpha, decay, state.updates)
             if cfg.brake:
                 moving = 0.9 * moving + 0.1 * err_t
                 if init_steps > 0:

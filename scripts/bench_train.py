@@ -133,7 +133,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     rng = np.random.default_rng(0)
 
     phases = {"data": [], "forward": [], "backward": [], "update": []}
-    window, t_step, pos, step = [], 0, 0, 0
+    window, pos, step = [], 0, 0
     deadline = None
     while True:
         t0 = time.perf_counter()

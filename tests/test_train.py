@@ -240,3 +240,118 @@ def test_resume_refuses_other_settings(files):
     more = run_train(files, "-b", "64", "-e", "5", "--resume")  # only -e changed: fine
     assert more.exit_code == 0, more.output
     assert read_network(files / "net.nc").destiny["epoch"] == 5
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing-config", "nope.json: $: cannot read the network definition"),
+    ("bad-json", "bad.json: line 1, column 13: invalid JSON"),
+    ("unknown-dataset", "layer 'Output' reads the dataset 'gl_out', but the dataset files hold "
+                        "'gl_input', 'gl_output'"),
+    ("missing-data", "nothere.nc: the dataset file does not exist"),
+    ("not-netcdf", "net.json: is not a readable NetCDF file"),
+    ("gpu", "--backend gpu: this version of Destiny has no CUDA backend yet"),
+    ("rows-differ", "the datasets hold different numbers of examples"),
+    ("network-dir", "the directory"),
+])
+def test_train_bad_input(files, case, expected):
+    args = {"-c": str(files / "net.json"), "-i": str(files / "gl_input.nc"),
+            "-o": str(files / "gl_output.nc"), "-n": str(files / "out.nc")}
+    extra = []
+    if case == "missing-config":
+        args["-c"] = str(files / "nope.json")
+    elif case == "bad-json":
+        (files / "bad.json").write_text('{"Layers": [')
+        args["-c"] = str(files / "bad.json")
+    elif case == "unknown-dataset":
+        d = small_netdef()
+        d["Layers"][2].update(N=128, DataSet="gl_out")
+        (files / "other.json").write_text(json.dumps(d))
+        args["-c"] = str(files / "other.json")
+    elif case == "missing-data":
+        args["-o"] = str(files / "nothere.nc")
+    elif case == "not-netcdf":
+        args["-o"] = str(files / "net.json")
+    elif case == "gpu":
+        extra = ["--backend", "gpu"]
+    elif case == "rows-differ":
+        write_dataset(files / "short.nc", random_dataset("gl_output", rows=100))
+        args["-o"] = str(files / "short.nc")
+    elif case == "network-dir":
+        args["-n"] = str(files / "no" / "such" / "dir.nc")
+    before = sorted(os.listdir(files))
+    result = CliRunner().invoke(train, [x for kv in args.items() for x in kv] + extra)
+    assert result.exit_code == 1, result.output
+    assert expected in result.output
+    assert sorted(os.listdir(files)) == before  # nothing written
+
+
+def test_denoising_norms_and_penalty_train_alike_on_both_backends(files):
+    from destiny.io.dataset import read_dataset
+
+    d = small_netdef(Denoising={"p": 0.3}, SparsenessPenalty={"p": 0.3, "beta": 0.5})
+    d["Layers"][1].update(Sparse=True, WeightNorm=0.5, DeltaNorm=2.0, pDropout=0.0)
+    d["Layers"][2].update(WeightNorm=0.8)
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    nets = []
+    for backend in ("reference", "cpu"):
+        nd = parse_netdef(d).resolve({"gl_input": 128, "gl_output": 128})
+        net = Network(nd, get_backend(backend))
+        net.initialize(5)
+        cfg = TrainConfig(batch=50, epochs=2, optimizer="momentum", alpha=0.05, lam=1e-3,
+                          lam1=1e-4, mu=0.9, mu1=0.0, seed=2, shuffle=True)
+        net.init_optimizer(cfg.optimizer_config())
+        train_epochs(net, TrainData(net, datasets), cfg, TrainState())
+        nets.append(net)
+    for ref, cpu in zip(*(n.connections for n in nets)):
+        np.testing.assert_allclose(cpu.W, ref.W, rtol=1e-4, atol=1e-5)
+    into_hidden, into_output = nets[1].connections
+    assert np.linalg.norm(into_hidden.W, axis=0).max() <= 0.5 + 1e-5  # WeightNorm (spec 3.13)
+    assert np.linalg.norm(into_output.W, axis=0).max() <= 0.8 + 1e-5
+    assert nets[1].layers["Input"].denoising
+
+
+def test_network_file_attributes_in_dsstne_order(files):
+    assert run_train(files, "-b", "64", "-e", "1").exit_code == 0
+    import netCDF4
+
+    with netCDF4.Dataset(files / "net.nc") as nc:
+        names = [a for a in nc.ncattrs() if not a.startswith("destiny_")]
+    network = ["version", "name", "kind", "errorFunction", "maxout_k", "decay", "LRN_k", "LRN_n",
+               "LRN_alpha", "LRN_beta", "bSparsenessPenalty", "sparsenessPenalty_p",
+               "sparsenessPenalty_beta", "bDenoising", "denoising_p", "deltaBoost_one",
+               "deltaBoost_zero", "SMCE_oneScale", "SMCE_zeroScale", "SMCE_oneTarget",
+               "SMCE_zeroTarget", "ShuffleIndices", "checkpoint_name", "checkpoint_interval",
+               "checkpoint_epochs", "layers"]
+    layer = ["name", "kind", "type", "dataSet", "Nx", "Ny", "Nz", "Nw", "dimensions", "kernelX",
+             "kernelY", "kernelZ", "kernelDimensions", "kernelStrideX", "kernelStrideY",
+             "kernelStrideZ", "kernelPaddingX", "kernelPaddingY", "kernelPaddingZ", "pDropout",
+             "weightInit", "weightInitScale", "biasInit", "weightNorm", "deltaNorm",
+             "activation", "sparsenessPenalty_p", "sparsenessPenalty_beta", "RELUSlope",
+             "ELUAlpha", "SELULambda", "attributes", "sources"]
+    weight = ["inputLayer", "outputLayer", "width", "height", "length", "depth", "breadth",
+              "bShared", "bLocked", "norm"]
+    expected = list(network)
+    sources = {0: [], 1: ["Input"], 2: ["Hidden"]}
+    for i in range(3):
+        expected += [f"layer{i}_{a}" for a in layer]
+        expected += [f"layer{i}_source{j}" for j in range(len(sources[i]))] + [f"layer{i}_skips"]
+    expected.append("weights")
+    for k in range(2):
+        expected += [f"weight{k}_{a}" for a in weight]
+    assert names == expected
+
+
+def test_dsstne_network_file_without_destiny_attributes_loads(files):
+    # A file as DSSTNE writes it: the same layout, none of Destiny's attributes.
+    assert run_train(files, "-b", "64", "-e", "1").exit_code == 0
+    import netCDF4
+
+    with netCDF4.Dataset(files / "net.nc", "a") as nc:
+        for a in [a for a in nc.ncattrs() if a.startswith("destiny_")]:
+            nc.delncattr(a)
+    nf = read_network(files / "net.nc")
+    assert nf.destiny == {}
+    net = Network(nf.netdef, get_backend("cpu"))
+    from destiny.io.checkpoint import load_weights
+    load_weights(net, files / "net.nc")
+    np.testing.assert_array_equal(net.connections[0].W, nf.weights[0])
