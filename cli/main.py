@@ -7,6 +7,7 @@ import click
 from destiny import __version__
 from destiny.cli.common import CONTEXT
 from destiny.cli.generate_netcdf import generate_netcdf
+from destiny.cli.predict import predict
 from destiny.cli.train import train
 
 
@@ -21,6 +22,7 @@ def cli():
 
 
 cli.add_command(generate_netcdf)
+cli.add_command(predict)
 cli.add_command(train)
 
 

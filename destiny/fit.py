@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
@@ -106,7 +108,12 @@ def fit(
     finally:
         if metrics is not None:
             metrics.close()
-    save_network(network_path, net, destiny=_extras(kernels.name, cfg, state, netdef_text))
+    # How often each output unit was a target: predict never recommends units at 0 (items
+    # the model never saw, padding).
+    counts = {f"target_counts_{name}": np.bincount(ds.indices, minlength=net.layers[name].n)
+              for name, ds in data.targets.items()}
+    save_network(network_path, net, destiny=_extras(kernels.name, cfg, state, netdef_text),
+                 arrays=counts)
     return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                      records=records, written=str(network_path))
 

@@ -1,19 +1,28 @@
-"""Batched scoring and top-k with already-seen items removed.
+"""Prediction: batched scoring, filters, top-k, and DSSTNE's recommendation records.
 
-``score_batches`` runs the forward pass (no dropout, no denoising) over a sparse input in
-minibatches; ``top_k`` picks the best K items of each row without sorting the whole row,
-leaving out the row's filtered items and the padding units past the real item count.
+``predict`` (spec 8) maps the input text through the training feature index, scores every
+sample with a forward pass (no dropout, no denoising), removes each sample's filtered items
+inside the top-k kernel (never a dense filter matrix), and writes one record per sample in
+input order: ``NAME<TAB>item,score:item,score:...:`` with ``%4.3f`` scores, as DSSTNE does.
+Padding units and output units that never had a positive target in training are never
+recommended.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, TextIO
 
 import numpy as np
 
+from destiny.errors import DataFormatError, DestinyError
+from destiny.io.index import LabelTable, load_table, read_index
+from destiny.io.text import Records, input_files, read_records
+from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
 
 _EMPTY = np.zeros(0, dtype=np.float32)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int = 1024,
@@ -32,23 +41,167 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
 
 
 def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=None,
-          n_items: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The k best items of each row (indices, scores), best first (equal scores by index).
+          n_items: int | None = None, allowed=None, kernels=None) -> tuple[np.ndarray, np.ndarray]:
+    """The k best items of each row (items, scores), best first, equal scores by index.
 
-    Items listed for a row in the CSR ``exclude_*`` arrays, and items >= ``n_items`` (padding
-    units), are never returned. Rows with fewer than k candidates are padded with -1 / -inf.
+    Items listed for a row in the CSR ``exclude_*`` arrays, items >= ``n_items`` (padding
+    units) and items whose ``allowed`` flag is 0 are never returned; missing slots hold item
+    -1 and score -inf.
     """
-    scores = np.array(scores, dtype=np.float64, copy=True)
-    if n_items is not None:
-        scores[:, n_items:] = -np.inf
-    if exclude_indptr is not None:
-        rows = np.repeat(np.arange(len(exclude_indptr) - 1), np.diff(exclude_indptr))
-        scores[rows, exclude_indices] = -np.inf
-    k = min(k, scores.shape[1])
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    part_scores = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -part_scores), axis=1)
-    items = np.take_along_axis(part, order, axis=1)
-    best = np.take_along_axis(part_scores, order, axis=1)
-    items[~np.isfinite(best)] = -1
+    if kernels is None:
+        from destiny.kernels import get_backend
+
+        kernels = get_backend("cpu")
+    B, N = scores.shape
+    items = np.empty((B, k), dtype=np.int32)
+    best = np.empty((B, k), dtype=np.float32)
+    indptr = _NO_ROWS if exclude_indptr is None else np.asarray(exclude_indptr, dtype=np.int64)
+    indices = (np.zeros(0, np.int32) if exclude_indices is None
+               else np.asarray(exclude_indices, dtype=np.int32))
+    mask = np.zeros(0, np.uint8) if allowed is None else allowed
+    kernels.top_k(items, best, np.ascontiguousarray(scores, dtype=np.float32), indptr, indices,
+                  mask, N if n_items is None else n_items)
     return items, best
+
+
+@dataclass
+class PredictReport:
+    samples: int
+    dropped: int            # unknown input features left out
+    lines_with_drops: int
+    no_known_feature: int   # samples scored from the biases alone
+    filtered: int           # filter entries applied
+    notes: list[str] = field(default_factory=list)
+
+
+class Predictor:
+    """A trained network with its output labels, ready to score DSSTNE text."""
+
+    def __init__(self, network_path, input_index, output_index, *, dataset: str | None,
+                 layer: str = "Output", backend: str = "auto"):
+        from destiny.io.checkpoint import load_weights
+        from destiny.io.network_file import read_network
+        from destiny.kernels import get_backend
+
+        self.kernels = get_backend(backend)
+        nf = read_network(network_path)
+        names = [lay.name for lay in nf.netdef.layers]
+        if layer not in names:
+            outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
+            raise DestinyError(
+                f"{network_path}: the network has no layer named {layer!r}; its output layers "
+                f"are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the layer "
+                "named 'Output' (name it so in the JSON definition), or choose one with -l.")
+        self.net = Network(nf.netdef, self.kernels)
+        self.layer = layer
+        (input_layer,) = [self.net.layers[n] for n in self.net.inputs]
+        if dataset is not None and input_layer.dataset != f"{dataset}_input":
+            raise DestinyError(
+                f"-d {dataset}: the network's input layer reads the dataset "
+                f"{input_layer.dataset!r}, and predict looks for '<-d>_input' (as DSSTNE does); "
+                f"use -d {input_layer.dataset.removesuffix('_input')}.")
+        load_weights(self.net, network_path, gradients=False)
+        self.features: LabelTable = load_table(input_index)
+        if len(self.features) > input_layer.n:
+            raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "
+                                  f"network's input layer has {input_layer.n:,} units; it is not "
+                                  "the index this network was trained with.")
+        labels, values = read_index(output_index)
+        n_out = self.net.layers[layer].n
+        if len(values) and int(values.max()) >= n_out:
+            raise DataFormatError(output_index, f"has index {int(values.max())} but the layer "
+                                  f"{layer!r} has {n_out:,} units; it is not the output index "
+                                  "this network was trained with.")
+        self.output_labels = np.full(n_out, None, dtype=object)
+        self.output_labels[values] = labels
+        self.targets = LabelTable(capacity=len(labels) + 16)
+        self.targets.add_labels(labels, values)
+        # Units without a label are padding; units never a training target are left out too.
+        allowed = np.zeros(n_out, dtype=np.uint8)
+        allowed[values] = 1
+        seen = nf.arrays.get(f"target_counts_{layer}")
+        if seen is not None and len(seen) == n_out:
+            allowed &= (seen > 0).astype(np.uint8)
+        self.allowed = allowed
+
+    def read_input(self, path) -> Records:
+        records = read_records(input_files(path), self.features, update=False)
+        _check_unique(records)
+        return records
+
+    def read_filter(self, path, records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The filter as CSR rows aligned with ``records`` (spec 8.3: samples by label)."""
+        filt = read_records(input_files(path), self.targets, update=False, keep_values=True)
+        row_of = {label: r for r, label in enumerate(records.labels)}
+        chosen = np.full(len(records.labels), -1, dtype=np.int64)
+        for line, label in enumerate(filt.labels):
+            r = row_of.get(label)
+            if r is not None:
+                chosen[r] = line  # a later line for the same sample replaces the earlier one
+        lengths = np.where(chosen >= 0, np.diff(filt.indptr)[np.maximum(chosen, 0)], 0)
+        indptr = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        starts = filt.indptr[:-1][np.maximum(chosen, 0)]
+        take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+        return indptr, filt.indices[take], filt.values[take]
+
+    def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
+                  batch_size: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Yield (first row, items [rows, k], scores [rows, k]) per minibatch."""
+        for lo, scores in score_batches(self.net, records.indptr, records.indices,
+                                        batch_size=batch_size, output=self.layer):
+            hi = lo + len(scores)
+            exclude_ptr = exclude_idx = None
+            if filter_csr is not None:
+                fptr, fidx, fval = filter_csr
+                sub_ptr = fptr[lo:hi + 1] - fptr[lo]
+                sub_idx = fidx[fptr[lo]:fptr[hi]]
+                if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
+                    scores = np.array(scores, dtype=np.float32)
+                    self.kernels.multiply_filter(scores, sub_ptr, sub_idx,
+                                                 fval[fptr[lo]:fptr[hi]])
+                else:
+                    exclude_ptr, exclude_idx = sub_ptr, sub_idx
+            items, best = top_k(scores, k, exclude_indptr=exclude_ptr, exclude_indices=exclude_idx,
+                                allowed=self.allowed, kernels=self.kernels)
+            yield lo, items, best
+
+
+def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.ndarray,
+                  output_labels: np.ndarray, score_format: str = "4.3f") -> None:
+    """DSSTNE's record lines (spec 8.5): ``NAME<TAB>item,score:...:`` (every item ends with ':')."""
+    template = "%s,%" + score_format + ":"
+    for label, row_items, row_scores in zip(labels, items.tolist(), scores.tolist()):
+        parts = [template % (output_labels[i], s) for i, s in zip(row_items, row_scores) if i >= 0]
+        out.write(f"{label}\t{''.join(parts)}\n")
+
+
+def predict_file(predictor: Predictor, input_path, out: TextIO, *, k: int, filter_path=None,
+                 multiply: bool = False, batch_size: int = 1024, score_format: str = "4.3f",
+                 progress: Callable[[int], None] | None = None) -> PredictReport:
+    """Score every sample of ``input_path`` and write its top-k record to ``out``."""
+    records = predictor.read_input(input_path)
+    filter_csr = None if filter_path is None else predictor.read_filter(filter_path, records)
+    lengths = np.diff(records.indptr)
+    for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
+                                                 multiply=multiply, batch_size=batch_size):
+        hi = lo + len(items)
+        write_records(out, records.labels[lo:hi], items, scores, predictor.output_labels,
+                      score_format)
+        if progress is not None:
+            progress(hi - lo)
+    return PredictReport(samples=len(records.labels), dropped=records.dropped,
+                         lines_with_drops=records.lines_with_drops,
+                         no_known_feature=int(np.sum(lengths == 0)),
+                         filtered=0 if filter_csr is None else len(filter_csr[1]))
+
+
+def _check_unique(records: Records) -> None:
+    seen: dict[str, int] = {}
+    for row, label in enumerate(records.labels):
+        if label in seen:
+            path, line = records.where(row)
+            raise DataFormatError(path, f"the sample {label!r} appears again (first on line "
+                                  f"{records.where(seen[label])[1]}); give each sample one line.",
+                                  line=line)
+        seen[label] = row

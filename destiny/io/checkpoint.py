@@ -20,9 +20,13 @@ from destiny.io.network_file import read_network, write_network
 from destiny.network import Network
 
 
-def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = False) -> None:
-    """Write ``net`` to ``path`` atomically; with ``optimizer_state`` as a checkpoint."""
-    weights, biases, arrays = {}, {}, {}
+def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = False,
+                 arrays: dict | None = None) -> None:
+    """Write ``net`` to ``path`` atomically; with ``optimizer_state`` as a checkpoint.
+
+    ``arrays`` are extra float arrays stored as ``destiny_<name>`` variables.
+    """
+    weights, biases, arrays = {}, {}, dict(arrays or {})
     for k, c in enumerate(net.connections):
         if not c.shared:
             weights[k] = c.W
@@ -38,10 +42,11 @@ def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = F
         write_network(out.path(path), net.netdef, weights, biases, destiny=destiny, arrays=arrays)
 
 
-def load_weights(net: Network, path) -> dict:
+def load_weights(net: Network, path, *, gradients: bool = True) -> dict:
     """Set ``net``'s weights (and optimizer state, if saved) from a network file.
 
     Returns the file's ``destiny_`` attributes. The file must describe the same layers.
+    ``gradients=False`` (prediction) allocates no gradient buffers.
     """
     nf = read_network(path)
     mine = [(c.source.name, c.dest.name, c.source.n, c.dest.n) for c in net.connections]
@@ -54,7 +59,8 @@ def load_weights(net: Network, path) -> dict:
         if not c.shared:
             c.W = np.ascontiguousarray(nf.weights[k], dtype=net.dtype)
         c.b = np.ascontiguousarray(nf.biases[k], dtype=net.dtype)
-    net.allocate_gradients()
+    if gradients:
+        net.allocate_gradients()
     for k, c in enumerate(net.connections):
         for j, s in enumerate(c.state):
             if s.size:

@@ -28,6 +28,7 @@ KERNELS = {
                   "sparseness_penalty", "delta_norm", "weight_norm"),
     "loss": ("sparse_loss_delta", "dense_loss_delta"),
     "optim": ("update_weights", "update_bias", "state_arrays_needed"),
+    "topk": ("top_k", "multiply_filter"),
 }
 
 

@@ -1,0 +1,102 @@
+"""``predict``: top-k recommendations from a trained network (DSSTNE's predict)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from destiny.cli.common import CONTEXT, library_errors, note
+
+NAME = "predict"
+
+
+@click.command(NAME, context_settings=CONTEXT)
+@click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
+              help="Trained network file.")
+@click.option("-r", "--input", "input_path", required=True, metavar="PATH",
+              help="Samples to score, DSSTNE text (a file or a directory).")
+@click.option("-i", "--input-index", required=True, metavar="FILE",
+              help="Feature index of the network's input (from generate-netcdf).")
+@click.option("-o", "--output-index", required=True, metavar="FILE",
+              help="Feature index of the network's output: maps output units to item labels.")
+@click.option("-s", "--output", "output_path", required=True, metavar="FILE",
+              help="Recommendations file to write; '-' writes stdout.")
+@click.option("-f", "--filter", "filter_path", metavar="PATH",
+              help="Items to leave out per sample, DSSTNE text (e.g. the ratings already seen).")
+@click.option("--filter-mode", type=click.Choice(["remove", "multiply"]), default="remove",
+              show_default=True,
+              help="remove: never recommend a filtered item; multiply: DSSTNE's rule, "
+                   "score *= the filter's value (0 without one).")
+@click.option("-d", "--dataset", default=None, metavar="NAME",
+              help="Dataset base name; the network's input layer must read NAME_input (as "
+                   "in DSSTNE). Optional.")
+@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Recommendations per sample (not capped at 128).")
+@click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("-p", "--format", "score_format", default="4.3f", show_default=True,
+              metavar="FMT", help="printf conversion for scores, as DSSTNE's -p.")
+@click.option("-l", "--layer", default="Output", show_default=True,
+              help="Output layer to read.")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+              show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+@library_errors
+def predict(network_path, input_path, input_index, output_index, output_path, filter_path,
+            filter_mode, dataset, k, batch, score_format, layer, backend, quiet):
+    """Write the top-k items for every sample, in input order, as DSSTNE does.
+
+    Each line is NAME<TAB>item,score:item,score:...: with scores in descending order.
+    Filtered items and items the network never saw as a training target are never
+    recommended; samples whose features are all unknown still get a line.
+
+    \b
+    Example:
+      predict -b 256 -d gl -i features_input -o features_output -k 10 -n gl.nc \\
+          -f ml-20m_ratings -s recs -r ml-20m_ratings
+    """
+    from destiny.io import atomic
+    from destiny.predict import Predictor, predict_file
+
+    _check_format(score_format)
+    if output_path != "-":
+        atomic.check_writable(output_path, "recommendations file")
+    predictor = Predictor(network_path, input_index, output_index, dataset=dataset, layer=layer,
+                          backend=backend)
+    options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
+                   batch_size=batch, score_format=score_format)
+    if output_path == "-":
+        out = sys.stdout
+        report = predict_file(predictor, input_path, out, **options)
+        out.flush()
+    else:
+        with atomic.atomic_outputs() as outputs:
+            with open(outputs.path(output_path), "w", encoding="utf-8", newline="\n") as out:
+                report = predict_file(predictor, input_path, out, **options)
+    if report.dropped:
+        note(NAME, f"dropped {report.dropped:,} features that are not in {input_index}, from "
+                   f"{report.lines_with_drops:,} lines")
+    if report.no_known_feature:
+        note(NAME, f"{report.no_known_feature:,} samples have no known feature; their "
+                   "recommendations come from the output biases alone (the most popular items)")
+    if not quiet:
+        where = "stdout" if output_path == "-" else output_path
+        note(NAME, f"wrote {report.samples:,} recommendation lines (top {k}) to {where}"
+                   + (f", {report.filtered:,} filter entries applied ({filter_mode})"
+                      if filter_path else ""))
+
+
+def _check_format(fmt: str) -> None:
+    try:
+        ("%" + fmt) % 0.5
+    except (TypeError, ValueError):
+        raise click.BadParameter(f"{fmt!r} is not a printf conversion for a number, such as "
+                                 "4.3f or 6.5f", param_hint="-p") from None
+
+
+def main():
+    predict(prog_name=NAME)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""numba kernels for prediction: filters and top-K selection (spec 8.3, 8.4).
+
+Same names and signatures as ``destiny.kernels.reference.topk``. Rows are independent, so
+both kernels run in parallel over rows. ``top_k`` never sorts a row: it scans the row once,
+keeping the K best items seen so far in a bounded min-heap whose root is the worst of them,
+so a row costs O(N) comparisons against the root plus O(log K) per item that gets in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, inline="always")
+def _ranks_below(score_a, item_a, score_b, item_b):
+    """Whether (score_a, item_a) comes after (score_b, item_b) in the output order.
+
+    Score descending, then item ascending; NaN after every number, NaNs by item.
+    """
+    nan_a = score_a != score_a
+    nan_b = score_b != score_b
+    if nan_a != nan_b:
+        return nan_a
+    if nan_a or score_a == score_b:  # == also makes -0.0 and 0.0 a tie
+        return item_a > item_b
+    return score_a < score_b
+
+
+@njit(cache=True)
+def _sift_down(heap_scores, heap_items, size, pos):
+    """Restore the heap below ``pos``: every parent ranks below (is worse than) its children."""
+    score = heap_scores[pos]
+    item = heap_items[pos]
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        right = child + 1
+        if right < size and _ranks_below(heap_scores[right], heap_items[right],
+                                         heap_scores[child], heap_items[child]):
+            child = right
+        if not _ranks_below(heap_scores[child], heap_items[child], score, item):
+            break
+        heap_scores[pos] = heap_scores[child]
+        heap_items[pos] = heap_items[child]
+        pos = child
+    heap_scores[pos] = score
+    heap_items[pos] = item
+
+
+@njit(cache=True)
+def _sift_up(heap_scores, heap_items, pos):
+    score = heap_scores[pos]
+    item = heap_items[pos]
+    while pos > 0:
+        parent = (pos - 1) // 2
+        if not _ranks_below(score, item, heap_scores[parent], heap_items[parent]):
+            break
+        heap_scores[pos] = heap_scores[parent]
+        heap_items[pos] = heap_items[parent]
+        pos = parent
+    heap_scores[pos] = score
+    heap_items[pos] = item
+
+
+@njit(cache=True)
+def _contains(sorted_items, item):
+    """Binary search in a small sorted array."""
+    lo = 0
+    hi = len(sorted_items)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_items[mid] < item:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < len(sorted_items) and sorted_items[lo] == item
+
+
+@njit(cache=True, parallel=True)
+def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid):
+    """The K best items of every row, best first (spec 8.4); see the reference for the contract.
+
+    ``scores`` [B, N] is read only; ``out_items`` int32 [B, K] and ``out_scores`` float32
+    [B, K] get ``-1`` and ``-inf`` in the slots a row has no candidate for.
+    """
+    n_rows = scores.shape[0]
+    n_items = scores.shape[1]
+    k = out_items.shape[1]
+    n_scan = max(0, min(n_valid, n_items))
+    has_filter = len(exclude_indptr) != 0
+    has_allowed = len(allowed) != 0
+    for b in prange(n_rows):
+        if k == 0:
+            continue
+        row = scores[b]
+        # The row's excluded items, sorted, so that membership is a binary search. It is only
+        # asked for items that would enter the heap, which after the first few hundred items
+        # of a row are rare: the cost is in the comparisons with the root, not here.
+        if has_filter:
+            excluded = np.sort(exclude_indices[exclude_indptr[b]:exclude_indptr[b + 1]])
+        else:
+            excluded = np.empty(0, dtype=exclude_indices.dtype)
+        heap_scores = np.empty(k, dtype=np.float32)
+        heap_items = np.empty(k, dtype=np.int32)
+        size = 0
+        worst = np.float32(0.0)  # the root's score, valid once the heap is full
+        worst_nan = False
+        for j in range(n_scan):
+            s = row[j]
+            if size == k:
+                # Items come in ascending order, so a tie with the root never beats it: only a
+                # strictly larger score does, or any number when the root is NaN.
+                if not (s > worst or (worst_nan and s == s)):
+                    continue
+            if has_allowed and allowed[j] == 0:
+                continue
+            if has_filter and _contains(excluded, j):
+                continue
+            if size < k:
+                heap_scores[size] = s
+                heap_items[size] = j
+                _sift_up(heap_scores, heap_items, size)
+                size += 1
+            else:
+                heap_scores[0] = s
+                heap_items[0] = j
+                _sift_down(heap_scores, heap_items, size, 0)
+            if size == k:
+                worst = heap_scores[0]
+                worst_nan = worst != worst
+        # Empty the heap worst first into the tail of the row's output: best first at the end.
+        for slot in range(size - 1, -1, -1):
+            out_scores[b, slot] = heap_scores[0]
+            out_items[b, slot] = heap_items[0]
+            heap_scores[0] = heap_scores[slot]
+            heap_items[0] = heap_items[slot]
+            _sift_down(heap_scores, heap_items, slot, 0)
+        for slot in range(size, k):
+            out_scores[b, slot] = -np.inf
+            out_items[b, slot] = -1
+
+
+@njit(cache=True, parallel=True)
+def multiply_filter(scores, indptr, indices, values):
+    """DSSTNE's filter, in place: ``scores[b, i] *= v`` for every CSR entry (spec 8.3).
+
+    An empty ``values`` means every value is 0.0; an empty ``indptr`` means no filter. Entries
+    outside ``[0, N)`` are ignored. A row's entries are applied in order, so duplicates
+    multiply twice, exactly as in the reference.
+    """
+    if len(indptr) == 0:
+        return
+    n_items = scores.shape[1]
+    zero = len(values) == 0
+    for b in prange(scores.shape[0]):
+        for e in range(indptr[b], indptr[b + 1]):
+            i = indices[e]
+            if i < 0 or i >= n_items:
+                continue
+            v = np.float32(0.0) if zero else values[e]
+            scores[b, i] *= v

@@ -1,0 +1,205 @@
+"""The prediction kernels (filters, top-K) of every backend against brute force (spec 8.3, 8.4)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from destiny.kernels.cpu import topk as cpu_topk
+from destiny.kernels.reference import topk as ref_topk
+
+BACKENDS = {"reference": ref_topk, "cpu": cpu_topk}
+NONE_INT64 = np.zeros(0, dtype=np.int64)
+NONE_INT32 = np.zeros(0, dtype=np.int32)
+NONE_UINT8 = np.zeros(0, dtype=np.uint8)
+NONE_FLOAT32 = np.zeros(0, dtype=np.float32)
+
+
+def tied_scores(rng, rows, items, nan_fraction=0.0):
+    """Scores rounded to one decimal, so that most of them tie with others."""
+    scores = np.round(rng.normal(size=(rows, items)), 1).astype(np.float32)
+    scores[rng.random(size=(rows, items)) < nan_fraction] = np.nan
+    return scores
+
+
+def random_filter(rng, rows, items, max_per_row=30):
+    """A CSR filter with empty rows and repeated items."""
+    lengths = rng.integers(0, max_per_row, size=rows)
+    lengths[::4] = 0
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = rng.integers(0, items, size=indptr[-1]).astype(np.int32)
+    return indptr, indices
+
+
+def brute_force(scores, k, indptr, indices, allowed, n_valid):
+    """Python's sort of every row's candidates, with NaN after every number."""
+    rows, items = scores.shape
+    out_items = np.full((rows, k), -1, dtype=np.int32)
+    out_scores = np.full((rows, k), -np.inf, dtype=np.float32)
+    for b in range(rows):
+        excluded = set(indices[indptr[b]:indptr[b + 1]].tolist()) if len(indptr) else set()
+        candidates = [j for j in range(min(n_valid, items))
+                      if j not in excluded and (len(allowed) == 0 or allowed[j])]
+        s = scores[b]
+        candidates.sort(key=lambda j: (math.isnan(s[j]), 0.0 if math.isnan(s[j]) else -s[j], j))
+        best = candidates[:k]
+        out_items[b, :len(best)] = best
+        out_scores[b, :len(best)] = s[best]
+    return out_items, out_scores
+
+
+def run_top_k(backend, scores, k, indptr=NONE_INT64, indices=NONE_INT32, allowed=NONE_UINT8,
+              n_valid=None):
+    items = np.full((scores.shape[0], k), 12345, dtype=np.int32)
+    values = np.full((scores.shape[0], k), 7.0, dtype=np.float32)
+    before = scores.copy()
+    n_valid = scores.shape[1] if n_valid is None else n_valid
+    BACKENDS[backend].top_k(items, values, scores, indptr, indices, allowed, n_valid)
+    np.testing.assert_array_equal(scores, before)  # scores are read only
+    return items, values
+
+
+def check(backend, scores, k, indptr=NONE_INT64, indices=NONE_INT32, allowed=NONE_UINT8,
+          n_valid=None):
+    """Both the backend and the reference equal brute force exactly; returns the items."""
+    n = scores.shape[1] if n_valid is None else n_valid
+    expected_items, expected_scores = brute_force(scores, k, indptr, indices, allowed, n)
+    items, values = run_top_k(backend, scores, k, indptr, indices, allowed, n_valid)
+    np.testing.assert_array_equal(items, expected_items)
+    np.testing.assert_array_equal(values, expected_scores)  # NaN equals NaN here
+    return items
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("k", [1, 5, 100, 250])
+def test_ties_by_ascending_item(backend, k):
+    rng = np.random.default_rng(k)
+    check(backend, tied_scores(rng, 23, 200), k)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_k_larger_than_items_fills_with_minus_one(backend):
+    rng = np.random.default_rng(3)
+    scores = tied_scores(rng, 6, 9)
+    items = check(backend, scores, 15)
+    assert np.all(items[:, 9:] == -1)
+    assert np.array_equal(np.sort(items[:, :9], axis=1), np.tile(np.arange(9), (6, 1)))
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_k_equal_to_candidates(backend):
+    rng = np.random.default_rng(4)
+    scores = tied_scores(rng, 5, 40)
+    # Every row excludes the same 10 distinct items: exactly 30 candidates, and K = 30.
+    indices = np.tile(rng.permutation(40)[:10].astype(np.int32), 5)
+    indptr = np.arange(0, 51, 10, dtype=np.int64)
+    items = check(backend, scores, 30, indptr, indices)
+    assert np.all(items >= 0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("k", [1, 20, 100])
+def test_filter_excludes_items(backend, k):
+    rng = np.random.default_rng(10 + k)
+    scores = tied_scores(rng, 40, 150)
+    indptr, indices = random_filter(rng, 40, 150)
+    items = check(backend, scores, k, indptr, indices)
+    for b in range(40):
+        assert not set(items[b].tolist()) & set(indices[indptr[b]:indptr[b + 1]].tolist())
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_filter_excluding_everything(backend):
+    scores = np.ones((2, 4), dtype=np.float32)
+    indptr = np.array([0, 8, 8], dtype=np.int64)
+    indices = np.array([3, 2, 1, 0, 0, 1, 2, 3], dtype=np.int32)
+    items = check(backend, scores, 3, indptr, indices)
+    assert np.all(items[0] == -1)
+    np.testing.assert_array_equal(items[1], [0, 1, 2])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_padding_units_and_allowed_mask(backend):
+    rng = np.random.default_rng(5)
+    scores = tied_scores(rng, 30, 128)
+    allowed = (rng.random(128) < 0.7).astype(np.uint8)
+    indptr, indices = random_filter(rng, 30, 128)
+    for k in (1, 10, 100):
+        items = check(backend, scores, k, indptr, indices, allowed, n_valid=101)
+        chosen = items[items >= 0]
+        assert np.all(chosen < 101) and np.all(allowed[chosen] == 1)
+    check(backend, scores, 10, n_valid=0)
+    check(backend, scores, 10, n_valid=500)  # more than N: every unit is real
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_nan_ranks_below_every_number(backend):
+    rng = np.random.default_rng(6)
+    scores = tied_scores(rng, 20, 60, nan_fraction=0.3)
+    scores[0, :] = np.nan
+    scores[1, ::2] = -np.inf
+    scores[2, :5] = [-0.0, 0.0, -0.0, np.nan, -np.inf]
+    for k in (1, 30, 60, 70):
+        check(backend, scores, k)
+    items, values = run_top_k(backend, scores, 70)
+    np.testing.assert_array_equal(items[0, :60], np.arange(60))  # all NaN: by item
+    assert np.all(np.isnan(values[0, :60])) and np.all(values[0, 60:] == -np.inf)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_empty_batch_and_zero_k(backend):
+    scores = np.zeros((0, 10), dtype=np.float32)
+    items, values = run_top_k(backend, scores, 5, indptr=np.zeros(1, dtype=np.int64))
+    assert items.shape == (0, 5) and values.shape == (0, 5)
+    items, values = run_top_k(backend, np.ones((3, 10), dtype=np.float32), 0)
+    assert items.shape == (3, 0)
+
+
+def test_cpu_equals_reference_exactly():
+    rng = np.random.default_rng(7)
+    scores = tied_scores(rng, 64, 3000, nan_fraction=0.01)
+    indptr, indices = random_filter(rng, 64, 3000, max_per_row=200)
+    allowed = (rng.random(3000) < 0.9).astype(np.uint8)
+    for k in (1, 37, 100):
+        expected = run_top_k("reference", scores, k, indptr, indices, allowed, 2990)
+        got = run_top_k("cpu", scores, k, indptr, indices, allowed, 2990)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+
+
+def hand_filter(scores, indptr, indices, values):
+    out = scores.copy()
+    for b in range(len(indptr) - 1):
+        for e in range(indptr[b], indptr[b + 1]):
+            v = np.float32(0.0) if len(values) == 0 else values[e]
+            out[b, indices[e]] = np.float32(out[b, indices[e]] * v)
+    return out
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("weighted", [True, False])
+def test_multiply_filter_matches_hand_loop(backend, weighted):
+    rng = np.random.default_rng(8)
+    scores = rng.normal(size=(25, 40)).astype(np.float32)
+    indptr, indices = random_filter(rng, 25, 40)  # repeats multiply twice
+    values = (rng.normal(size=len(indices)).astype(np.float32) if weighted else NONE_FLOAT32)
+    expected = hand_filter(scores, indptr, indices, values)
+    BACKENDS[backend].multiply_filter(scores, indptr, indices, values)
+    np.testing.assert_array_equal(scores, expected)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_multiply_filter_duplicates_and_no_filter(backend):
+    scores = np.full((2, 3), 2.0, dtype=np.float32)
+    indptr = np.array([0, 3, 3], dtype=np.int64)
+    BACKENDS[backend].multiply_filter(scores, indptr, np.array([1, 1, 2], dtype=np.int32),
+                                      np.array([3.0, 3.0, 0.5], dtype=np.float32))
+    np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [2.0, 2.0, 2.0]])
+    BACKENDS[backend].multiply_filter(scores, NONE_INT64, NONE_INT32, NONE_FLOAT32)
+    np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [2.0, 2.0, 2.0]])
+    BACKENDS[backend].multiply_filter(scores, np.array([0, 0, 1], dtype=np.int64),
+                                      np.array([0], dtype=np.int32), NONE_FLOAT32)
+    np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [0.0, 2.0, 2.0]])
