@@ -100,7 +100,7 @@ class Predictor:
                 f"-d {dataset}: the network's input layer reads the dataset "
                 f"{input_layer.dataset!r}, and predict looks for '<-d>_input' (as DSSTNE does); "
                 f"use -d {input_layer.dataset.removesuffix('_input')}.")
-        load_weights(self.net, network_path, gradients=False)
+        load_weights(self.net, network_path, gradients=False, nf=nf)
         self.features: LabelTable = load_table(input_index)
         if len(self.features) > input_layer.n:
             raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "

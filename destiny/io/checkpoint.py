@@ -16,7 +16,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_file import read_network, write_network
+from destiny.io.network_file import NetworkFile, read_network, write_network
 from destiny.network import Network
 
 
@@ -42,13 +42,15 @@ def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = F
         write_network(out.path(path), net.netdef, weights, biases, destiny=destiny, arrays=arrays)
 
 
-def load_weights(net: Network, path, *, gradients: bool = True) -> dict:
+def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile | None = None
+                 ) -> dict:
     """Set ``net``'s weights (and optimizer state, if saved) from a network file.
 
     Returns the file's ``destiny_`` attributes. The file must describe the same layers.
-    ``gradients=False`` (prediction) allocates no gradient buffers.
+    ``gradients=False`` (prediction) allocates no gradient buffers; ``nf`` is the file
+    already read, if the caller has it.
     """
-    nf = read_network(path)
+    nf = nf or read_network(path)
     mine = [(c.source.name, c.dest.name, c.source.n, c.dest.n) for c in net.connections]
     theirs = [(c.source.name, c.dest.name, c.source.n, c.dest.n)
               for c in Network(nf.netdef, net.backend).connections]

@@ -187,10 +187,10 @@ def read_network(path) -> NetworkFile:
         weights, biases = {}, {}
         for k in range(get.uint("weights")):
             p = f"weight{k}_"
-            biases[k] = _variable(nc, path, p + "bias").astype(np.float32)
+            biases[k] = _variable(nc, path, p + "bias").astype(np.float32, copy=False)
             if not get.uint(p + "bShared"):
                 rows, cols = _shape(netdef, get.text(p + "inputLayer"), get.text(p + "outputLayer"))
-                flat = _variable(nc, path, p + "weights").astype(np.float32)
+                flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
                 if flat.size != rows * cols:
                     raise DataFormatError(path, f"{p}weights holds {flat.size} values; the layers "
                                           f"it joins need {rows} x {cols}.")

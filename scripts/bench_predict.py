@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Benchmark predict: model load + one user, and throughput of scoring + filtered top-100.
+
+Uses the benchmark network's shape (27,392 -> 3 x 1024 -> 27,392; weights as initialised,
+which costs the same to score as trained ones) and the synthetic MovieLens-20M-shaped data of
+scripts/bench_train.py. Three figures:
+  1. a fresh `predict` process that loads the 233 MB network and the index files and writes
+     the top 100 of one user: wall time (DSSTNE took 26.5 s to load a MovieLens-10M model);
+  2. scoring + top-100 with each user's own items filtered, samples/s (median of batches);
+  3. the whole `predict` command on all users (parse, score, filter, write), wall time.
+With --torch, torch_reference.py's predict + top-k figure on the same data, in the same command.
+
+Example:
+  python scripts/bench_predict.py --torch --json build/bench/predict.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import click
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+from bench_train import TORCH_REFERENCE, dataset_files  # noqa: E402
+
+from destiny import synthetic  # noqa: E402
+
+
+def benchmark_network(workdir, inp, out, config) -> str:
+    """A network file of the benchmark shape (initialised weights), made once."""
+    from destiny.io.checkpoint import save_network
+    from destiny.io.dataset import read_dataset
+    from destiny.kernels import get_backend
+    from destiny.netdef import load_netdef
+    from destiny.network import Network
+
+    path = os.path.join(workdir, "bench_network.nc")
+    if not os.path.exists(path):
+        widths = {"gl_input": read_dataset(inp).width, "gl_output": read_dataset(out).width}
+        net = Network(load_netdef(config, dataset_widths=widths), get_backend("cpu"))
+        net.initialize(1)
+        save_network(path, net, destiny={"note": "benchmark shape, untrained"})
+    return path
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", default=os.path.join(HERE, "..", "netdefs", "benchmark.json"),
+              show_default=True)
+@click.option("--users", type=int, default=synthetic.ML20M_USERS, show_default=True)
+@click.option("--batch", type=int, default=256, show_default=True)
+@click.option("--topk", type=int, default=100, show_default=True)
+@click.option("--seconds", type=float, default=20.0, show_default=True,
+              help="Time spent measuring throughput.")
+@click.option("--full/--no-full", default=True, show_default=True,
+              help="Also time the predict command on every user.")
+@click.option("--torch", "with_torch", is_flag=True)
+@click.option("--workdir", default="build/bench", show_default=True)
+@click.option("--json", "json_path", default=None)
+def main(config, users, batch, topk, seconds, full, with_torch, workdir, json_path):
+    """Time Destiny's predict."""
+    os.makedirs(workdir, exist_ok=True)
+    items, mean = synthetic.ML20M_ITEMS, synthetic.ML20M_MEAN_PER_USER
+    inp, out = dataset_files(workdir, users, items, mean, 0)
+    tag = f"{users}_{items}_{mean:g}_0"
+    text = os.path.join(workdir, f"synthetic_{tag}.txt")
+    f_in = os.path.join(workdir, f"features_{tag}_gl_input")
+    f_out = os.path.join(workdir, f"features_{tag}_gl_output")
+    network = benchmark_network(workdir, inp, out, config)
+    one = os.path.join(workdir, "one_user.txt")
+    with open(text, encoding="utf-8") as f, open(one, "w", encoding="utf-8") as o:
+        o.write(f.readline())
+    cmd = [sys.executable, "-c", "from destiny.cli.predict import main; main()", "-q",
+           "-n", network, "-i", f_in, "-o", f_out, "-k", str(topk)]
+    subprocess.run(cmd + ["-r", one, "-f", one, "-s", os.devnull], check=True)  # warm the cache
+    loads = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run(cmd + ["-r", one, "-f", one, "-s", os.path.join(workdir, "one.recs")],
+                       check=True)
+        loads.append(time.perf_counter() - t)
+
+    from destiny.predict import Predictor
+
+    predictor = Predictor(network, f_in, f_out, dataset=None)
+    records = predictor.read_input(text)
+    rows = len(records.labels)
+    filt = (records.indptr, records.indices, np.zeros(len(records.indices), np.float32))
+    rates, done, started = [], 0, time.perf_counter()
+    stream = predictor.recommend(records, topk, filter_csr=filt, batch_size=batch)
+    t = time.perf_counter()
+    for lo, got, _ in stream:
+        now = time.perf_counter()
+        if lo > 0:  # the first batch includes warm-up
+            rates.append(len(got) / (now - t))
+        done += len(got)
+        t = now
+        if now - started > seconds:
+            break
+    result = {"load_and_predict_one_user_s": statistics.median(loads), "load_runs_s": loads,
+              "predict_topk_samples_per_s": statistics.median(rates), "users": rows,
+              "batch": batch, "topk": topk}
+    print(f"destiny predict: load + one user {result['load_and_predict_one_user_s']:.2f} s "
+          f"(median of 5 fresh processes: {', '.join(f'{x:.2f}' for x in loads)})")
+    print(f"destiny predict: scoring + filtered top-{topk}: "
+          f"{result['predict_topk_samples_per_s']:,.0f} samples/s (batch {batch})")
+    if full:
+        t = time.perf_counter()
+        subprocess.run(cmd + ["-b", str(batch), "-r", text, "-f", text, "-s",
+                              os.path.join(workdir, "all.recs")], check=True)
+        result["full_command_s"] = time.perf_counter() - t
+        print(f"destiny predict: the whole command on {rows:,} users: "
+              f"{result['full_command_s']:.1f} s ({rows / result['full_command_s']:,.0f} users/s)")
+    if with_torch:
+        out_json = os.path.join(workdir, "torch_predict.json")
+        threads = str(len(os.sched_getaffinity(0)))
+        subprocess.run([sys.executable, TORCH_REFERENCE, "--data", inp, "--config", config,
+                        "--batch", str(batch), "--topk", str(topk), "--threads", threads,
+                        "--train-seconds", "1", "--max-train-steps", "2",
+                        "--predict-seconds", str(seconds), "--json", out_json], check=True)
+        with open(out_json) as f:
+            torch_result = json.load(f)
+        result["torch"] = torch_result
+        ratio = result["predict_topk_samples_per_s"] / torch_result["predict_topk_samples_per_s"]
+        print(f"predict_topk_samples_per_s: destiny {result['predict_topk_samples_per_s']:,.1f}, "
+              f"torch {torch_result['predict_topk_samples_per_s']:,.1f}, ratio {ratio:.2f}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
