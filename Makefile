@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO := build/demo
 
-.PHONY: install test demo bench bench-generate bench-train sample-data clean
+.PHONY: install test demo bench bench-generate bench-train bench-predict sample-data clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,28 +18,31 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The DSSTNE MovieLens pipeline on the bundled sample: raw CSV -> DSSTNE text -> NetCDF ->
-# train, then held-out quality against popularity. predict joins it when it exists.
+# The DSSTNE MovieLens pipeline on the bundled sample: raw CSV -> DSSTNE text -> held-out
+# split -> NetCDF -> train -> predict -> evaluate against a popularity ranking.
 demo: $(STAMP)
 	@mkdir -p $(DEMO)
 	$(BIN)/python scripts/convert_ratings.py data/ratings.csv -o $(DEMO)/ratings.txt
 	@head -n 2 $(DEMO)/ratings.txt | cut -c 1-100 | sed 's/$$/ .../'
-	$(BIN)/generate-netcdf -d gl_input -i $(DEMO)/ratings.txt -o $(DEMO)/gl_input.nc \
+	$(BIN)/python scripts/split_holdout.py $(DEMO)/ratings.txt --train $(DEMO)/train.txt \
+		--heldout $(DEMO)/heldout.txt --fraction 0.2 --seed 1
+	$(BIN)/generate-netcdf -d gl_input -i $(DEMO)/train.txt -o $(DEMO)/gl_input.nc \
 		-f $(DEMO)/features_input -s $(DEMO)/samples_input -c
-	$(BIN)/generate-netcdf -d gl_output -i $(DEMO)/ratings.txt -o $(DEMO)/gl_output.nc \
+	$(BIN)/generate-netcdf -d gl_output -i $(DEMO)/train.txt -o $(DEMO)/gl_output.nc \
 		-f $(DEMO)/features_output -s $(DEMO)/samples_input -c
-	@$(BIN)/python scripts/describe_dataset.py $(DEMO)/gl_input.nc $(DEMO)/gl_output.nc
 	rm -f $(DEMO)/gl.nc
 	$(BIN)/train -c netdefs/movielens.json -i $(DEMO)/gl_input.nc -o $(DEMO)/gl_output.nc \
 		-n $(DEMO)/gl.nc -b 256 -e 10
+	$(BIN)/predict -b 256 -d gl -i $(DEMO)/features_input -o $(DEMO)/features_output -k 10 \
+		-n $(DEMO)/gl.nc -f $(DEMO)/train.txt -s $(DEMO)/recs -r $(DEMO)/train.txt
 	@echo
-	@echo "Held-out quality (20% of each user's items hidden, the same training on the rest):"
-	@$(BIN)/python scripts/quality_sample.py --ratings data/ratings.csv \
-		--config netdefs/movielens.json --recipe default --recipe sgd
+	@echo "A few recommendations (user<TAB>item,score:...):"
+	@head -n 3 $(DEMO)/recs | cut -c 1-110 | sed 's/$$/ .../'
 	@echo
-	@echo "demo: predict is not implemented yet; the pipeline stops after train."
+	@echo "Held-out quality (20% of each user's items were hidden from training):"
+	@$(BIN)/evaluate -r $(DEMO)/recs -t $(DEMO)/heldout.txt -k 10 --popularity $(DEMO)/train.txt
 
-bench: bench-generate bench-train
+bench: bench-generate bench-train bench-predict
 
 # Destiny beside ../shared/bench/torch_reference.py (needs torch: pip install torch==2.13.0).
 bench-train: $(STAMP)
@@ -47,6 +50,9 @@ bench-train: $(STAMP)
 
 bench-generate: $(STAMP)
 	$(BIN)/python scripts/bench_generate.py
+
+bench-predict: $(STAMP)
+	$(BIN)/python scripts/bench_predict.py --torch --json build/bench/predict.json
 
 # Regenerate the bundled sample (byte for byte the same).
 sample-data: $(STAMP)

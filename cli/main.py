@@ -6,6 +6,7 @@ import click
 
 from destiny import __version__
 from destiny.cli.common import CONTEXT
+from destiny.cli.evaluate import evaluate
 from destiny.cli.generate_netcdf import generate_netcdf
 from destiny.cli.predict import predict
 from destiny.cli.train import train
@@ -24,6 +25,7 @@ def cli():
 cli.add_command(generate_netcdf)
 cli.add_command(predict)
 cli.add_command(train)
+cli.add_command(evaluate)
 
 
 def main():

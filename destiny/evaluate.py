@@ -23,20 +23,19 @@ their own training line does not list.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from dataclasses import dataclass
 
+import numpy as np
+from numba import njit
+
 from destiny.errors import DataFormatError
 from destiny.metrics import RankingMetrics, ranking_metrics
 
-_ITEM = r"[^\t\r,:]+"
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
-_REC_LINE = re.compile(rf"(?:{_ITEM},(?:{_NUMBER}):)*(?:{_ITEM},(?:{_NUMBER}))?")
-_TEXT_ITEM = rf"{_ITEM}(?:,(?:{_NUMBER}))?"
-_TEXT_LINE = re.compile(rf"(?:{_TEXT_ITEM}(?::{_TEXT_ITEM})*:?)?")
 _NUMBER_ONLY = re.compile(rf"(?:{_NUMBER})")
-_LABELS = re.compile(r"([^:,]+)(?:,[^:]*)?")
 
 _REC_FORMAT = ("Each line must be 'NAME<TAB>item,score:item,score:...:' as predict writes it "
                "(every item followed by ':'; 'NAME<TAB>' alone for no recommendation)")
@@ -75,6 +74,18 @@ def evaluate(recommendations, held_out, k: int, *, popularity_train=None) -> Eva
     """Score the recommendation file against the held-out file at ``k`` (see the module doc)."""
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
+    # Millions of small strings and sets, and no reference cycles: the cyclic garbage
+    # collector would only rescan them again and again (a third of the time).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _evaluate(recommendations, held_out, k, popularity_train)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _evaluate(recommendations, held_out, k: int, popularity_train) -> Evaluation:
     truth = read_held_out(held_out)
     recs, longest = read_recommendations(recommendations, keep=k)
     users = list(truth)
@@ -112,43 +123,18 @@ def read_recommendations(path, *, keep: int | None = None) -> tuple[dict[str, li
     the first ``keep`` items are kept.
     """
     recs: dict[str, list[str]] = {}
-    first_line: dict[str, int] = {}
     longest = 0
-    for line_no, name, rest in _lines(path, "recommendation", "-r", _REC_FORMAT):
-        if not _REC_LINE.fullmatch(rest):
-            raise _rec_error(path, line_no, name, rest)
-        _check_new(path, name, line_no, first_line)
-        tokens = rest.split(":") if keep is None else rest.split(":", keep)
-        if keep is not None and len(tokens) > keep:
-            tokens.pop()  # everything after the first ``keep`` items
-            count = keep + rest.count(":", len(":".join(tokens)) + 1)
-            if not rest.endswith(":"):
-                count += 1
-        else:
-            if tokens[-1] == "":
-                tokens.pop()
-            count = len(tokens)
-        longest = max(longest, count)
-        recs[name] = [t[:t.index(",")] for t in tokens]
+    for name, items, most in _read(path, "recommendation", "-r", _REC_FORMAT, keep=keep,
+                                   scores=True):
+        recs[name] = items
+        longest = max(longest, most)
     return recs, longest
 
 
 def read_held_out(path) -> dict[str, set[str]]:
     """{sample: its set of item labels} of a DSSTNE text file (values checked, then ignored)."""
-    truth: dict[str, set[str]] = {}
-    first_line: dict[str, int] = {}
-    for line_no, name, rest in _lines(path, "held-out", "-t", _TEXT_FORMAT):
-        if not _TEXT_LINE.fullmatch(rest):
-            raise _text_error(path, line_no, name, rest)
-        _check_new(path, name, line_no, first_line)
-        if "," in rest:
-            items = _LABELS.findall(rest)
-        else:
-            items = rest.split(":")
-            if items[-1] == "":
-                items.pop()
-        truth[name] = set(items)
-    return truth
+    return {name: set(items) for name, items, _ in
+            _read(path, "held-out", "-t", _TEXT_FORMAT, keep=None, scores=False)}
 
 
 def popularity_recommendations(train_path, users: list[str], k: int) -> list[list[str]]:
@@ -157,8 +143,6 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[lis
     Popularity is the number of lines (users) listing the item; ties go to the item that
     appears first in the file. Users absent from the training file get the overall top k.
     """
-    import numpy as np
-
     from destiny.io.index import LabelTable
     from destiny.io.text import read_records
 
@@ -172,9 +156,7 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[lis
         row_of[name] = row
     indptr, indices = records.indptr, records.indices
     n_items = len(features)
-    rows = np.repeat(np.arange(len(records.labels), dtype=np.int64), np.diff(indptr))
-    pairs = np.unique(rows * n_items + indices)  # an item listed twice on a line counts once
-    counts = np.bincount(pairs % n_items, minlength=n_items)
+    counts = _line_counts(indptr, indices, n_items)
     order = np.argsort(-counts, kind="stable").tolist()  # ties: first appearance
     labels = features.labels()
     top = [labels[i] for i in order[:k]]
@@ -205,45 +187,86 @@ def _check_file(path, what: str, flag: str) -> None:
         raise DataFormatError(path, f"is a directory; give the {what} file itself with {flag}.")
 
 
-def _lines(path, what: str, flag: str, fmt: str):
-    """Yield (line number, sample name, the rest) for every line, checking the common parts."""
+CHUNK_BYTES = 16 << 20
+
+
+def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: bool):
+    """Yield (sample, its first ``keep`` items, its number of items) per line, in file order.
+
+    A numba kernel checks the bytes of each chunk and copies out the labels it keeps; the
+    first problem is then explained by ``_diagnose`` from the text of its line.
+    """
     _check_file(path, what, flag)
     try:
         f = open(path, "rb")
     except OSError as e:
         raise DataFormatError(path, f"cannot open the {what} file ({e.strerror}); check its "
                               "permissions.") from None
-    line_no = 0
+    first_line: dict[str, int] = {}
+    line_no = 1
     with f:
-        for line_no, raw in enumerate(f, 1):
+        while True:
+            chunk = f.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            if not chunk.endswith(b"\n"):
+                chunk += f.readline()
+                if not chunk.endswith(b"\n"):
+                    chunk += b"\n"
             try:
-                line = raw.decode("utf-8")
+                chunk.decode("utf-8")  # checked here so that the error can name line and column
             except UnicodeDecodeError as e:
-                column = len(raw[:e.start].decode("utf-8", errors="replace")) + 1
-                raise DataFormatError(
-                    path, f"the bytes {raw[e.start:e.end]!r} are not valid UTF-8. Destiny reads "
-                    "text as UTF-8; convert the file first (for example with "
-                    "`iconv -f latin1 -t utf-8`).", line=line_no, column=column) from None
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                raise DataFormatError(path, "the line ends with a carriage return (Windows CRLF "
-                                      "line ends); convert the file with `dos2unix` or "
-                                      "`sed -i 's/\\r$//'`.", line=line_no)
-            name, tab, rest = line.partition("\t")
-            if not tab:
-                if not line:
-                    raise DataFormatError(path, f"the line is blank. {fmt}; remove blank lines "
-                                          "(for example with `grep -v '^$'`).", line=line_no)
-                raise DataFormatError(path, f"{_quote(line)} has no TAB after the sample name. "
-                                      f"{fmt}; check the separator (spaces are not a TAB).",
-                                      line=line_no)
-            if not name:
-                raise DataFormatError(path, f"{_quote(line)} starts with a TAB: the sample name "
-                                      f"is empty. {fmt}.", line=line_no, column=1)
-            yield line_no, name, rest
-    if line_no == 0:
+                start = chunk.rfind(b"\n", 0, e.start) + 1
+                _diagnose(path, line_no + chunk.count(b"\n", 0, start), chunk, start, fmt,
+                          scores)
+                raise  # not reached: _diagnose raises
+            lines = chunk.count(b"\n")
+            out = np.empty(len(chunk), dtype=np.uint8)
+            totals = np.empty(lines, dtype=np.int64)
+            status, pos, used = _scan_lines(np.frombuffer(chunk, dtype=np.uint8),
+                                            -1 if keep is None else keep, scores, out, totals)
+            if status != _OK:
+                start = chunk.rfind(b"\n", 0, pos) + 1
+                _diagnose(path, line_no + chunk.count(b"\n", 0, start), chunk, start, fmt,
+                          scores)
+            tot = totals.tolist()
+            for i, line in enumerate(out[:used].tobytes().decode("utf-8").split("\n")[:lines]):
+                name, _, rest = line.partition("\t")
+                _check_new(path, name, line_no + i, first_line)
+                yield name, rest.split(":") if rest else [], tot[i]
+            line_no += lines
+    if line_no == 1:
         raise DataFormatError(path, f"the {what} file is empty; check the {flag} path.")
+
+
+def _diagnose(path, line_no: int, chunk: bytes, start: int, fmt: str, scores: bool):
+    """Raise the ``DataFormatError`` explaining the line of ``chunk`` that starts at ``start``."""
+    end = chunk.find(b"\n", start)
+    raw = chunk[start:end if end >= 0 else len(chunk)]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        column = len(raw[:e.start].decode("utf-8", errors="replace")) + 1
+        raise DataFormatError(
+            path, f"the bytes {raw[e.start:e.end]!r} are not valid UTF-8. Destiny reads "
+            "text as UTF-8; convert the file first (for example with "
+            "`iconv -f latin1 -t utf-8`).", line=line_no, column=column) from None
+    if "\r" in line:
+        raise DataFormatError(path, f"{_quote(line)} holds a carriage return (Windows CRLF "
+                              "line ends?); convert the file with `dos2unix` or "
+                              "`sed -i 's/\\r$//'`.", line=line_no)
+    name, tab, rest = line.partition("\t")
+    if not tab:
+        if not line:
+            raise DataFormatError(path, f"the line is blank. {fmt}; remove blank lines "
+                                  "(for example with `grep -v '^$'`).", line=line_no)
+        raise DataFormatError(path, f"{_quote(line)} has no TAB after the sample name. "
+                              f"{fmt}; check the separator (spaces are not a TAB).",
+                              line=line_no)
+    if not name:
+        raise DataFormatError(path, f"{_quote(line)} starts with a TAB: the sample name "
+                              f"is empty. {fmt}.", line=line_no, column=1)
+    raise (_rec_error if scores else _text_error)(path, line_no, name, rest)
 
 
 def _check_new(path, name: str, line_no: int, first_line: dict[str, int]) -> None:
@@ -314,3 +337,117 @@ def _text_error(path, line_no: int, name: str, rest: str) -> DataFormatError:
                                    line=line_no, column=column)
         column += len(token) + 1
     return DataFormatError(path, f"{_quote(line)} is malformed. {_TEXT_FORMAT}.", line=line_no)
+
+
+# --- the byte scanner -------------------------------------------------------------------------
+
+_OK, _BAD = 0, 1
+_TAB, _LF, _CR, _COLON, _COMMA = 9, 10, 13, 58, 44
+
+
+@njit(cache=True)
+def _number_end(buf, p):
+    """The end of the decimal number (or nan/inf) starting at ``p``, or -1 if there is none."""
+    if buf[p] == 43 or buf[p] == 45:  # + -
+        p += 1
+    digits = 0
+    while 48 <= buf[p] <= 57:
+        p += 1
+        digits += 1
+    if buf[p] == 46:  # .
+        p += 1
+        while 48 <= buf[p] <= 57:
+            p += 1
+            digits += 1
+    if digits == 0:
+        for word in ("infinity", "inf", "nan"):
+            ok = True
+            for j in range(len(word)):
+                if buf[p + j] | 32 != ord(word[j]):  # ASCII lower case
+                    ok = False
+                    break
+            if ok:
+                return p + len(word)
+        return -1
+    if buf[p] == 101 or buf[p] == 69:  # e E
+        p += 1
+        if buf[p] == 43 or buf[p] == 45:
+            p += 1
+        if not 48 <= buf[p] <= 57:
+            return -1
+        while 48 <= buf[p] <= 57:
+            p += 1
+    return p
+
+
+@njit(cache=True)
+def _scan_lines(buf, keep, scores, out, totals):
+    """Check every line of ``buf`` (which ends with LF) and copy its labels to ``out``.
+
+    A line is NAME TAB, then items separated by ':' with an optional ':' after the last one;
+    an item is a label (no TAB, CR, ',' or ':') followed by ',number' (required with
+    ``scores``, optional otherwise). ``out`` receives, per line, ``NAME<TAB>item:item...<LF>``
+    with the first ``keep`` item labels (all when ``keep`` < 0) and ``totals`` the line's
+    number of items. Returns (_OK, len(buf), bytes of ``out`` used) or (_BAD, a byte of the
+    first bad line, 0).
+    """
+    n = len(buf)
+    pos = 0
+    line = 0
+    o = 0
+    while pos < n:
+        start = pos
+        p = pos
+        while buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR:
+            p += 1
+        if buf[p] != _TAB or p == start:
+            return _BAD, start, 0
+        for j in range(start, p + 1):
+            out[o] = buf[j]
+            o += 1
+        p += 1
+        count = 0
+        while buf[p] != _LF:
+            s = p
+            while (buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR and buf[p] != _COMMA
+                   and buf[p] != _COLON):
+                p += 1
+            if p == s or buf[p] == _TAB or buf[p] == _CR:
+                return _BAD, start, 0
+            e = p
+            if buf[p] == _COMMA:
+                p = _number_end(buf, p + 1)
+                if p < 0 or (buf[p] != _COLON and buf[p] != _LF):
+                    return _BAD, start, 0
+            elif scores:
+                return _BAD, start, 0
+            if keep < 0 or count < keep:
+                if count > 0:
+                    out[o] = _COLON
+                    o += 1
+                for j in range(s, e):
+                    out[o] = buf[j]
+                    o += 1
+            count += 1
+            if buf[p] == _COLON:
+                p += 1
+        out[o] = _LF
+        o += 1
+        totals[line] = count
+        line += 1
+        pos = p + 1
+    return _OK, n, o
+
+
+@njit(cache=True)
+def _line_counts(indptr, indices, n_items):
+    """The number of rows listing each item (an item repeated within a row counts once)."""
+    counts = np.zeros(n_items, dtype=np.int64)
+    last = np.full(n_items, -1, dtype=np.int64)
+    for row in range(len(indptr) - 1):
+        for j in range(indptr[row], indptr[row + 1]):
+            item = indices[j]
+            if last[item] != row:
+                last[item] = row
+                counts[item] += 1
+    return counts

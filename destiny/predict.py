@@ -10,6 +10,7 @@ recommended.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
 
@@ -84,7 +85,14 @@ class Predictor:
         from destiny.kernels import get_backend
 
         self.kernels = get_backend(backend)
-        nf = read_network(network_path)
+        # Read the weights (hundreds of MB; netCDF releases the GIL) while this thread loads
+        # the index files and the cached kernels: a cold start costs the longer of the two.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(read_network, network_path)
+            self.features: LabelTable = load_table(input_index)
+            labels, values = read_index(output_index)
+            _warm_up(self.kernels)
+            nf = pending.result()
         names = [lay.name for lay in nf.netdef.layers]
         if layer not in names:
             outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
@@ -101,12 +109,10 @@ class Predictor:
                 f"{input_layer.dataset!r}, and predict looks for '<-d>_input' (as DSSTNE does); "
                 f"use -d {input_layer.dataset.removesuffix('_input')}.")
         load_weights(self.net, network_path, gradients=False, nf=nf)
-        self.features: LabelTable = load_table(input_index)
         if len(self.features) > input_layer.n:
             raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "
                                   f"network's input layer has {input_layer.n:,} units; it is not "
                                   "the index this network was trained with.")
-        labels, values = read_index(output_index)
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:
             raise DataFormatError(output_index, f"has index {int(values.max())} but the layer "
@@ -194,6 +200,15 @@ def predict_file(predictor: Predictor, input_path, out: TextIO, *, k: int, filte
                          lines_with_drops=records.lines_with_drops,
                          no_known_feature=int(np.sum(lengths == 0)),
                          filtered=0 if filter_csr is None else len(filter_csr[1]))
+
+
+def _warm_up(kernels) -> None:
+    """Load the forward pass's compiled kernels from numba's cache (tiny inputs, same types)."""
+    x = np.zeros((1, 1), dtype=np.float32)
+    ptr, idx = np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    kernels.sparse_fc_forward(x, ptr, idx, _EMPTY, x, np.zeros(1, np.float32))
+    kernels.activation_forward(x, x, 0, 1.0, 1.0, 1.0)
+    kernels.top_k(np.zeros((1, 1), np.int32), x, x, ptr, idx, np.zeros(0, np.uint8), 1)
 
 
 def _check_unique(records: Records) -> None:

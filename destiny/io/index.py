@@ -105,12 +105,43 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
         raise DataFormatError(
             path, f"the bytes {data[e.start:e.end]!r} are not UTF-8. Index files are written by "
             "generate-netcdf as UTF-8 text; regenerate it with -c.", line=line) from None
-    labels: list[str] = []
-    indices: list[int] = []
-    seen_label: dict[str, int] = {}
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    labels, values = _parse_clean(lines) if "\r" not in text else (None, None)
+    if labels is None:
+        labels, values = _parse_checked(path, lines)
+    if len(values) and len(np.unique(values)) != len(values):
+        uniq, first = np.unique(values, return_index=True)
+        dup_pos = np.setdiff1d(np.arange(len(values)), first)[0]
+        other = int(np.flatnonzero(values == values[dup_pos])[0])
+        raise DataFormatError(path, f"index {values[dup_pos]} is given to both {labels[other]!r} "
+                              f"(line {other + 1}) and {labels[dup_pos]!r}; two labels on one "
+                              "index would merge them. Regenerate the index with -c.",
+                              line=int(dup_pos) + 1)
+    return labels, values
+
+
+def _parse_clean(lines: list[str]):
+    """The fast path: (labels, indices) when every line is well formed, else (None, None)."""
+    fields = [line.split("\t") for line in lines]
+    if not all(len(f) == 2 for f in fields):
+        return None, None  # a trailing TAB, or a malformed line: the checked path decides
+    labels = [f[0] for f in fields]
+    numbers = [f[1] for f in fields]
+    digits = "".join(numbers)
+    if "" in labels or "" in numbers or not (digits.isascii() and digits.isdigit()):
+        return None, None
+    if len(set(labels)) != len(labels):
+        return None, None
+    return labels, np.array(numbers, dtype=np.int64)
+
+
+def _parse_checked(path, lines: list[str]):
+    """Line by line, raising a DataFormatError that names the first bad line."""
+    labels: list[str] = []
+    indices: list[int] = []
+    seen_label: dict[str, int] = {}
     expected = ("expected 'label<TAB>index' lines, as written by generate-netcdf; this may not "
                 "be an index file, or it was edited by hand. Regenerate it with -c")
     for number, line in enumerate(lines, 1):
@@ -130,16 +161,7 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
         seen_label[label] = number
         labels.append(label)
         indices.append(index)
-    values = np.array(indices, dtype=np.int64)
-    if len(values) and len(np.unique(values)) != len(values):
-        uniq, first = np.unique(values, return_index=True)
-        dup_pos = np.setdiff1d(np.arange(len(values)), first)[0]
-        other = int(np.flatnonzero(values == values[dup_pos])[0])
-        raise DataFormatError(path, f"index {values[dup_pos]} is given to both {labels[other]!r} "
-                              f"(line {other + 1}) and {labels[dup_pos]!r}; two labels on one "
-                              "index would merge them. Regenerate the index with -c.",
-                              line=int(dup_pos) + 1)
-    return labels, values
+    return labels, np.array(indices, dtype=np.int64)
 
 
 def load_table(path) -> LabelTable:

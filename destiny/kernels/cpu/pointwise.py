@@ -93,9 +93,26 @@ def _softmax_row(out, z):
         out[j] = float(out[j]) / total
 
 
-@njit(cache=True, parallel=True)
 def activation_forward(a, z, act, slope, alpha, lam):
-    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z``. SoftMax works per row."""
+    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z``. SoftMax works per row.
+
+    Sigmoid and Tanh go through NumPy's SIMD ``exp``/``tanh`` (5x faster here than a scalar
+    loop, which LLVM cannot vectorise without SVML); the others use the numba kernel.
+    """
+    if act == SIGMOID:
+        with np.errstate(over="ignore"):  # exp(-z) = inf gives 1 / inf = 0, as it should
+            np.negative(z, out=a)
+            np.exp(a, out=a)
+            np.add(a, 1.0, out=a)
+            np.reciprocal(a, out=a)
+    elif act == TANH:
+        np.tanh(z, out=a)
+    else:
+        _activation_forward(a, z, act, slope, alpha, lam)
+
+
+@njit(cache=True, parallel=True)
+def _activation_forward(a, z, act, slope, alpha, lam):
     if not is_known_activation(act):
         raise ValueError("unknown activation code (see destiny.kernels.codes)")
     for r in prange(z.shape[0]):

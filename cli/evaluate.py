@@ -1,0 +1,99 @@
+"""``evaluate``: score a recommendation file (predict output) against held-out interactions."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from destiny.cli.common import CONTEXT, library_errors, note
+
+NAME = "evaluate"
+
+
+@click.command(NAME, context_settings=CONTEXT)
+@click.option("-r", "--recommendations", "recs_path", required=True, metavar="RECS.txt",
+              help="Recommendations as predict writes them (-s): "
+                   "NAME<TAB>item,score:item,score:...: with items best first.")
+@click.option("-t", "--held-out", "held_out_path", required=True, metavar="HELD.txt",
+              help="Held-out interactions in DSSTNE text: NAME<TAB>item[,value]:... "
+                   "(values ignored).")
+@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Score the first k recommendations of every user.")
+@click.option("--popularity", "train_path", metavar="TRAIN.txt",
+              help="Also score a popularity baseline built from this training file (DSSTNE "
+                   "text): every user gets the k items listed by most users that their own "
+                   "training line does not list.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of the table.")
+@click.option("--json-out", metavar="FILE",
+              help="Also write the JSON object to FILE (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr.")
+@library_errors
+def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
+    """Score recommendations against held-out items: precision, recall, NDCG and MAP at k.
+
+    Samples and items are matched by label. Metrics are averaged over the held-out users
+    with at least one item; held-out users without a recommendation line count as empty
+    lists (all misses). Recall and NDCG are normalised by min(k, held-out items), so a
+    perfect list scores 1 (DSSTNE's encoder did not truncate its ideal DCG at k).
+
+    \b
+    Example:
+      evaluate -r recs -t held_out.txt -k 10 --popularity train.txt
+    """
+    from destiny.evaluate import evaluate as run
+    from destiny.io.atomic import atomic_outputs, check_writable
+
+    if json_out is not None:
+        check_writable(json_out, "JSON output")
+    result = run(recs_path, held_out_path, k, popularity_train=train_path)
+    payload = json.dumps(result.as_dict())
+    if json_out is not None:
+        with atomic_outputs() as out:
+            with open(out.path(json_out), "w", encoding="utf-8") as f:
+                f.write(payload + "\n")
+    if not quiet:
+        _notes(result, recs_path, held_out_path, k)
+    if as_json:
+        click.echo(payload)
+    else:
+        click.echo(_table(result))
+
+
+def _notes(result, recs_path, held_out_path, k: int) -> None:
+    model = result.model
+    note(NAME, f"scored {model.metrics.users:,} held-out users at k={k}")
+    if result.not_in_held_out:
+        note(NAME, f"skipped {result.not_in_held_out:,} samples of {recs_path} that are not in "
+                   f"{held_out_path}")
+    if result.empty_held_out:
+        note(NAME, f"skipped {result.empty_held_out:,} lines of {held_out_path} without items")
+    if model.missing_recommendations:
+        note(NAME, f"{model.missing_recommendations:,} held-out users have no line in "
+                   f"{recs_path}; they count as empty lists (all misses)")
+        if model.missing_recommendations == model.metrics.users:
+            note(NAME, "no held-out user has a recommendation line: do both files use the same "
+                       "sample labels?")
+    if result.longest_list < k:
+        note(NAME, f"the longest recommendation list has {result.longest_list} items, fewer "
+                   f"than k={k}: the missing ranks count as misses (run predict with a larger -k)")
+
+
+def _table(result) -> str:
+    k = result.model.metrics.k
+    head = (f"{'ranking':<12}{f'precision@{k}':>14}{f'recall@{k}':>12}{f'ndcg@{k}':>11}"
+            f"{f'map@{k}':>10}{'users':>10}{'skipped':>9}{'no recs':>9}")
+    rows = [head]
+    for name, scores in (("model", result.model), ("popularity", result.popularity)):
+        if scores is None:
+            continue
+        m = scores.metrics
+        rows.append(f"{name:<12}{m.precision:>14.4f}{m.recall:>12.4f}{m.ndcg:>11.4f}"
+                    f"{m.map:>10.4f}{m.users:>10,}{m.skipped:>9,}"
+                    f"{scores.missing_recommendations:>9,}")
+    return "\n".join(rows)
+
+
+def main():
+    evaluate(prog_name=NAME)

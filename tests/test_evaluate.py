@@ -1,0 +1,193 @@
+"""The ``evaluate`` command on tiny hand-made files (values worked out in the comments)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from destiny.cli.evaluate import evaluate
+
+L3 = math.log2(3)
+
+# u1: three items (every one followed by ':', as predict writes); u2: no recommendation;
+# u4: not in the held-out file (skipped). u3 of the held-out file has no line here.
+RECS = "u1\ta,0.900:b,0.800:c,0.700:\nu2\t\nu4\tz,0.500:\n"
+# Values are ignored; a trailing ':' is tolerated (u3).
+HELD = "u1\tb,5:d\nu2\tc\nu3\ta:\n"
+# Popularity (lines listing the item): a 2, c 1, b 2, d 2, e 1; ties keep first appearance,
+# so the ranking is a, b, d, c, e.
+TRAIN = "u1\ta:c\nu2\ta:b\nu3\tb:d\nu5\td:e\n"
+
+# At k = 2:
+# u1: top 2 = a, b; held-out {b, d}: hit at rank 2 -> P 1/2, R 1/2,
+#     NDCG (1/log2 3) / (1 + 1/log2 3), AP (1/2)/2 = 1/4
+# u2: empty list -> 0; u3: no line -> empty list -> 0. Averaged over the 3 users.
+MODEL = {"k": 2, "precision": 1 / 6, "recall": 1 / 6, "ndcg": (1 / L3) / (1 + 1 / L3) / 3,
+         "map": 1 / 12, "users": 3, "skipped": 1, "missing_recommendations": 1}
+# Popularity at k = 2 (each user's own training items left out):
+# u1 has a, c -> b, d; held-out {b, d}: P 1, R 1, NDCG 1, AP (1 + 1)/2 = 1
+# u2 has a, b -> d, c; held-out {c}: hit at rank 2 -> P 1/2, R 1, NDCG 1/log2 3, AP 1/2
+# u3 has b, d -> a, c; held-out {a}: hit at rank 1 -> P 1/2, R 1, NDCG 1, AP 1
+POPULARITY = {"k": 2, "precision": 2 / 3, "recall": 1.0, "ndcg": (2 + 1 / L3) / 3,
+              "map": 5 / 6, "users": 3, "skipped": 0, "missing_recommendations": 0}
+
+
+@pytest.fixture(autouse=True)
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write("recs.txt", RECS)
+    write("held.txt", HELD)
+    write("train.txt", TRAIN)
+    return tmp_path
+
+
+def write(name: str, data: str | bytes) -> str:
+    with open(name, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return name
+
+
+def invoke(args):
+    return CliRunner().invoke(evaluate, args)
+
+
+def same(got: dict, want: dict):
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value), key
+
+
+def test_json_output_and_counts():
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    same(json.loads(result.stdout), MODEL)
+    assert "skipped 1 samples of recs.txt" in result.stderr
+    assert "1 held-out users have no line in recs.txt" in result.stderr
+
+
+def test_table_output():
+    result = invoke(["--recommendations", "recs.txt", "--held-out", "held.txt", "--k", "2"])
+    assert result.exit_code == 0, result.output + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["ranking", "precision@2", "recall@2", "ndcg@2", "map@2", "users",
+                                "skipped", "no", "recs"]
+    assert lines[1].split() == ["model", "0.1667", "0.1667", "0.1290", "0.0833", "3", "1", "1"]
+    assert len(lines) == 2
+
+
+def test_popularity_baseline(tmp_path):
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "train.txt",
+                     "--json", "--json-out", "metrics.json", "-q"])
+    assert result.exit_code == 0, result.output + result.stderr
+    got = json.loads(result.stdout)
+    same(got["model"], MODEL)
+    same(got["popularity"], POPULARITY)
+    assert json.loads((tmp_path / "metrics.json").read_text()) == got
+    assert result.stderr == ""
+    table = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "train.txt"])
+    assert table.stdout.splitlines()[2].split()[:2] == ["popularity", "0.6667"]
+
+
+def test_default_k_and_short_lists():
+    # k = 10: u1's only hit (b) is at rank 2 of a 3-item list.
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
+    assert result.exit_code == 0
+    got = json.loads(result.stdout)
+    assert got["k"] == 10 and got["precision"] == pytest.approx(1 / 10 / 3)
+    assert "longest recommendation list has 3 items" in result.stderr
+
+
+def test_lines_without_a_trailing_colon_are_accepted():
+    write("recs.txt", "u1\ta,0.9:b,0.8:c,7e-1\nu2\t\nu4\tz,1")  # no final newline either
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    same(json.loads(result.stdout), MODEL)
+
+
+def test_no_recommendations_at_all_is_pointed_out():
+    write("recs.txt", "x1\ta,0.9:\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["missing_recommendations"] == 3
+    assert "same sample labels" in result.stderr
+
+
+def test_non_ascii_labels():
+    write("recs.txt", "ü1\té,0.9:b,0.8:\n")
+    write("held.txt", "ü1\tb:é\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["precision"] == 1.0
+
+
+@pytest.mark.parametrize("which, content, expected", [
+    ("recs.txt", "u1 a,0.9:\n", "line 1: 'u1 a,0.9:' has no TAB"),
+    ("recs.txt", "u1\ta,0.9:b:\n", "line 1, column 10: 'u1\\ta,0.9:b:' has the item 'b' without"),
+    ("recs.txt", "u1\ta,high:\n", "the score 'high' (in 'a,high'), which is not a number"),
+    ("recs.txt", "u1\ta,0.9,1:\n", "the score '0.9,1'"),
+    ("recs.txt", "u1\ta,0.9::b,0.8:\n", "an empty item"),
+    ("recs.txt", "u1\t,0.9:\n", "an item with an empty label"),
+    ("recs.txt", "u1\ta,0.9\tb,0.8:\n", "second TAB"),
+    ("recs.txt", "\ta,0.9:\n", "the sample name is empty"),
+    ("recs.txt", "u1\ta,0.9:\nu2\tb,0.8:\nu1\tc,0.1:\n",
+     "line 3: the sample 'u1' has a second line (line 3; the first is line 1)"),
+    ("recs.txt", "u1\ta,0.9:\n\nu2\tb,0.5:\n", "line 2: the line is blank"),
+    ("recs.txt", "u1\ta,0.9:\r\n", "carriage return"),
+    ("recs.txt", b"u1\ta,0.9:\nu2\t\xe9,0.5:\n", "line 2, column 4: the bytes b'\\xe9' are not "
+                                                  "valid UTF-8"),
+    ("recs.txt", "", "recs.txt: the recommendation file is empty"),
+    ("held.txt", "u1\tb,five\n", "the value 'five' (in 'b,five'), which is not a number"),
+    ("held.txt", "u1\tb\nu1\tc\n", "line 2: the sample 'u1' has a second line"),
+    ("held.txt", "u1\tb::c\n", "an empty item"),
+    ("held.txt", "u1\n", "has no TAB"),
+    ("train.txt", "u1\ta\nu1\tb\n", "train.txt, line 2: the sample 'u1' has a second line"),
+    ("train.txt", "u1\ta,x\n", "is not a number"),
+])
+def test_bad_input(which, content, expected):
+    write(which, content)
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--popularity", "train.txt",
+                     "--json-out", "metrics.json"])
+    assert result.exit_code == 1, result.stdout
+    assert expected in result.stderr
+    assert f"{which}" in result.stderr
+    assert result.stdout == ""
+    import os
+    assert not os.path.exists("metrics.json")
+
+
+@pytest.mark.parametrize("flag, expected", [
+    ("-r", "recommendation file does not exist; check the -r path"),
+    ("-t", "held-out file does not exist; check the -t path"),
+    ("--popularity", "training file does not exist; check the --popularity path"),
+])
+def test_missing_files(flag, expected):
+    args = {"-r": "recs.txt", "-t": "held.txt", "--popularity": "train.txt"}
+    args[flag] = "nowhere.txt"
+    result = invoke([x for pair in args.items() for x in pair])
+    assert result.exit_code == 1
+    assert f"nowhere.txt: the {expected}" in result.stderr
+
+
+def test_a_directory_is_refused(tmp_path):
+    (tmp_path / "dir").mkdir()
+    result = invoke(["-r", "dir", "-t", "held.txt"])
+    assert result.exit_code == 1 and "is a directory" in result.stderr
+
+
+def test_unwritable_json_out_fails_before_reading():
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json-out", "no/such/dir/m.json"])
+    assert result.exit_code == 1 and "does not exist" in result.stderr
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "x"])
+def test_bad_k_is_a_usage_error(k):
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", k])
+    assert result.exit_code == 2
+
+
+def test_help_has_an_example():
+    result = invoke(["-h"])
+    assert result.exit_code == 0 and "Example:" in result.stdout
