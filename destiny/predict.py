@@ -10,7 +10,6 @@ recommended.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
 
@@ -85,14 +84,10 @@ class Predictor:
         from destiny.kernels import get_backend
 
         self.kernels = get_backend(backend)
-        # Read the weights (hundreds of MB; netCDF releases the GIL) while this thread loads
-        # the index files and the cached kernels: a cold start costs the longer of the two.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(read_network, network_path)
-            self.features: LabelTable = load_table(input_index)
-            labels, values = read_index(output_index)
-            _warm_up(self.kernels)
-            nf = pending.result()
+        # Mapped, not read: a cold start does not copy hundreds of MB of weights.
+        nf = read_network(network_path, mmap=True)
+        self.features: LabelTable = load_table(input_index)
+        labels, values = read_index(output_index)
         names = [lay.name for lay in nf.netdef.layers]
         if layer not in names:
             outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
@@ -200,15 +195,6 @@ def predict_file(predictor: Predictor, input_path, out: TextIO, *, k: int, filte
                          lines_with_drops=records.lines_with_drops,
                          no_known_feature=int(np.sum(lengths == 0)),
                          filtered=0 if filter_csr is None else len(filter_csr[1]))
-
-
-def _warm_up(kernels) -> None:
-    """Load the forward pass's compiled kernels from numba's cache (tiny inputs, same types)."""
-    x = np.zeros((1, 1), dtype=np.float32)
-    ptr, idx = np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int32)
-    kernels.sparse_fc_forward(x, ptr, idx, _EMPTY, x, np.zeros(1, np.float32))
-    kernels.activation_forward(x, x, 0, 1.0, 1.0, 1.0)
-    kernels.top_k(np.zeros((1, 1), np.int32), x, x, ptr, idx, np.zeros(0, np.uint8), 1)
 
 
 def _check_unique(records: Records) -> None:

@@ -168,8 +168,12 @@ class NetworkFile:
         self.arrays: dict[str, np.ndarray] = arrays
 
 
-def read_network(path) -> NetworkFile:
-    """Read a DSSTNE or Destiny network file (``version`` is read but not checked, quirk 10.34)."""
+def read_network(path, *, mmap: bool = False) -> NetworkFile:
+    """Read a DSSTNE or Destiny network file (``version`` is read but not checked, quirk 10.34).
+
+    With ``mmap`` the weight matrices are mapped from the file (copy-on-write) instead of
+    read: a cold ``predict`` then does not copy hundreds of MB before its first product.
+    """
     import netCDF4
 
     try:
@@ -185,12 +189,16 @@ def read_network(path) -> NetworkFile:
         layers = _attach_shares(get, [_read_layer(get, i) for i in range(get.uint("layers"))])
         netdef = _read_network(get, layers)
         weights, biases = {}, {}
-        for k in range(get.uint("weights")):
+        count = get.uint("weights")
+        mapped = _mappable(nc, path, [f"weight{k}_weights" for k in range(count)]) if mmap else {}
+        for k in range(count):
             p = f"weight{k}_"
             biases[k] = _variable(nc, path, p + "bias").astype(np.float32, copy=False)
             if not get.uint(p + "bShared"):
                 rows, cols = _shape(netdef, get.text(p + "inputLayer"), get.text(p + "outputLayer"))
-                flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
+                flat = mapped.get(p + "weights")
+                if flat is None:
+                    flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
                 if flat.size != rows * cols:
                     raise DataFormatError(path, f"{p}weights holds {flat.size} values; the layers "
                                           f"it joins need {rows} x {cols}.")
@@ -199,6 +207,63 @@ def read_network(path) -> NetworkFile:
         arrays = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
                   if name.startswith("destiny_")}
     return NetworkFile(netdef, weights, biases, destiny, arrays)
+
+
+def _mappable(nc, path, names: list[str]) -> dict[str, np.ndarray]:
+    """Copy-on-write maps of the variables stored as plain contiguous little-endian floats.
+
+    netCDF-4 files are HDF5 files; an unfiltered contiguous dataset is one run of bytes whose
+    offset libhdf5 reports. Anything else (chunked, compressed, another type), or a libhdf5
+    that cannot be found, is simply read the usual way.
+    """
+    plain = [n for n in names if n in nc.variables
+             and nc.variables[n].dtype == np.float32 and nc.variables[n].chunking() == "contiguous"
+             and not any(v for v in (nc.variables[n].filters() or {}).values())
+             and nc.variables[n].endian() in ("little", "native")]
+    offsets = _hdf5_offsets(path, plain) if plain else {}
+    return {n: np.memmap(path, dtype="<f4", mode="c", offset=off, shape=(nc.variables[n].size,))
+            for n, off in offsets.items()}
+
+
+def _hdf5_offsets(path, names: list[str]) -> dict[str, int]:
+    """Byte offsets of contiguous HDF5 datasets, through the libhdf5 netCDF4 loaded."""
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    import netCDF4
+
+    libs = os.path.join(os.path.dirname(os.path.dirname(netCDF4.__file__)), "netcdf4.libs")
+    found = glob.glob(os.path.join(libs, "libhdf5-*.so*"))
+    if not found or sys.byteorder != "little":
+        return {}
+    try:
+        h5 = ctypes.CDLL(found[0])
+        h5.H5open()
+        h5.H5Fopen.restype = h5.H5Dopen2.restype = ctypes.c_int64
+        h5.H5Fopen.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int64]
+        h5.H5Dopen2.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
+        h5.H5Dget_offset.restype = ctypes.c_uint64
+        h5.H5Dget_offset.argtypes = h5.H5Dclose.argtypes = h5.H5Fclose.argtypes = [ctypes.c_int64]
+    except (OSError, AttributeError):
+        return {}
+    fid = h5.H5Fopen(os.fsencode(path), 0, 0)  # H5F_ACC_RDONLY, H5P_DEFAULT
+    if fid < 0:
+        return {}
+    offsets = {}
+    try:
+        for name in names:
+            did = h5.H5Dopen2(fid, ("/" + name).encode(), 0)
+            if did < 0:
+                continue
+            offset = h5.H5Dget_offset(did)
+            h5.H5Dclose(did)
+            if offset != 2**64 - 1:  # HADDR_UNDEF: not allocated or not contiguous
+                offsets[name] = int(offset)
+    finally:
+        h5.H5Fclose(fid)
+    return offsets
 
 
 class _Getter:
