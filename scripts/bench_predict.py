@@ -62,10 +62,12 @@ def benchmark_network(workdir, inp, out, config) -> str:
               help="Time spent measuring throughput.")
 @click.option("--full/--no-full", default=True, show_default=True,
               help="Also time the predict command on every user.")
+@click.option("--load-runs", type=int, default=11, show_default=True,
+              help="Fresh predict processes timed for the load figure.")
 @click.option("--torch", "with_torch", is_flag=True)
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--json", "json_path", default=None)
-def main(config, users, batch, topk, seconds, full, with_torch, workdir, json_path):
+def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workdir, json_path):
     """Time Destiny's predict."""
     os.makedirs(workdir, exist_ok=True)
     items, mean = synthetic.ML20M_ITEMS, synthetic.ML20M_MEAN_PER_USER
@@ -82,7 +84,7 @@ def main(config, users, batch, topk, seconds, full, with_torch, workdir, json_pa
            "-n", network, "-i", f_in, "-o", f_out, "-k", str(topk)]
     subprocess.run(cmd + ["-r", one, "-f", one, "-s", os.devnull], check=True)  # warm the cache
     loads = []
-    for _ in range(5):
+    for _ in range(load_runs):
         t = time.perf_counter()
         subprocess.run(cmd + ["-r", one, "-f", one, "-s", os.path.join(workdir, "one.recs")],
                        check=True)
@@ -109,7 +111,8 @@ def main(config, users, batch, topk, seconds, full, with_torch, workdir, json_pa
               "predict_topk_samples_per_s": statistics.median(rates), "users": rows,
               "batch": batch, "topk": topk}
     print(f"destiny predict: load + one user {result['load_and_predict_one_user_s']:.2f} s "
-          f"(median of 5 fresh processes: {', '.join(f'{x:.2f}' for x in loads)})")
+          f"(median of {len(loads)} fresh processes; fastest {min(loads):.2f}, slowest "
+          f"{max(loads):.2f})")
     print(f"destiny predict: scoring + filtered top-{topk}: "
           f"{result['predict_topk_samples_per_s']:,.0f} samples/s (batch {batch})")
     if full:
