@@ -108,6 +108,10 @@ class TrainData:
                     f"hold {', '.join(map(repr, sorted(datasets)))}. The layer's DataSet must "
                     "equal the -d name given to generate-netcdf.")
             ds = datasets[layer.dataset]
+            if ds.weights is not None:
+                raise DestinyError(f"dataset {layer.dataset!r} is Weighted (per-example weights); "
+                                   "Destiny does not train on weighted datasets yet. Write it "
+                                   "without weights (generate-netcdf never adds them).")
             if ds.width > layer.n:
                 raise DestinyError(f"dataset {layer.dataset!r} has width {ds.width}, but layer "
                                    f"{name!r} has only N = {layer.n} units; use N \"auto\" or a "
