@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
+import traceback
+from typing import Iterator, TextIO
 
 import click
 
 from destiny.cli.common import CONTEXT, library_errors, note
+from destiny.errors import DestinyError
+from destiny.parallel import ParallelError
 
 NAME = "predict"
+
+
+def _check_format(ctx, param, fmt: str) -> str:
+    # A parse-time check: under mpiexec every rank then agrees on it with the other usage errors.
+    try:
+        ("%" + fmt) % 0.5
+    except (TypeError, ValueError):
+        raise click.BadParameter(f"{fmt!r} is not a printf conversion for a number, such as "
+                                 "4.3f or 6.5f", param_hint="-p") from None
+    return fmt
 
 
 @click.command(NAME, context_settings=CONTEXT)
@@ -35,7 +51,8 @@ NAME = "predict"
               help="Recommendations per sample (not capped at 128).")
 @click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("-p", "--format", "score_format", default="4.3f", show_default=True,
-              metavar="FMT", help="printf conversion for scores, as DSSTNE's -p.")
+              metavar="FMT", callback=_check_format,
+              help="printf conversion for scores, as DSSTNE's -p.")
 @click.option("-l", "--layer", default="Output", show_default=True,
               help="Output layer to read.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
@@ -56,23 +73,21 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
           -f ml-20m_ratings -s recs -r ml-20m_ratings
     """
     from destiny.io import atomic
+    from destiny.parallel import all_or_none, get_comm
     from destiny.predict import Predictor, predict_file
 
-    _check_format(score_format)
-    if output_path != "-":
-        atomic.check_writable(output_path, "recommendations file")
-    predictor = Predictor(network_path, input_index, output_index, dataset=dataset, layer=layer,
-                          backend=backend)
+    comm = get_comm()
+    with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
+        if output_path != "-" and comm.is_root:
+            atomic.check_writable(output_path, "recommendations file")
+        predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
+                              layer=layer, backend=backend)
     options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
-                   batch_size=batch, score_format=score_format)
-    if output_path == "-":
-        out = sys.stdout
+                   batch_size=batch, score_format=score_format, comm=comm)
+    with _records_out(output_path, comm) as out:
         report = predict_file(predictor, input_path, out, **options)
-        out.flush()
-    else:
-        with atomic.atomic_outputs() as outputs:
-            with open(outputs.path(output_path), "w", encoding="utf-8", newline="\n") as out:
-                report = predict_file(predictor, input_path, out, **options)
+    if not comm.is_root:
+        return
     if report.dropped:
         note(NAME, f"dropped {report.dropped:,} features that are not in {input_index}, from "
                    f"{report.lines_with_drops:,} lines")
@@ -86,16 +101,82 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                       if filter_path else ""))
 
 
-def _check_format(fmt: str) -> None:
-    try:
-        ("%" + fmt) % 0.5
-    except (TypeError, ValueError):
-        raise click.BadParameter(f"{fmt!r} is not a printf conversion for a number, such as "
-                                 "4.3f or 6.5f", param_hint="-p") from None
+@contextlib.contextmanager
+def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
+    """Where the records go: stdout or a file renamed into place at the end, on rank 0 only."""
+    from destiny.io import atomic
+
+    if not comm.is_root:
+        yield None  # the other MPI ranks send their records to rank 0
+    elif output_path == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+    else:
+        with atomic.atomic_outputs() as outputs:
+            with open(outputs.path(output_path), "w", encoding="utf-8", newline="\n") as out:
+                yield out
 
 
 def main():
-    predict(prog_name=NAME)
+    from destiny.parallel import get_comm
+
+    try:
+        comm = get_comm()
+    except DestinyError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(1)
+    if comm.size == 1:
+        return predict(prog_name=NAME)
+    _main_ranks(comm)
+
+
+def _main_ranks(comm):
+    """``predict`` on every MPI rank: rank 0 alone prints, and every rank exits alike.
+
+    A rank that stopped alone would leave the others waiting in a collective for ever, so the
+    ranks first agree on the command line, and the command itself raises failures on every
+    rank (``ParallelError``); anything else stops the whole job with ``Comm.abort``.
+    """
+    ctx, stop = _parse_ranks(comm)
+    if stop is not None:
+        code, text = stop
+        if comm.is_root:
+            click.echo(text, err=code != 0, nl=False)
+        sys.exit(code)
+    try:
+        with ctx:
+            predict.invoke(ctx)
+    except click.ClickException as e:
+        agreed = isinstance(e.__context__, ParallelError)  # raised on every rank
+        if comm.is_root or not agreed:
+            e.show()
+        if not agreed:
+            comm.abort(e.exit_code)
+        sys.exit(e.exit_code)
+    except ParallelError:  # DESTINY_DEBUG=1 lets it through: one traceback
+        if comm.is_root:
+            traceback.print_exc()
+        sys.exit(1)
+    except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
+        traceback.print_exc()
+        comm.abort(1)
+    sys.exit(0)
+
+
+def _parse_ranks(comm):
+    """The parsed command line, or (exit code, text to print) if any rank stops while parsing."""
+    ctx = stop = None
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):  # --help: printed by rank 0 only
+            ctx = predict.make_context(NAME, sys.argv[1:])
+    except click.exceptions.Exit as e:
+        stop = (e.exit_code, text.getvalue())
+    except click.ClickException as e:
+        e.show(file=text)
+        stop = (e.exit_code, text.getvalue())
+    stops = [s for s in comm.allgather(stop) if s is not None]
+    return ctx, (stops[0] if stops else None)
 
 
 if __name__ == "__main__":

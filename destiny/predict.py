@@ -10,6 +10,7 @@ recommended.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
 
@@ -20,6 +21,7 @@ from destiny.io.index import LabelTable, load_table, read_index
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
+from destiny.parallel import Comm, ParallelError, all_or_none, gather_in_order
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -177,13 +179,22 @@ def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.
         out.write(f"{label}\t{''.join(parts)}\n")
 
 
-def predict_file(predictor: Predictor, input_path, out: TextIO, *, k: int, filter_path=None,
-                 multiply: bool = False, batch_size: int = 1024, score_format: str = "4.3f",
-                 progress: Callable[[int], None] | None = None) -> PredictReport:
-    """Score every sample of ``input_path`` and write its top-k record to ``out``."""
+def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int,
+                 filter_path=None, multiply: bool = False, batch_size: int = 1024,
+                 score_format: str = "4.3f", progress: Callable[[int], None] | None = None,
+                 comm: Comm | None = None) -> PredictReport:
+    """Score every sample of ``input_path`` and write its top-k record to ``out``.
+
+    With a ``comm`` of several MPI ranks, each rank scores its share of the batches and rank 0
+    writes every record to ``out`` in input order (the other ranks pass None); any rank's
+    failure raises the same ``ParallelError`` on all of them.
+    """
+    if comm is not None and comm.size > 1:
+        return _predict_ranks(predictor, input_path, out, comm, k=k, filter_path=filter_path,
+                              multiply=multiply, batch_size=batch_size,
+                              score_format=score_format, progress=progress)
     records = predictor.read_input(input_path)
     filter_csr = None if filter_path is None else predictor.read_filter(filter_path, records)
-    lengths = np.diff(records.indptr)
     for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
                                                  multiply=multiply, batch_size=batch_size):
         hi = lo + len(items)
@@ -191,6 +202,67 @@ def predict_file(predictor: Predictor, input_path, out: TextIO, *, k: int, filte
                       score_format)
         if progress is not None:
             progress(hi - lo)
+    return _report(records, filter_csr)
+
+
+def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: Comm, *, k: int,
+                   filter_path, multiply: bool, batch_size: int, score_format: str,
+                   progress) -> PredictReport:
+    """``predict_file`` on MPI ranks; every rank reads the whole input (it is small).
+
+    The batches are exactly those of a single process (rows ``[j*b, (j+1)*b)``), shared out one
+    per rank per round, so every sample is scored with the same arithmetic as in a single run
+    and the output is the same byte for byte, and rank 0 holds one round of records at a time.
+    """
+    with all_or_none(comm):
+        records = predictor.read_input(input_path)
+        filter_csr = None if filter_path is None else predictor.read_filter(filter_path, records)
+    _check_same_input(comm, records, filter_csr)
+
+    def produce(lo: int, hi: int) -> tuple[int, str]:
+        sub, sub_filter = _rows(records, filter_csr, lo, hi)
+        ((_, items, scores),) = predictor.recommend(sub, k, filter_csr=sub_filter,
+                                                    multiply=multiply, batch_size=hi - lo)
+        text = io.StringIO()
+        write_records(text, sub.labels, items, scores, predictor.output_labels, score_format)
+        return hi - lo, text.getvalue()
+
+    def consume(part: tuple[int, str]) -> None:
+        out.write(part[1])
+        if progress is not None:
+            progress(part[0])
+
+    gather_in_order(comm, len(records.labels), batch_size, produce, consume)
+    return _report(records, filter_csr)
+
+
+def _rows(records: Records, filter_csr, lo: int, hi: int):
+    """Rows ``[lo, hi)`` of the input and of the filter, as their own CSR arrays."""
+    ptr = records.indptr
+    sub = Records(labels=records.labels[lo:hi], indptr=ptr[lo:hi + 1] - ptr[lo],
+                  indices=records.indices[ptr[lo]:ptr[hi]])
+    if filter_csr is None:
+        return sub, None
+    fptr, fidx, fval = filter_csr
+    return sub, (fptr[lo:hi + 1] - fptr[lo], fidx[fptr[lo]:fptr[hi]], fval[fptr[lo]:fptr[hi]])
+
+
+def _check_same_input(comm: Comm, records: Records, filter_csr) -> None:
+    """Ranks that read different inputs would share out different batches: stop them all."""
+    mine = (len(records.labels), len(records.indices),
+            0 if filter_csr is None else len(filter_csr[1]))
+    counts = comm.allgather(mine)
+    for rank, theirs in enumerate(counts):
+        if theirs != counts[0]:
+            raise ParallelError(
+                f"rank {rank} of {comm.size} read {theirs[0]:,} samples with {theirs[1]:,} "
+                f"features and {theirs[2]:,} filter entries, but rank 0 read {counts[0][0]:,} "
+                f"with {counts[0][1]:,} and {counts[0][2]:,}; every rank must read the same input "
+                "and filter files (paths on a file system that all the nodes share).")
+
+
+def _report(records: Records, filter_csr) -> PredictReport:
+    lengths = np.diff(records.indptr)
     return PredictReport(samples=len(records.labels), dropped=records.dropped,
                          lines_with_drops=records.lines_with_drops,
                          no_known_feature=int(np.sum(lengths == 0)),

@@ -6,7 +6,9 @@ functions are thin Python wrappers: they check the (loss, activation) pair, bund
 scalars and call one parallel kernel, which works on whole rows (a SoftMax row is coupled) and
 writes one error per row, summed afterwards in a fixed order (the result does not depend on
 the number of threads). The per-unit maths lives in one small ``@njit`` helper, ``unit_loss``,
-that branches on the integer codes, instead of one kernel per (loss, activation) pair.
+that branches on the integer codes, instead of one kernel per (loss, activation) pair. The one
+exception is a Sigmoid output with CrossEntropy or (Data)ScaledMarginalCrossEntropy, DSSTNE's
+recommender case, whose zero-target pass has a vectorised fast path (see below).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, prange
 
-from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
-                                   boost_applies, check_loss_activation)
+from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SIGMOID, SMCE,
+                                   SOFTMAX, boost_applies, check_loss_activation)
 from destiny.kernels.cpu.pointwise import unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
 
 EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
+LOG_EPS = math.log(EPS)
 
 # All float64, so that numba sees one homogeneous tuple type.
 LossParams = namedtuple("LossParams", "slope alpha lam one_target zero_target one_scale zero_scale")
@@ -133,14 +136,20 @@ def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one
         e1, drow[j] = unit_loss(err_fn, act, x, t, True, prm)
         err += e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
     _jacobian_row(drow, arow, act)
-    if boosting:  # DeltaBoost scales the final deltas, by boost_one at the listed units
-        listed = np.empty(hi - lo, dtype=np.float64)
-        for k in range(lo, hi):
-            listed[k - lo] = drow[indices[k]]
-        _scale_row(drow, boost_zero)
-        for k in range(lo, hi):
-            drow[indices[k]] = listed[k - lo] * boost_one
+    if boosting:
+        _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
     return err
+
+
+@njit(cache=True)
+def _boost_row(drow, indices, lo, hi, boost_one, boost_zero):
+    """DeltaBoost scales the final deltas, by boost_one at the listed units (spec 3.11)."""
+    listed = np.empty(hi - lo, dtype=np.float64)
+    for k in range(lo, hi):
+        listed[k - lo] = drow[indices[k]]
+    _scale_row(drow, boost_zero)
+    for k in range(lo, hi):
+        drow[indices[k]] = listed[k - lo] * boost_one
 
 
 @njit(cache=True, parallel=True)
@@ -186,8 +195,106 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     check_loss_activation(err_fn, act)
     boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
     prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
+    if _sigmoid_fast_path_applies(delta, a, err_fn, act):
+        return _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, int(err_fn), prm,
+                                    float(boost_one), float(boost_zero), boosting)
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
                                 prm, float(boost_one), float(boost_zero), boosting))
+
+
+# --- Sigmoid output with (Scaled Marginal) CrossEntropy: DSSTNE's recommender networks --------
+#
+# With a Sigmoid output, the zero-target branch of CrossEntropy, SMCE and DSMCE is elementwise
+# (spec 5.5): delta = zeroScale * a and e = -zeroScale * log(max(EPS, 1 - a)) where a is above
+# zeroTarget, nothing elsewhere (CrossEntropy: zeroScale 1, every unit). Evaluated by the generic
+# per-unit helper it costs a scalar log per unit of the whole [B, N] block, which dominates the
+# step. The fast path takes the logs from NumPy's SIMD log1p (several times faster than numba's
+# scalar loop, which LLVM cannot vectorise without SVML), sums and writes the delta in a
+# vectorised numba pass, and then corrects the few listed entries with the generic helper.
+
+
+def _sigmoid_fast_path_applies(delta, a, err_fn, act):
+    # A delta that overlaps a is left to the generic kernel: the fast path keeps its logs in
+    # ``delta`` while it still reads ``a``. DeltaBoost (CrossEntropy) stays on the fast path,
+    # so that it leaves the error bit for bit unchanged, as spec 3.11 says.
+    return (act == SIGMOID and err_fn in (CROSS_ENTROPY, SMCE, DSMCE) and delta.ndim == 2
+            and not np.may_share_memory(delta, a))
+
+
+def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm, boost_one,
+                         boost_zero, boosting):
+    """The fast path of ``sparse_loss_delta`` (see above); returns the weighted error."""
+    if err_fn == CROSS_ENTROPY:  # every unit is a zero target, with unit scale
+        zero_target, zero_scale = -np.inf, 1.0
+    else:
+        zero_target, zero_scale = prm.zero_target, prm.zero_scale
+    # log(1 - a) as log1p(-a): in float32, 1 - a would round away most digits of a small a.
+    # No clamp needed here: 1 - a < EPS only for a == 1, log1p(-1) = -inf, clamped below.
+    np.negative(a, out=delta)
+    with np.errstate(divide="ignore"):
+        np.log1p(delta, out=delta)
+    return float(_sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn,
+                                        a.dtype.type(zero_target), zero_scale, prm, boost_one,
+                                        boost_zero, boosting))
+
+
+@njit(cache=True, fastmath={"reassoc", "nsz"})
+def _active_log_sum(log_row, arow, zero_target):
+    """``sum of max(log(EPS), log_row[j])`` over the units with ``arow[j] > zero_target``.
+
+    Float64 accumulation of the float32 logs. ``reassoc`` lets LLVM vectorise the sum (several
+    partial sums): the order changes with the code, never with the data or the thread count.
+    """
+    total = 0.0
+    for j in range(len(arow)):
+        term = max(float(log_row[j]), LOG_EPS)
+        total += term if arow[j] > zero_target else 0.0
+    return total
+
+
+@njit(cache=True)
+def _active_delta(drow, arow, zero_target, zero_scale):
+    """``drow = zero_scale * a`` where ``a > zero_target``, else 0: the zero-target delta."""
+    for j in range(len(arow)):
+        x = arow[j]
+        drow[j] = zero_scale * x if x > zero_target else 0.0
+
+
+@njit(cache=True)
+def _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm):
+    """Overwrite the delta of a row's listed units; returns the error correction ``e1 - e0``.
+
+    The same per-unit maths as the generic kernel (an index listed twice corrects twice).
+    """
+    boolean = len(values) == 0
+    err = 0.0
+    for k in range(lo, hi):
+        j = indices[k]
+        x = float(arow[j])
+        t = _listed_target(err_fn, SIGMOID, 1.0 if boolean else float(values[k]), hi - lo)
+        e1, drow[j] = unit_loss(err_fn, SIGMOID, x, t, True, prm)
+        err += e1 - unit_loss(err_fn, SIGMOID, x, 0.0, False, prm)[0]
+    return err
+
+
+@njit(cache=True, parallel=True)
+def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, zero_target,
+                           zero_scale, prm, boost_one, boost_zero, boosting):
+    # On entry delta holds log(1 - a); each row is read as logs and then overwritten.
+    n_rows = a.shape[0]
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        drow, arow = delta[r], a[r]
+        err = -zero_scale * _active_log_sum(drow, arow, zero_target)
+        _active_delta(drow, arow, zero_target, zero_scale)
+        lo, hi = indptr[r], indptr[r + 1]
+        err += _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm)
+        if boosting:
+            _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
+        w = 1.0 if len(weights) == 0 else float(weights[r])
+        _scale_row(drow, w)
+        row_err[r] = w * err
+    return row_err.sum()
 
 
 def dense_loss_delta(delta, a, t, weights, err_fn, act, slope, alpha, lam,

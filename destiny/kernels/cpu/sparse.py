@@ -2,9 +2,10 @@
 
 Same names and signatures as ``destiny.kernels.reference``. Rows of the batch are independent
 in the forward pass, so it runs in parallel over rows. The weight gradient scatters into rows
-of ``dW`` shared between batch rows, so it runs in parallel over *output columns* instead:
-each thread owns a slice of columns of every touched row, and no two threads ever write the
-same element (no atomics, and a result independent of the thread count).
+of ``dW`` shared between batch rows, so it first groups the entries by feature (a linear
+counting sort) and then runs in parallel over *features*: each thread owns whole rows of
+``dW``, and no two threads ever write the same element (no atomics, and a result independent
+of the thread count).
 """
 
 from __future__ import annotations
@@ -34,37 +35,88 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
                     row[j] += v * w[j]
 
 
+# The weight gradient splits the present features into this many chunks, each with its own
+# scratch row: more than there are threads, so that a run of popular features (many entries)
+# does not leave the other threads idle.
+_CHUNKS = 64
+
+
+@njit(cache=True)
+def _group_by_feature(indptr, indices, n_features):
+    """A counting sort of the batch's entries by feature, stable (row order within a feature).
+
+    Returns ``(features, start, entry_row, entry)``: the distinct features in increasing order,
+    where each one's entries begin in the grouped arrays (``start`` has one more element), and
+    for each grouped entry its batch row and its position in ``indices`` / ``values``. Linear
+    in the entries and the features; no comparison sort.
+    """
+    count = np.zeros(n_features, dtype=np.int64)
+    for k in range(len(indices)):
+        count[indices[k]] += 1
+    n_present = 0
+    for i in range(n_features):
+        n_present += count[i] > 0
+    features = np.empty(n_present, dtype=np.int64)
+    start = np.empty(n_present + 1, dtype=np.int64)
+    cursor = np.empty(n_features, dtype=np.int64)  # next free slot of each present feature
+    s = 0
+    total = 0
+    for i in range(n_features):
+        if count[i] > 0:
+            features[s] = i
+            start[s] = total
+            cursor[i] = total
+            total += count[i]
+            s += 1
+    start[n_present] = total
+    entry_row = np.empty(total, dtype=np.int64)
+    entry = np.empty(total, dtype=np.int64)
+    for r in range(len(indptr) - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            pos = cursor[indices[k]]
+            cursor[indices[k]] = pos + 1
+            entry_row[pos] = r
+            entry[pos] = k
+    return features, start, entry_row, entry
+
+
+@njit(cache=True)
+def _feature_grad(target, acc, lo, hi, entry_row, entry, values, delta, scale):
+    """``target += scale * sum of values[e] * delta[row]`` over one feature's grouped entries.
+
+    The sum is taken in float64 in row order (``acc`` is scratch of ``target``'s length), then
+    rounded once, as the reference does: a feature listed in all 256 rows keeps full accuracy.
+    """
+    boolean = len(values) == 0
+    n_out = len(target)
+    for p in range(lo, hi):
+        v = 1.0 if boolean else float(values[entry[p]])
+        d = delta[entry_row[p]]
+        if p == lo:
+            for j in range(n_out):
+                acc[j] = v * d[j]
+        else:
+            for j in range(n_out):
+                acc[j] += v * d[j]
+    for j in range(n_out):
+        target[j] += target.dtype.type(scale * acc[j])
+
+
 @njit(cache=True, parallel=True)
 def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
-    """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``."""
-    n_rows = len(indptr) - 1
-    n_out = dW.shape[1]
-    boolean = len(values) == 0
-    # Group the entries by feature (a counting sort), so that each touched row of dW is
-    # accumulated once, in a fixed order: deterministic whatever the number of threads.
-    K = len(indices)
-    row_of = np.empty(K, dtype=np.int64)
-    for r in range(n_rows):
-        for k in range(indptr[r], indptr[r + 1]):
-            row_of[k] = r
-    order = np.argsort(indices, kind="mergesort")
-    tile = 64
-    n_tiles = (n_out + tile - 1) // tile
-    for t in prange(n_tiles):
-        lo = t * tile
-        hi = min(lo + tile, n_out)
-        acc = np.zeros(hi - lo, dtype=np.float64)
-        k = 0
-        while k < K:
-            feature = indices[order[k]]
-            acc[:] = 0.0
-            while k < K and indices[order[k]] == feature:
-                e = order[k]
-                v = 1.0 if boolean else values[e]
-                d = delta[row_of[e]]
-                for j in range(lo, hi):
-                    acc[j - lo] += v * d[j]
-                k += 1
-            target = dW[feature]
-            for j in range(lo, hi):
-                target[j] += scale * acc[j - lo]
+    """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``.
+
+    Spec 6.2: only the rows of features present in the batch are touched, and a feature listed
+    twice in a row counts twice. The entries are grouped by feature (a counting sort), then the
+    features are split between threads: each thread owns whole rows of ``dW``, sums a
+    feature's entries in a fixed (row) order and writes its row once, contiguously. No atomics,
+    and the result does not depend on the number of threads.
+    """
+    features, start, entry_row, entry = _group_by_feature(indptr, indices, dW.shape[0])
+    n_present = len(features)
+    n_chunks = min(n_present, _CHUNKS)
+    for c in prange(n_chunks):
+        acc = np.empty(dW.shape[1], dtype=np.float64)
+        for s in range(c * n_present // n_chunks, (c + 1) * n_present // n_chunks):
+            _feature_grad(dW[features[s]], acc, start[s], start[s + 1], entry_row, entry,
+                          values, delta, scale)

@@ -1,0 +1,244 @@
+"""One ``Comm`` interface for a single process and for MPI ranks (through mpi4py).
+
+A plain process never imports mpi4py: ``get_comm()`` looks for the environment variables an
+MPI launcher sets, and only then asks MPI how many ranks there are. With one rank every
+collective is an identity, so the code that calls them runs unchanged without MPI.
+
+Failures: a rank that raises while the others wait in a collective would hang the job. Work that
+can fail therefore runs inside ``all_or_none(comm)`` (or ``gather_in_order``), which shares each
+rank's failure with every rank, so that all of them raise the same ``ParallelError`` and the
+command line prints it once (from rank 0) and exits non-zero on every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import traceback
+from typing import Callable, Iterator
+
+from destiny.errors import DestinyError
+
+# Set by the launchers: MPICH's hydra (PMI_*, HYDI_CONTROL_FD, MPI_LOCALNRANKS), Open MPI's
+# mpirun (OMPI_COMM_WORLD_SIZE) and PMIx launchers such as Slurm's srun --mpi=pmix (PMIX_RANK).
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
+                  "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+class ParallelError(DestinyError):
+    """Raised on every rank alike when any rank failed; the message is the failing rank's."""
+
+
+def shard_range(n: int, rank: int, size: int) -> tuple[int, int]:
+    """The contiguous slice ``[start, stop)`` of ``n`` items that ``rank`` of ``size`` takes.
+
+    Slices follow rank order and differ in length by at most one: the first ``n % size`` ranks
+    take one more item. With more ranks than items the last ranks get empty slices.
+    """
+    if size < 1 or not 0 <= rank < size or n < 0:
+        raise ValueError(f"shard_range: need n >= 0 and 0 <= rank < size, got n={n}, "
+                         f"rank={rank}, size={size}")
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (rank < extra)
+
+
+class Comm:
+    """A single process: rank 0 of 1. Every collective returns what one rank would get."""
+
+    rank = 0
+    size = 1
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def bcast(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        return obj
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` in rank order on rank 0; None on the other ranks."""
+        return [obj]
+
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj`` in rank order, on every rank."""
+        return [obj]
+
+    def allreduce_sum(self, x):
+        """The sum over ranks, accumulated in float64: a float for a number, else an array."""
+        import numpy as np
+
+        if np.ndim(x) == 0:
+            return float(x)
+        return np.array(x, dtype=np.float64, copy=True)
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+
+    def abort(self, code: int = 1):
+        """Stop the whole job with exit status ``code`` (for the command line only)."""
+        raise SystemExit(code)
+
+
+class MPIComm(Comm):
+    """Ranks of ``MPI.COMM_WORLD``; objects travel pickled, arrays as buffers."""
+
+    def __init__(self, world):
+        self._world = world
+        self.rank = world.Get_rank()
+        self.size = world.Get_size()
+
+    def bcast(self, obj):
+        return self._world.bcast(obj, root=0)
+
+    def gather(self, obj) -> list | None:
+        return self._world.gather(obj, root=0)
+
+    def allgather(self, obj) -> list:
+        return self._world.allgather(obj)
+
+    def allreduce_sum(self, x):
+        import numpy as np
+        from mpi4py import MPI
+
+        if np.ndim(x) == 0:
+            return float(self._world.allreduce(float(x), op=MPI.SUM))
+        send = np.ascontiguousarray(x, dtype=np.float64)
+        out = np.empty_like(send)
+        self._world.Allreduce(send, out, op=MPI.SUM)
+        return out
+
+    def barrier(self) -> None:
+        self._world.Barrier()
+
+    def abort(self, code: int = 1):
+        # MPI_Abort ends every rank at once; flush first so that the last words get out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._world.Abort(code)
+
+
+def launched_by_mpi(environ=os.environ) -> bool:
+    """Whether an MPI launcher (mpiexec, mpirun, srun) started this process."""
+    return any(name in environ for name in _LAUNCHER_VARS)
+
+
+@functools.cache
+def get_comm() -> Comm:
+    """The job's Comm: MPI ranks under a launcher with more than one process, else one process.
+
+    Raises a ``DestinyError`` when the launcher started several processes that cannot talk to
+    each other (mpi4py missing, or built for another MPI library): each would otherwise do the
+    whole job alone and write the same output.
+    """
+    if not launched_by_mpi():
+        return Comm()
+    expected = _launcher_size()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        if expected > 1:
+            raise DestinyError(
+                f"started by an MPI launcher with {expected} processes, but mpi4py is not "
+                "installed; install it with pip install 'destiny[mpi]' (which brings MPICH's "
+                "mpiexec too), or run without mpiexec.") from None
+        return Comm()
+    world = MPI.COMM_WORLD
+    if expected > 1 and world.Get_size() == 1:
+        raise DestinyError(
+            f"started by an MPI launcher with {expected} processes, but MPI sees each one alone: "
+            f"mpiexec and mpi4py come from different MPI libraries (mpi4py uses "
+            f"{MPI.Get_library_version().splitlines()[0].strip()}); run the mpiexec installed "
+            "beside this Python (the 'mpich' package).")
+    return MPIComm(world) if world.Get_size() > 1 else Comm()
+
+
+def _launcher_size() -> int:
+    for name in _SIZE_VARS:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0  # unknown
+
+
+def failure_message(comm: Comm, exc: BaseException) -> str:
+    """The text every rank reports for ``exc``: a DestinyError's message, else the traceback.
+
+    Rank 0 speaks as a single process does; another rank names itself.
+    """
+    if isinstance(exc, DestinyError):
+        text = str(exc)
+    else:  # a bug: its traceback is what a report needs
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    return text if comm.is_root else f"rank {comm.rank} of {comm.size}: {text}"
+
+
+def agree(comm: Comm, failure: str | None) -> None:
+    """Raise ``ParallelError`` on every rank if any rank brings a failure (the lowest rank's)."""
+    failures = comm.allgather(failure)
+    first = next((f for f in failures if f is not None), None)
+    if first is not None:
+        raise ParallelError(first)
+
+
+@contextlib.contextmanager
+def all_or_none(comm: Comm) -> Iterator[None]:
+    """Run a block on every rank; if it fails on any, every rank raises the same error.
+
+    With one process the block runs as it is: its exceptions pass unchanged.
+    """
+    if comm.size == 1:
+        yield
+        return
+    failure = None
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - any failure must reach the waiting ranks
+        failure = failure_message(comm, e)
+    agree(comm, failure)
+
+
+def gather_in_order(comm: Comm, n: int, step: int, produce: Callable[[int, int], object],
+                    consume: Callable[[object], None]) -> None:
+    """Share items ``[0, n)`` out in rounds of ``size`` chunks of ``step``; consume in order.
+
+    In each round rank r produces the r-th chunk (``produce(start, stop)``) and rank 0 calls
+    ``consume`` on every rank's result in rank order, so results arrive in item order while rank 0
+    holds one round at a time. A chunk boundary falls every ``step`` items, as in a single
+    process walking the items ``step`` at a time. Any rank's failure, or rank 0's in ``consume``,
+    stops every rank at the end of the round with the same ``ParallelError``.
+    """
+    if comm.size == 1:  # no one to tell: exceptions pass unchanged
+        for start in range(0, n, step):
+            consume(produce(start, min(start + step, n)))
+        return
+    for first in range(0, n, step * comm.size):
+        last = min(first + step * comm.size, n)
+        lo, hi = shard_range(-(-(last - first) // step), comm.rank, comm.size)
+        start, stop = first + lo * step, min(first + hi * step, last)
+        result = failure = None
+        try:
+            result = produce(start, stop) if start < stop else None
+        except Exception as e:  # noqa: BLE001
+            failure = failure_message(comm, e)
+        parts = comm.gather((start < stop, result, failure))
+        if comm.is_root:
+            failure = next((f for _, _, f in parts if f is not None), None)
+            if failure is None:
+                failure = _consume_all(comm, consume, [r for has, r, _ in parts if has])
+        failure = comm.bcast(failure)
+        if failure is not None:
+            raise ParallelError(failure)
+
+
+def _consume_all(comm: Comm, consume, results) -> str | None:
+    try:
+        for result in results:
+            consume(result)
+    except Exception as e:  # noqa: BLE001
+        return failure_message(comm, e)
+    return None

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Time the hot CPU kernels of a training step on DSSTNE's benchmark shapes.
+
+netdefs/benchmark.json trains 27,392 sparse inputs -> 3 x 1024 Sigmoid -> 27,392 Sigmoid
+outputs with ScaledMarginalCrossEntropy, batch 256, ~144 listed items per example. This script
+times, on those shapes and a batch of synthetic MovieLens-like examples (``destiny.synthetic``):
+
+* ``sparse_fc_weight_grad``: the input layer's weight gradient, K ~ 37k entries x 1024 columns;
+* ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy);
+* ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024.
+
+As llm.c's kernel benchmarks do, every kernel is FIRST checked against the NumPy reference
+(``destiny.kernels.reference``) and the script stops unless all results match; then each is
+timed over repeats (interleaved, so that a busy machine slows all of them alike) and the median
+and minimum are printed with the effective GB/s (bytes the kernel must move) or GFLOP/s.
+
+Usage:
+  .venv/bin/python scripts/bench_kernels.py [--repeats 30] [--batch 256] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from destiny import synthetic
+from destiny.kernels import codes
+from destiny.kernels.cpu import loss as cpu_loss
+from destiny.kernels.cpu import pointwise as cpu_pointwise
+from destiny.kernels.cpu import sparse as cpu_sparse
+from destiny.kernels.reference import loss as ref_loss
+from destiny.kernels.reference import pointwise as ref_pointwise
+from destiny.kernels.reference import sparse as ref_sparse
+
+FEATURES = 27_392  # the benchmark network's input and output width
+HIDDEN = 1024
+# (one_target, zero_target, one_scale, zero_scale): netdefs/benchmark.json, Destiny's defaults.
+SMCE_BENCHMARK = (1.0, 0.0, 1.0, 1.0)
+SMCE_DEFAULT = (0.9, 0.1, 1.0, 1.0)
+NO_ACT_PARAMS = (0.0, 0.0, 0.0)  # LReLU slope, ELU alpha, SELU lambda: unused by Sigmoid / Tanh
+
+
+def csr_batch(batch: int, seed: int):
+    """CSR indices of ``batch`` synthetic users' items (sorted per row, 0-based), Boolean."""
+    r = synthetic.generate_ratings(users=batch, items=FEATURES, seed=seed)
+    indptr = np.zeros(batch + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r.users - 1, minlength=batch), out=indptr[1:])
+    return indptr, (r.items - 1).astype(np.int32), np.zeros(0, dtype=np.float32)
+
+
+class Case:
+    """One kernel call on fixed inputs: ``run(module)`` calls the kernel of that backend."""
+
+    def __init__(self, name, run, outputs, moved_bytes=0.0, flops=0.0):
+        self.name, self.run, self.outputs = name, run, outputs
+        self.moved_bytes, self.flops = moved_bytes, flops
+        self.times: list[float] = []
+
+
+def weight_grad_case(batch_csr, rng) -> Case:
+    indptr, indices, values = batch_csr
+    B = len(indptr) - 1
+    delta = (rng.normal(size=(B, HIDDEN)) * 1e-2).astype(np.float32)
+    dW = np.zeros((FEATURES, HIDDEN), dtype=np.float32)
+    scale = -1.0 / B
+
+    def run(backend):
+        backend.sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale)
+        return dW
+
+    touched = len(np.unique(indices))
+    moved = delta.nbytes + 2 * touched * HIDDEN * 4  # delta once, touched rows of dW in and out
+    return Case(f"sparse_fc_weight_grad K={len(indices)} x {HIDDEN}", run, [dW], moved,
+                2.0 * len(indices) * HIDDEN)
+
+
+def loss_case(batch_csr, rng, err_fn, smce) -> Case:
+    indptr, indices, values = batch_csr
+    B = len(indptr) - 1
+    # Early training: the output bias of -10.2 (benchmark.json) keeps most a near 4e-5; the
+    # spread puts some units above any SMCE zeroTarget and listed units on both sides.
+    z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
+    a = np.empty_like(z)
+    cpu_pointwise.activation_forward(a, z, codes.SIGMOID, *NO_ACT_PARAMS)
+    delta = np.empty_like(a)
+    weights = np.zeros(0, dtype=np.float32)
+    result = np.zeros(1)
+
+    def run(backend):
+        result[0] = backend.sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn,
+                                              codes.SIGMOID, *NO_ACT_PARAMS, *smce, 1.0, 1.0)
+        return delta
+
+    name = f"sparse_loss_delta {codes.ERROR_FUNCTION_NAMES[err_fn]} {smce[:2]} {B}x{FEATURES}"
+    return Case(name, run, [delta, result], a.nbytes + delta.nbytes)
+
+
+def backward_case(rng, B, act) -> Case:
+    z = rng.normal(size=(B, HIDDEN)).astype(np.float32)
+    a = np.empty_like(z)
+    cpu_pointwise.activation_forward(a, z, act, *NO_ACT_PARAMS)
+    da = rng.normal(size=(B, HIDDEN)).astype(np.float32)
+    dz = np.empty_like(a)
+
+    def run(backend):
+        backend.activation_backward(dz, da, a, act, *NO_ACT_PARAMS)
+        return dz
+
+    name = f"activation_backward {codes.ACTIVATION_NAMES[act]} {B}x{HIDDEN}"
+    return Case(name, run, [dz], 3 * a.nbytes)
+
+
+def snapshot(case: Case, backend) -> list[np.ndarray]:
+    """The case's outputs after one call of ``backend``, from zeroed accumulators."""
+    for out in case.outputs:
+        out[...] = 0.0
+    case.run(backend)
+    return [out.copy() for out in case.outputs]
+
+
+def check(case: Case) -> bool:
+    """Whether the cpu kernel reproduces the reference on float32 data.
+
+    rtol 1e-5 as in the kernel tests, and an absolute tolerance of 1e-5 of the largest
+    expected magnitude (the test suite's atol, 1e-5, would be loose for gradients ~1e-4).
+    """
+    expected = snapshot(case, _module(case, "reference"))
+    got = snapshot(case, _module(case, "cpu"))
+    ok = True
+    for g, e in zip(got, expected):
+        e = e.astype(np.float64)
+        atol = 1e-5 * float(np.max(np.abs(e)))
+        if not np.allclose(g, e, rtol=1e-5, atol=atol):
+            rel = np.abs(g - e) / (np.abs(e) + atol)
+            print(f"MISMATCH {case.name}: worst |diff| / (|expected| + atol) {rel.max():.3g}")
+            ok = False
+    return ok
+
+
+def _module(case: Case, backend: str):
+    kind = case.name.split()[0]
+    modules = {"reference": {"sparse_fc_weight_grad": ref_sparse, "sparse_loss_delta": ref_loss,
+                             "activation_backward": ref_pointwise},
+               "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_loss_delta": cpu_loss,
+                       "activation_backward": cpu_pointwise}}
+    return modules[backend][kind]
+
+
+def time_all(cases: list[Case], repeats: int) -> None:
+    """Interleave the cases, one call of each per round, after a warm-up round."""
+    for case in cases:
+        case.run(_module(case, "cpu"))
+    for _ in range(repeats):
+        for case in cases:
+            module = _module(case, "cpu")
+            start = time.perf_counter()
+            case.run(module)
+            case.times.append(time.perf_counter() - start)
+
+
+def report(case: Case) -> str:
+    med, best = statistics.median(case.times), min(case.times)
+    rate = (f"{case.flops / med / 1e9:7.2f} GFLOP/s" if case.flops
+            else f"{case.moved_bytes / med / 1e9:7.2f} GB/s")
+    return f"{case.name:<64} median {med * 1e3:8.3f} ms  min {best * 1e3:8.3f} ms  {rate}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    rng = np.random.default_rng(args.seed)
+    batch_csr = csr_batch(args.batch, args.seed)
+    cases = [weight_grad_case(batch_csr, rng),
+             loss_case(batch_csr, rng, codes.SMCE, SMCE_BENCHMARK),
+             loss_case(batch_csr, rng, codes.SMCE, SMCE_DEFAULT),
+             loss_case(batch_csr, rng, codes.CROSS_ENTROPY, SMCE_DEFAULT),
+             backward_case(rng, args.batch, codes.SIGMOID),
+             backward_case(rng, args.batch, codes.TANH)]
+    print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "
+          f"({len(batch_csr[1]) / args.batch:.1f} per row)")
+    if not all([check(case) for case in cases]):  # every case, so that all mismatches print
+        print("Results differ from the reference: not timing")
+        return 1
+    print("All results match")
+    time_all(cases, args.repeats)
+    for case in cases:
+        print(report(case))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""``destiny.parallel``: shard_range, the single-process Comm (no MPI), and MPI collectives."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from destiny.errors import DestinyError
+from destiny.parallel import (Comm, all_or_none, failure_message, gather_in_order, get_comm,
+                              launched_by_mpi, shard_range)
+
+MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
+                 "MPI_LOCALRANKID", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def plain_env(**extra):
+    """The environment of a process that no MPI launcher started."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", **extra)
+    return env
+
+
+@pytest.mark.parametrize("n,size,expected", [
+    (10, 3, [(0, 4), (4, 7), (7, 10)]),      # the first n % size ranks take one more
+    (11, 4, [(0, 3), (3, 6), (6, 9), (9, 11)]),
+    (2, 4, [(0, 1), (1, 2), (2, 2), (2, 2)]),  # more ranks than items: empty slices at the end
+    (0, 2, [(0, 0), (0, 0)]),
+    (7, 1, [(0, 7)]),
+])
+def test_shard_range(n, size, expected):
+    assert [shard_range(n, rank, size) for rank in range(size)] == expected
+
+
+def test_shard_range_covers_every_item_once_in_order():
+    for n in range(30):
+        for size in range(1, 9):
+            slices = [shard_range(n, rank, size) for rank in range(size)]
+            assert slices[0][0] == 0 and slices[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))
+            lengths = [stop - start for start, stop in slices]
+            assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
+
+
+@pytest.mark.parametrize("n,rank,size", [(5, 2, 2), (5, -1, 2), (5, 0, 0), (-1, 0, 1)])
+def test_shard_range_rejects_impossible_arguments(n, rank, size):
+    with pytest.raises(ValueError, match="shard_range"):
+        shard_range(n, rank, size)
+
+
+def test_single_process_comm_collectives_are_identities():
+    comm = Comm()
+    assert (comm.rank, comm.size, comm.is_root) == (0, 1, True)
+    obj = {"a": 1}
+    assert comm.bcast(obj) is obj
+    assert comm.gather(obj) == [obj] and comm.allgather(obj) == [obj]
+    x = np.arange(4, dtype=np.float32)
+    total = comm.allreduce_sum(x)
+    assert total.dtype == np.float64 and np.array_equal(total, x) and total is not x
+    assert comm.allreduce_sum(np.float32(1.5)) == 1.5 and isinstance(comm.allreduce_sum(2), float)
+    comm.barrier()
+    with pytest.raises(SystemExit) as stop:
+        comm.abort(3)
+    assert stop.value.code == 3
+
+
+def test_single_process_errors_pass_unchanged():
+    comm = Comm()
+    with pytest.raises(KeyError):
+        with all_or_none(comm):
+            raise KeyError("x")
+    seen = []
+    gather_in_order(comm, 10, 4, lambda lo, hi: (lo, hi), seen.append)
+    assert seen == [(0, 4), (4, 8), (8, 10)]
+    with pytest.raises(ZeroDivisionError):
+        gather_in_order(comm, 10, 4, lambda lo, hi: 1 / 0, seen.append)
+
+
+def test_failure_message_names_other_ranks():
+    class Rank2(Comm):
+        rank, size = 2, 3
+
+    assert failure_message(Comm(), DestinyError("bad")) == "bad"
+    assert failure_message(Rank2(), DestinyError("bad")) == "rank 2 of 3: bad"
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError as e:
+        text = failure_message(Rank2(), e)
+    assert text.startswith("rank 2 of 3: Traceback") and "RuntimeError: a bug" in text
+
+
+def test_plain_process_never_imports_mpi4py():
+    code = ("import sys; from destiny.parallel import get_comm; c = get_comm(); "
+            "assert type(c).__name__ == 'Comm' and c.size == 1, c; "
+            "assert 'mpi4py' not in sys.modules; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], env=plain_env(), capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+    assert not launched_by_mpi(plain_env())
+    assert get_comm().size == 1
+
+
+def test_launcher_without_mpi4py_is_a_clear_error():
+    # sys.modules[name] = None makes `import mpi4py` fail, as if it were not installed.
+    code = ("import sys; sys.modules['mpi4py'] = None; from destiny.parallel import get_comm\n"
+            "try:\n    get_comm()\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    done = subprocess.run([sys.executable, "-c", code], env=plain_env(PMI_SIZE="2", PMI_RANK="0"),
+                          capture_output=True, text=True)
+    assert done.stdout.startswith("DestinyError started by an MPI launcher with 2 processes, "
+                                  "but mpi4py is not installed"), done.stdout + done.stderr
+
+
+# The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2.
+MPI_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from destiny.errors import DestinyError
+    from destiny.parallel import MPIComm, ParallelError, all_or_none, gather_in_order, get_comm
+
+    comm = get_comm()
+    assert isinstance(comm, MPIComm) and comm.size == 3, comm
+    r = comm.rank
+    assert comm.bcast(r + 10) == 10
+    assert comm.gather(r + 1) == ([1, 2, 3] if r == 0 else None)
+    assert comm.allgather(r + 1) == [1, 2, 3]
+    total = comm.allreduce_sum(np.full(3, r + 1, dtype=np.float32))
+    assert total.dtype == np.float64 and total.tolist() == [6.0] * 3
+    assert comm.allreduce_sum(0.5 * (r + 1)) == 3.0
+    comm.barrier()
+    seen = []
+    gather_in_order(comm, 10, 2, lambda lo, hi: list(range(lo, hi)), seen.extend)
+    assert seen == (list(range(10)) if r == 0 else []), seen
+    try:
+        with all_or_none(comm):
+            if r == 1:
+                raise DestinyError("only rank 1")
+    except ParallelError as e:
+        assert str(e) == "rank 1 of 3: only rank 1", e
+    else:
+        raise AssertionError("no error")
+
+    def produce(lo, hi):
+        if r == 2 and lo >= 6:
+            raise DestinyError("rank 2 fails in round 2")
+        return list(range(lo, hi))
+
+    seen = []
+    try:
+        gather_in_order(comm, 20, 1, produce, seen.extend)
+    except ParallelError as e:
+        assert str(e) == "rank 2 of 3: rank 2 fails in round 2", e
+        assert seen == (list(range(6)) if r == 0 else []), seen  # not round 2 (items 6-8)
+    else:
+        raise AssertionError("no error")
+    if comm.allgather("ok") == ["ok"] * 3 and r == 0:
+        print("all ranks ok")  # one line: the ranks' stdout would interleave
+""")
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}: pip install '.[mpi]'")
+def test_mpi_collectives_and_failures(tmp_path):
+    script = tmp_path / "collectives.py"
+    script.write_text(MPI_SCRIPT)
+    done = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script)], env=plain_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "all ranks ok\n"

@@ -1,0 +1,182 @@
+"""``mpiexec -n P predict``: the same bytes as one process, and one clear error when a rank fails.
+
+Every run is a real job under MPICH's mpiexec (from the ``mpich`` wheel, beside this Python),
+with one numba and BLAS thread per rank so that the ranks do not oversubscribe the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.test_parallel import plain_env
+from tests.test_predict import model  # noqa: F401 - the trained model fixture
+
+BIN = pathlib.Path(sys.executable).parent
+MPIEXEC = BIN / "mpiexec"
+PREDICT = BIN / "predict"
+
+pytestmark = pytest.mark.skipif(
+    not MPIEXEC.exists(), reason=f"no {MPIEXEC}: install the extra with pip install -e '.[mpi]'")
+
+ENV = plain_env(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+ENV.pop("DESTINY_DEBUG", None)
+
+# A test-only launcher: rank FAIL_RANK fails while formatting its second batch (a DestinyError,
+# a bug, or a sudden death), through the real command line; the library has no hook for it.
+FAILING = textwrap.dedent("""
+    import os, sys
+    from destiny import predict
+    from destiny.errors import DestinyError
+    from destiny.parallel import get_comm
+
+    rank, mode, real, calls = int(os.environ["FAIL_RANK"]), os.environ["FAIL_MODE"], \\
+        predict.write_records, []
+
+    def write_records(*args, **kwargs):
+        calls.append(1)
+        if get_comm().rank == rank and len(calls) == 2:
+            if mode == "error":
+                raise DestinyError("simulated failure")
+            if mode == "bug":
+                raise RuntimeError("simulated bug")
+            os._exit(3)
+        return real(*args, **kwargs)
+
+    predict.write_records = write_records
+    from destiny.cli.predict import main
+    sys.argv[0] = "predict"
+    main()
+""")
+
+
+def argv(model, *args):
+    return ["-n", str(model / "gl.nc"), "-i", str(model / "features_input"),
+            "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), *args]
+
+
+def run(command, env=ENV):
+    return subprocess.run([str(c) for c in command], env=env, capture_output=True, timeout=120)
+
+
+def mpiexec(n, *args):
+    return run([MPIEXEC, "-n", n, PREDICT, *args])
+
+
+def errors(done) -> list[str]:
+    return [line for line in done.stderr.decode().splitlines() if line.startswith("Error:")]
+
+
+CASES = {
+    "plain": ["-k", "10", "-b", "32"],
+    "filter": ["-k", "20", "-b", "7", "-f", "{ratings}"],  # 43 batches: a partial last round
+    "multiply": ["-k", "5", "-b", "50", "-f", "{ratings}", "--filter-mode", "multiply"],
+}
+
+
+@pytest.mark.parametrize("n,case", [(2, "plain"), (3, "plain"), (2, "filter"), (3, "filter"),
+                                    (3, "multiply")])
+def test_ranks_write_what_one_process_writes(model, tmp_path, n, case):  # noqa: F811
+    args = [a.format(ratings=model / "ratings.txt") for a in CASES[case]]
+    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
+    single = run([PREDICT, *argv(model, *args, "-s", one)])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(model, *args, "-s", many))
+    assert done.returncode == 0, done.stderr.decode()
+    assert many.read_bytes() == one.read_bytes()
+    assert done.stderr == single.stderr.replace(b"one.txt", b"many.txt")  # the notes, once
+    assert sorted(os.listdir(tmp_path)) == ["many.txt", "one.txt"]  # no temporary left
+
+
+def test_ranks_write_stdout(model):  # noqa: F811
+    args = argv(model, "-k", "7", "-b", "16", "-s", "-")
+    single = run([PREDICT, *args])
+    done = mpiexec(3, *args)
+    assert single.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == single.stdout and done.stdout.count(b"\n") == 300
+    assert done.stderr.decode().count("wrote 300 recommendation lines") == 1
+
+
+def test_every_rank_failing_alike_prints_one_error(model, tmp_path):  # noqa: F811
+    out = tmp_path / "recs.txt"
+    done = mpiexec(3, *argv(model, "-s", out)[:-4], "-r", tmp_path / "missing.txt", "-s", out)
+    assert done.returncode == 1
+    assert errors(done) == [f"Error: {tmp_path / 'missing.txt'}: the input file does not exist; "
+                            "check the -i path."]
+    assert os.listdir(tmp_path) == []
+
+
+def test_usage_error_is_printed_once(model, tmp_path):  # noqa: F811
+    done = mpiexec(2, *argv(model, "-p", "q", "-s", tmp_path / "recs.txt"))
+    assert done.returncode == 2 and len(errors(done)) == 1 and b"-p" in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_rank_zero_alone_failing(model, tmp_path):  # noqa: F811
+    # Only rank 0 writes, so only rank 0 checks the output directory.
+    done = mpiexec(2, *argv(model, "-s", tmp_path / "no" / "recs.txt"))
+    assert done.returncode == 1 and len(errors(done)) == 1
+    assert "for the recommendations file does not exist" in errors(done)[0]
+
+
+def test_one_rank_failing_stops_all(model, tmp_path):  # noqa: F811
+    # mpiexec's MPMD form (A : B) gives rank 1 its own command line: a missing input.
+    out = tmp_path / "recs.txt"
+    good = argv(model, "-s", out)
+    bad = [*good[:-4], "-r", tmp_path / "missing.txt", "-s", out]
+    done = run([MPIEXEC, "-n", 1, PREDICT, *good, ":", "-n", 1, PREDICT, *bad])
+    assert done.returncode == 1
+    assert errors(done) == [f"Error: rank 1 of 2: {tmp_path / 'missing.txt'}: the input file "
+                            "does not exist; check the -i path."]
+    assert os.listdir(tmp_path) == []
+
+
+def test_ranks_reading_different_inputs_stop(model, tmp_path):  # noqa: F811
+    short = tmp_path / "short.txt"
+    short.write_text("".join((model / "ratings.txt").read_text().splitlines(True)[:100]))
+    out = tmp_path / "recs.txt"
+    good = argv(model, "-s", out)
+    other = [*good[:-4], "-r", short, "-s", out]
+    done = run([MPIEXEC, "-n", 2, PREDICT, *good, ":", "-n", 1, PREDICT, *other])
+    assert done.returncode == 1 and len(errors(done)) == 1
+    assert errors(done)[0].startswith("Error: rank 2 of 3 read 100 samples")
+    assert os.listdir(tmp_path) == ["short.txt"]
+
+
+@pytest.mark.parametrize("rank,mode,message", [
+    (1, "error", "Error: rank 1 of 2: simulated failure"),
+    (0, "error", "Error: simulated failure"),
+    (1, "bug", "Error: rank 1 of 2: Traceback (most recent call last):"),
+])
+def test_failure_while_scoring_stops_all(model, tmp_path, rank, mode, message):  # noqa: F811
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out" / "recs.txt"
+    out.parent.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE=mode)
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, *argv(model, "-b", "32", "-s", out)],
+               env=env)
+    assert done.returncode == 1
+    assert errors(done) == [message]
+    if mode == "bug":
+        assert "RuntimeError: simulated bug" in done.stderr.decode()
+    assert os.listdir(out.parent) == []  # neither the file nor its temporary
+
+
+def test_rank_that_dies_stops_the_job(model, tmp_path):  # noqa: F811
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out" / "recs.txt"
+    out.parent.mkdir()
+    env = dict(ENV, FAIL_RANK="1", FAIL_MODE="die")
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, *argv(model, "-b", "32", "-s", out)],
+               env=env)
+    assert done.returncode != 0
+    # mpiexec kills rank 0 outright (SIGKILL): the file is never published, though its hidden
+    # temporary (.recs.txt.*.tmp) may stay behind, as after any killed job.
+    assert not out.exists()
