@@ -15,7 +15,6 @@ import textwrap
 import pytest
 
 from tests.test_parallel import plain_env
-from tests.test_predict import model  # noqa: F401 - the trained model fixture
 
 BIN = pathlib.Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
