@@ -266,7 +266,7 @@ def _diagnose(path, line_no: int, chunk: bytes, start: int, fmt: str, scores: bo
     if not name:
         raise DataFormatError(path, f"{_quote(line)} starts with a TAB: the sample name "
                               f"is empty. {fmt}.", line=line_no, column=1)
-    raise (_rec_error if scores else _text_error)(path, line_no, name, rest)
+    raise _token_error(path, line_no, name, rest, scores)
 
 
 def _check_new(path, name: str, line_no: int, first_line: dict[str, int]) -> None:
@@ -285,58 +285,42 @@ def _quote(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
-def _rec_error(path, line_no: int, name: str, rest: str) -> DataFormatError:
-    """Find the first bad token of a recommendation line that failed the fast check."""
+def _token_error(path, line_no: int, name: str, rest: str, scores: bool) -> DataFormatError:
+    """Find the first bad token of a line that failed the fast check.
+
+    ``scores``: a recommendation line (every item has ',score'; a trailing ':' is normal);
+    otherwise a held-out line (',value' optional; a trailing ':' tolerated after an item).
+    """
     line = f"{name}\t{rest}"
     column = len(name) + 2
     tokens = rest.split(":")
+    problem = None
     for i, token in enumerate(tokens):
-        last = i == len(tokens) - 1
-        if token == "" and last:
+        if token == "" and i == len(tokens) - 1 and (scores or i > 0):
             break
-        item, comma, score = token.partition(",")
+        item, comma, number = token.partition(",")
         problem = None
         if "\t" in token:
             problem = "has a second TAB inside its items; only the first TAB follows the name"
         elif token == "":
             problem = "has an empty item (':' twice in a row, or a ':' right after the TAB)"
-        elif not comma:
+        elif scores and not comma:
             problem = f"has the item {token!r} without a score; each item must be 'item,score'"
         elif not item:
             problem = f"has an item with an empty label ({token!r})"
-        elif not _NUMBER_ONLY.fullmatch(score):
-            problem = f"has the score {score!r} (in {token!r}), which is not a number"
-        if problem:
-            return DataFormatError(path, f"{_quote(line)} {problem}. {_REC_FORMAT}.",
-                                   line=line_no, column=column)
-        column += len(token) + 1
-    return DataFormatError(path, f"{_quote(line)} is malformed. {_REC_FORMAT}.", line=line_no)
-
-
-def _text_error(path, line_no: int, name: str, rest: str) -> DataFormatError:
-    """Find the first bad token of a held-out line that failed the fast check."""
-    line = f"{name}\t{rest}"
-    column = len(name) + 2
-    tokens = rest.split(":")
-    for i, token in enumerate(tokens):
-        if token == "" and i == len(tokens) - 1 and i > 0:
-            break
-        item, comma, value = token.partition(",")
-        problem = None
-        if "\t" in token:
-            problem = "has a second TAB inside its items; only the first TAB follows the name"
-        elif token == "":
-            problem = "has an empty item (':' twice in a row, or a ':' right after the TAB)"
-        elif not item:
-            problem = f"has an item with an empty label ({token!r})"
-        elif comma and not _NUMBER_ONLY.fullmatch(value):
-            problem = (f"has the value {value!r} (in {token!r}), which is not a number; at most "
+        elif scores and not _NUMBER_ONLY.fullmatch(number):
+            problem = f"has the score {number!r} (in {token!r}), which is not a number"
+        elif comma and not _NUMBER_ONLY.fullmatch(number):
+            problem = (f"has the value {number!r} (in {token!r}), which is not a number; at most "
                        "one ',value' per item")
         if problem:
-            return DataFormatError(path, f"{_quote(line)} {problem}. {_TEXT_FORMAT}.",
-                                   line=line_no, column=column)
+            break
         column += len(token) + 1
-    return DataFormatError(path, f"{_quote(line)} is malformed. {_TEXT_FORMAT}.", line=line_no)
+    fmt = _REC_FORMAT if scores else _TEXT_FORMAT
+    if problem:
+        return DataFormatError(path, f"{_quote(line)} {problem}. {fmt}.", line=line_no,
+                               column=column)
+    return DataFormatError(path, f"{_quote(line)} is malformed. {fmt}.", line=line_no)
 
 
 # --- the byte scanner -------------------------------------------------------------------------
