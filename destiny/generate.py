@@ -139,21 +139,12 @@ def _load_samples(sample_index) -> dict[str, int]:
 
 def _number_samples(records: Records, samples: dict[str, int], sample_index):
     """Sample index of every row; new labels get ``len(index)`` in order (spec 1.3)."""
+    records.check_unique()
     ids = np.empty(len(records.labels), dtype=np.int64)
-    first_row: dict[str, int] = {}
     new: list[str] = []
     next_id = len(samples)
     taken = set(samples.values()) if samples and max(samples.values()) >= len(samples) else None
     for row, label in enumerate(records.labels):
-        if label in first_row:
-            path, line = records.where(row)
-            first_path, first_line = records.where(first_row[label])
-            first = f"line {first_line}" + ("" if first_path == path else f" of {first_path}")
-            raise DataFormatError(
-                path, f"the sample {label!r} appears again (first on {first}). DSSTNE kept only "
-                "the last line of a repeated sample; merge its features into one line.",
-                line=line)
-        first_row[label] = row
         sample = samples.get(label)
         if sample is None:
             sample = next_id

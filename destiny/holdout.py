@@ -11,6 +11,7 @@ import numpy as np
 
 from destiny.metrics import RankingMetrics, ranking_metrics
 from destiny.predict import top_k
+from destiny.sparse import keep_entries
 
 
 def split_holdout(indptr, indices, fraction: float, seed: int):
@@ -27,11 +28,7 @@ def split_holdout(indptr, indices, fraction: float, seed: int):
         out = lo + rng.choice(hi - lo, size=n_out, replace=False)
         keep[out] = False
         held.append(set(indices[out].tolist()))
-    row_of_entry = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    counts = np.bincount(row_of_entry[keep], minlength=len(indptr) - 1)
-    new_indptr = np.zeros(len(indptr), dtype=np.int64)
-    np.cumsum(counts, out=new_indptr[1:])
-    return new_indptr, indices[keep], held
+    return keep_entries(indptr, keep), indices[keep], held
 
 
 def popularity_metrics(indptr, indices, held, n_items: int, k: int) -> RankingMetrics:

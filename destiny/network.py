@@ -306,10 +306,11 @@ class Network:
         return (own.p if own.p > 0 else glob.p, own.beta if own.beta > 0 else glob.beta)
 
     def _weight_gradients(self, name: str, dZ: np.ndarray, B: int) -> None:
+        beta = dZ.mean(axis=0, dtype=np.float64)  # every incoming bias gets it (spec 5.7)
         for c in self.incoming[name]:
             owner = c.owner
             scale = -1.0 / (owner.sharing * B)
-            c.gb[:] = dZ.mean(axis=0, dtype=np.float64)
+            c.gb[:] = beta
             if c.source.kind == LayerKind.Input:
                 (indptr, indices, values), q = self._input_of(c.source.name)
                 if len(values) == 0 and q != 1.0:

@@ -22,6 +22,7 @@ from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
 from destiny.parallel import Comm, ParallelError, all_or_none, gather_in_order
+from destiny.sparse import gather_ranges
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -129,7 +130,7 @@ class Predictor:
 
     def read_input(self, path) -> Records:
         records = read_records(input_files(path), self.features, update=False)
-        _check_unique(records)
+        records.check_unique()
         return records
 
     def read_filter(self, path, records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,10 +143,7 @@ class Predictor:
             if r is not None:
                 chosen[r] = line  # a later line for the same sample replaces the earlier one
         lengths = np.where(chosen >= 0, np.diff(filt.indptr)[np.maximum(chosen, 0)], 0)
-        indptr = np.zeros(len(chosen) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        starts = filt.indptr[:-1][np.maximum(chosen, 0)]
-        take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+        indptr, take = gather_ranges(filt.indptr[:-1][np.maximum(chosen, 0)], lengths)
         return indptr, filt.indices[take], filt.values[take]
 
     def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
@@ -267,14 +265,3 @@ def _report(records: Records, filter_csr) -> PredictReport:
                          lines_with_drops=records.lines_with_drops,
                          no_known_feature=int(np.sum(lengths == 0)),
                          filtered=0 if filter_csr is None else len(filter_csr[1]))
-
-
-def _check_unique(records: Records) -> None:
-    seen: dict[str, int] = {}
-    for row, label in enumerate(records.labels):
-        if label in seen:
-            path, line = records.where(row)
-            raise DataFormatError(path, f"the sample {label!r} appears again (first on line "
-                                  f"{records.where(seen[label])[1]}); give each sample one line.",
-                                  line=line)
-        seen[label] = row

@@ -16,6 +16,15 @@ def gather_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
     return indptr, positions
 
 
+def keep_entries(indptr, keep: np.ndarray) -> np.ndarray:
+    """The indptr of the same rows after dropping the entries where ``keep`` is False."""
+    rows = len(indptr) - 1
+    row_of_entry = np.repeat(np.arange(rows), np.diff(indptr))
+    new_indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_of_entry[keep], minlength=rows), out=new_indptr[1:])
+    return new_indptr
+
+
 def take_rows(indptr, indices, values, rows):
     """Rows ``rows`` of a CSR matrix, in that order; ``values`` may be None."""
     starts = indptr[:-1][rows]

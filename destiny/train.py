@@ -20,7 +20,7 @@ from destiny.io.dataset import SparseDataset
 from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
-from destiny.sparse import take_rows
+from destiny.sparse import keep_entries, take_rows
 
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
               "adadelta": 5, "adam": 6}
@@ -138,11 +138,8 @@ class TrainData:
 
 def denoised(ds: SparseDataset, keep: np.ndarray) -> tuple:
     """The CSR arrays of ``ds`` without the entries where ``keep`` is False."""
-    row_of_entry = np.repeat(np.arange(ds.rows), np.diff(ds.indptr))
-    counts = np.bincount(row_of_entry[keep], minlength=ds.rows)
-    indptr = np.zeros(ds.rows + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr, ds.indices[keep], None if ds.values is None else ds.values[keep]
+    return (keep_entries(ds.indptr, keep), ds.indices[keep],
+            None if ds.values is None else ds.values[keep])
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:

@@ -42,6 +42,20 @@ class Records:
     lines_with_drops: int = 0  # lines that lost at least one feature
     sources: list[tuple[str, int]] = field(default_factory=list)  # (file, rows), in order
 
+    def check_unique(self) -> None:
+        """Refuse a sample name that appears on two lines (DSSTNE kept the last silently)."""
+        first_row: dict[str, int] = {}
+        for row, label in enumerate(self.labels):
+            if label in first_row:
+                path, line = self.where(row)
+                first_path, first_line = self.where(first_row[label])
+                first = f"line {first_line}" + ("" if first_path == path else f" of {first_path}")
+                raise DataFormatError(
+                    path, f"the sample {label!r} appears again (first on {first}). DSSTNE kept "
+                    "only the last line of a repeated sample; merge its features into one line.",
+                    line=line)
+            first_row[label] = row
+
     def where(self, row: int) -> tuple[str, int]:
         """The file and 1-based line that row ``row`` came from (one line per row)."""
         for path, rows in self.sources:
