@@ -29,6 +29,7 @@ KERNELS = {
     "loss": ("sparse_loss_delta", "dense_loss_delta"),
     "optim": ("update_weights", "update_bias", "state_arrays_needed"),
     "topk": ("top_k", "multiply_filter"),
+    "rng": ("uniform_fill", "denoise_keep"),
 }
 
 
