@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import sys
+import traceback
 
 import click
 
@@ -41,3 +44,75 @@ def progress_bar(total: int, desc: str):
                 disable=None, leave=False)
 
 
+
+
+def run_command(command: click.Command, name: str):
+    """Run a click command as a program: plainly in one process, or on every MPI rank.
+
+    Under ``mpiexec`` a rank that stopped alone would leave the others waiting in a collective
+    for ever, so the ranks first agree on the command line, rank 0 alone prints, the command
+    raises its failures on every rank (``ParallelError``), and anything else stops the whole
+    job with ``Comm.abort``.
+    """
+    from destiny.parallel import get_comm
+
+    try:
+        comm = get_comm()
+    except DestinyError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(1)
+    if comm.size == 1:
+        return command(prog_name=name)
+    _run_ranks(command, name, comm)
+
+
+def _run_ranks(command: click.Command, name: str, comm):
+    from destiny.parallel import ParallelError
+
+    ctx, stop = _parse_ranks(command, name, comm)
+    if stop is not None:
+        code, text = stop
+        if comm.is_root:
+            click.echo(text, err=code != 0, nl=False)
+        sys.exit(code)
+    try:
+        with ctx:
+            command.invoke(ctx)
+    except click.ClickException as e:
+        agreed = isinstance(e.__context__, ParallelError)  # raised on every rank
+        if comm.is_root or not agreed:
+            e.show()
+        if not agreed:
+            comm.abort(e.exit_code)
+        sys.exit(e.exit_code)
+    except ParallelError:  # DESTINY_DEBUG=1 lets it through: one traceback
+        if comm.is_root:
+            traceback.print_exc()
+        sys.exit(1)
+    except SystemExit as e:  # a group command's own exit (after --help, say): the same on all
+        sys.exit(e.code)
+    except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
+        traceback.print_exc()
+        comm.abort(1)
+    sys.exit(0)
+
+
+def _parse_ranks(command: click.Command, name: str, comm):
+    """The parsed command line, or (exit code, text to print) if any rank stops while parsing."""
+    ctx = stop = None
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):  # --help: printed by rank 0 only
+            ctx = command.make_context(name, sys.argv[1:])
+            if isinstance(command, click.Group):  # check the subcommand's flags too, now
+                args = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+                if args:
+                    sub_name, sub, rest = command.resolve_command(ctx, args)
+                    sub.make_context(sub_name, rest, parent=ctx)
+    except click.exceptions.Exit as e:
+        stop = (e.exit_code, text.getvalue())
+    except click.ClickException as e:
+        e.show(file=text)
+        stop = (e.exit_code, text.getvalue())
+    stops = [s for s in comm.allgather(stop) if s is not None]
+    return ctx, (stops[0] if stops else None)

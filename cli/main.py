@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from destiny import __version__
-from destiny.cli.common import CONTEXT
+from destiny.cli.common import CONTEXT, run_command
 from destiny.cli.evaluate import evaluate
 from destiny.cli.generate_netcdf import generate_netcdf
 from destiny.cli.predict import predict
@@ -29,4 +29,4 @@ cli.add_command(evaluate)
 
 
 def main():
-    cli(prog_name="destiny")
+    return run_command(cli, "destiny")

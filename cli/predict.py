@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
-import traceback
 from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note
-from destiny.errors import DestinyError
-from destiny.parallel import ParallelError
+from destiny.cli.common import CONTEXT, library_errors, note, run_command
 
 NAME = "predict"
 
@@ -118,65 +114,7 @@ def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
 
 
 def main():
-    from destiny.parallel import get_comm
-
-    try:
-        comm = get_comm()
-    except DestinyError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(1)
-    if comm.size == 1:
-        return predict(prog_name=NAME)
-    _main_ranks(comm)
-
-
-def _main_ranks(comm):
-    """``predict`` on every MPI rank: rank 0 alone prints, and every rank exits alike.
-
-    A rank that stopped alone would leave the others waiting in a collective for ever, so the
-    ranks first agree on the command line, and the command itself raises failures on every
-    rank (``ParallelError``); anything else stops the whole job with ``Comm.abort``.
-    """
-    ctx, stop = _parse_ranks(comm)
-    if stop is not None:
-        code, text = stop
-        if comm.is_root:
-            click.echo(text, err=code != 0, nl=False)
-        sys.exit(code)
-    try:
-        with ctx:
-            predict.invoke(ctx)
-    except click.ClickException as e:
-        agreed = isinstance(e.__context__, ParallelError)  # raised on every rank
-        if comm.is_root or not agreed:
-            e.show()
-        if not agreed:
-            comm.abort(e.exit_code)
-        sys.exit(e.exit_code)
-    except ParallelError:  # DESTINY_DEBUG=1 lets it through: one traceback
-        if comm.is_root:
-            traceback.print_exc()
-        sys.exit(1)
-    except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
-        traceback.print_exc()
-        comm.abort(1)
-    sys.exit(0)
-
-
-def _parse_ranks(comm):
-    """The parsed command line, or (exit code, text to print) if any rank stops while parsing."""
-    ctx = stop = None
-    text = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(text):  # --help: printed by rank 0 only
-            ctx = predict.make_context(NAME, sys.argv[1:])
-    except click.exceptions.Exit as e:
-        stop = (e.exit_code, text.getvalue())
-    except click.ClickException as e:
-        e.show(file=text)
-        stop = (e.exit_code, text.getvalue())
-    stops = [s for s in comm.allgather(stop) if s is not None]
-    return ctx, (stops[0] if stops else None)
+    return run_command(predict, NAME)
 
 
 if __name__ == "__main__":

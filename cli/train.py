@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note
+from destiny.cli.common import CONTEXT, library_errors, note, run_command
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
 NAME = "train"
@@ -64,17 +64,21 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
     from destiny.fit import fit
+    from destiny.parallel import get_comm
 
+    comm = get_comm()  # under mpiexec: every layer split across the ranks (spec 7)
+    quiet = quiet or not comm.is_root  # rank 0 speaks for all
     cfg = train_config(optimizer, batch=batch, epochs=epochs, alpha=alpha, lam=lam, lam1=lam1,
                        mu=mu, mu1=mu1, seed=seed, shuffle=shuffle)
     if ignored_d is not None and not quiet:
         note(NAME, "-d is ignored, as in DSSTNE")
-    progress = _Progress(cfg, quiet)
+    progress = _Progress(cfg, quiet, comm.size)
     report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
                  network_path=network_path, cfg=cfg, backend=backend,
                  checkpoint_every=checkpoint_every, resume=resume, force=force,
                  metrics_path=metrics_path, initial_network=initial_network,
-                 on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch)
+                 on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
+                 comm=comm)
     progress.close()
     if not quiet:
         note(NAME, f"wrote {report.written} after {report.epochs_run} epochs")
@@ -83,8 +87,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
 class _Progress:
     """A bar per epoch (samples/s, running loss) and one line per epoch, on stderr."""
 
-    def __init__(self, cfg, quiet: bool):
-        self.cfg, self.quiet, self.bar = cfg, quiet, None
+    def __init__(self, cfg, quiet: bool, ranks: int):
+        self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
         self.examples, self.seen, self.loss = 0, 0, 0.0
 
     def start(self, net, data, state):
@@ -93,7 +97,8 @@ class _Progress:
             return
         import numba
 
-        note(NAME, f"backend {net.backend.name} ({numba.get_num_threads()} threads), optimizer "
+        where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
+        note(NAME, f"backend {net.backend.name} ({where}{numba.get_num_threads()} threads), optimizer "
                    f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
                    f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
         self._new_bar(state.epoch + 1)
@@ -131,4 +136,4 @@ class _Progress:
 
 
 def main():
-    train(prog_name=NAME)
+    return run_command(train, NAME)

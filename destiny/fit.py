@@ -4,6 +4,11 @@ Follows DSSTNE's ``train`` (spec 5.1): the datasets of the input and output file
 pool that layers pick from by name, ``N: "auto"`` is resolved against them, the network file
 must not exist yet, checkpoints are ``<network><epoch>.nc``. What Destiny adds: a choice of
 optimizer with good defaults, a seed, resumable checkpoints, per-epoch metrics, a NaN guard.
+
+Under MPI (``comm`` of several ranks) every rank runs this function: each builds its part of
+the split network (spec 7) and reads only the feature columns of the data it needs; rank 0
+alone checks and writes the output files. Failures while setting up are raised on every rank
+alike (``all_or_none``); during training every decision comes from values summed over ranks.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
-from destiny.io.dataset import dataset_names, read_dataset
+from destiny.io.dataset import dataset_names, dataset_widths, read_dataset
 from destiny.kernels import get_backend
-from destiny.netdef import load_netdef
+from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
-from destiny.train import EpochRecord, TrainConfig, TrainData, TrainState, train_epochs
+from destiny.parallel import Comm, all_or_none
+from destiny.train import (EpochRecord, TrainConfig, TrainData, TrainState, train_epochs,
+                           unknown_dataset)
 
 
 @dataclass
@@ -51,44 +58,46 @@ def fit(
     on_start: Callable[[Network, TrainData, TrainState], None] | None = None,
     on_batch: Callable[[int, float], None] | None = None,
     on_epoch: Callable[[EpochRecord], None] | None = None,
+    comm: Comm | None = None,
 ) -> FitReport:
     """Train the network of ``config_path`` on the two dataset files and write ``network_path``."""
-    if os.path.exists(network_path) and not force:
-        raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
-                          "refuses to overwrite it, and so does Destiny. Remove it, choose "
-                          "another -n, or pass --force.")
-    for path, what in ((network_path, "network file"), (metrics_path, "metrics file"),
-                       (initial_network, "initial network")):
-        if path:
-            atomic.check_writable(path, what)
-    kernels = get_backend(backend)  # fail fast, before reading the data
-    datasets = _load_datasets([input_path, output_path])
-    widths = {name: ds.width for name, ds in datasets.items()}
-    netdef = load_netdef(config_path, dataset_widths=widths)
-    with open(config_path, encoding="utf-8") as f:
-        netdef_text = json.dumps(json.load(f), separators=(",", ":"))
-    if cfg.shuffle is None:
-        cfg = replace(cfg, shuffle=netdef.shuffle_indices)
-    net = Network(netdef, kernels)
-    data = TrainData(net, datasets)
-    net.initialize(cfg.seed)
-    net.init_optimizer(cfg.optimizer_config())
-    settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
-    state, resumed_from = TrainState(), None
-    if resume:
-        found = latest_checkpoint(network_path)
-        if found is not None:
-            resumed_from, _ = found
+    comm = comm or Comm()
+    with all_or_none(comm):
+        if comm.is_root:
+            _check_outputs(network_path, metrics_path, initial_network, force)
+        kernels = get_backend(backend)  # fail fast, before reading the data
+        paths = [input_path, output_path]
+        widths = {}
+        for path in paths:
+            for name, width in dataset_widths(path).items():
+                widths.setdefault(name, width)
+        netdef = load_netdef(config_path, dataset_widths=widths)
+        with open(config_path, encoding="utf-8") as f:
+            netdef_text = json.dumps(json.load(f), separators=(",", ":"))
+        if cfg.shuffle is None:
+            cfg = replace(cfg, shuffle=netdef.shuffle_indices)
+        net = Network(netdef, kernels, comm=comm)
+        data = TrainData(net, _load_datasets(paths, net))
+        net.initialize(cfg.seed)
+        net.init_optimizer(cfg.optimizer_config())
+        settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
+        state, resumed_from = TrainState(), None
+        found = comm.bcast(latest_checkpoint(network_path) if resume and comm.is_root else None)
+    if found is not None:
+        resumed_from, _ = found
+        with all_or_none(comm):
             extras = load_weights(net, resumed_from)
             _check_same_run(resumed_from, extras, settings)
-            state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
-    elif initial_network:
+        state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
+    elif initial_network and not resume:
         save_network(initial_network, net, destiny=_extras(kernels.name, cfg, state, netdef_text))
     if on_start is not None:
         on_start(net, data, state)
 
     records: list[EpochRecord] = []
-    metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8") if metrics_path else None
+    metrics = None
+    if metrics_path and comm.is_root:
+        metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8")
 
     def epoch_done(record: EpochRecord, st: TrainState) -> None:
         records.append(record)
@@ -109,8 +118,9 @@ def fit(
         if metrics is not None:
             metrics.close()
     # How often each output unit was a target: predict never recommends units at 0 (items
-    # the model never saw, padding).
-    counts = {f"target_counts_{name}": np.bincount(ds.indices, minlength=net.layers[name].n)
+    # the model never saw, padding). Each rank counts its own units.
+    counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
+                  np.bincount(ds.indices, minlength=net.local_n(name))))
               for name, ds in data.targets.items()}
     save_network(network_path, net, destiny=_extras(kernels.name, cfg, state, netdef_text),
                  arrays=counts)
@@ -118,13 +128,37 @@ def fit(
                      records=records, written=str(network_path))
 
 
-def _load_datasets(paths) -> dict:
-    """Every dataset of every file, by name (DSSTNE pools both files' datasets, spec 5.1)."""
-    pool = {}
+def _check_outputs(network_path, metrics_path, initial_network, force: bool) -> None:
+    if os.path.exists(network_path) and not force:
+        raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
+                          "refuses to overwrite it, and so does Destiny. Remove it, choose "
+                          "another -n, or pass --force.")
+    for path, what in ((network_path, "network file"), (metrics_path, "metrics file"),
+                       (initial_network, "initial network")):
+        if path:
+            atomic.check_writable(path, what)
+
+
+def _load_datasets(paths, net: Network) -> dict:
+    """The datasets the network's layers read, by name, from the pool of both files (DSSTNE
+    pools them, spec 5.1). A rank of a split network reads only the feature columns its
+    layers need (spec 7); a dataset no layer reads is not read at all."""
+    where = {}
     for path in paths:
         for name in dataset_names(path):
-            pool.setdefault(name, read_dataset(path, name))
-    return pool
+            where.setdefault(name, path)
+    needed: dict[str, tuple[int, int]] = {}
+    for name in net.inputs + net.outputs:
+        layer = net.layers[name]
+        lo, hi = (net.input_columns(name) if layer.kind == LayerKind.Input else net.units[name])
+        if layer.dataset not in where:
+            raise unknown_dataset(name, layer.dataset, where)
+        if layer.dataset in needed:
+            lo, hi = min(lo, needed[layer.dataset][0]), max(hi, needed[layer.dataset][1])
+        needed[layer.dataset] = (lo, hi)
+    return {name: read_dataset(where[name], name,
+                               columns=None if net.comm.size == 1 else needed[name])
+            for name in needed}
 
 
 def _extras(backend: str, cfg: TrainConfig, state: TrainState, netdef_text: str) -> dict:

@@ -12,10 +12,33 @@ import numpy as np
 from destiny.netdef import WeightInit
 
 
+# Rows drawn at a time: a rank keeping a slice of a huge matrix never holds all of it.
+_BLOCK_VALUES = 1 << 22
+
+
 def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, n_in: int,
-                    n_out: int, dtype=np.float32) -> np.ndarray:
-    """A [n_in, n_out] weight matrix drawn as DSSTNE's ``NNWeight::Randomize`` does."""
-    shape = (n_in, n_out)
+                    n_out: int, dtype=np.float32, *, rows: tuple[int, int] | None = None,
+                    cols: tuple[int, int] | None = None) -> np.ndarray:
+    """A [n_in, n_out] weight matrix drawn as DSSTNE's ``NNWeight::Randomize`` does.
+
+    With ``rows`` / ``cols`` only that block of the matrix is returned, but the whole matrix is
+    drawn (in blocks of rows; ``rng`` ends where a whole draw would leave it), so every rank of
+    a split network keeps its part of the same matrix (spec 7).
+    """
+    r0, r1 = rows or (0, n_in)
+    c0, c1 = cols or (0, n_out)
+    out = np.empty((r1 - r0, c1 - c0), dtype=dtype)
+    step = max(1, _BLOCK_VALUES // max(n_out, 1))
+    for start in range(0, n_in, step):
+        stop = min(start + step, n_in)
+        block = _draw(rng, scheme, scale, n_in, n_out, (stop - start, n_out))
+        lo, hi = max(start, r0), min(stop, r1)
+        if lo < hi:
+            out[lo - r0:hi - r0] = block[lo - start:hi - start, c0:c1]
+    return out
+
+
+def _draw(rng, scheme, scale, n_in, n_out, shape):
     if scheme == WeightInit.Xavier:
         # Half the usual Glorot range: S * (u - 0.5) with S = s * sqrt(6 / (n_in + n_out)).
         w = scale * np.sqrt(6.0 / (n_in + n_out)) * (_u(rng, shape) - 0.5)
@@ -33,7 +56,7 @@ def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, 
         w = np.full(shape, -scale)  # kScaleAndBias flips the sign of the constant
     else:
         raise ValueError(f"unknown weight initialisation scheme {scheme!r}")
-    return np.ascontiguousarray(w, dtype=dtype)
+    return w
 
 
 def _u(rng: np.random.Generator, shape) -> np.ndarray:

@@ -10,6 +10,11 @@ Conventions that come from DSSTNE: the stored weight gradient is negated and ave
 the optimizer kernels apply both with spec 5.8's signs. Two DSSTNE defects are fixed here:
 dropout keeps an explicit mask for the backward pass (quirk 10.17), and analog sparse inputs
 use each entry's own value in the weight gradient (quirk 10.19).
+
+Under MPI every layer is split by units across the ranks (spec 7, ``destiny/shard.py``): the
+buffers of a layer hold the rank's columns only, each connection holds the rows or the columns
+of its matrix, and the products are joined by all-gathers and reduce-scatters. With one process
+(``Comm()``) every connection is ``WHOLE`` and the code below calls no collective at all.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from destiny import shard
 from destiny.errors import NetDefError
 from destiny.initialize import initial_weights
+from destiny.kernels.counter_rng import stream_key
 from destiny.netdef import LayerDef, LayerKind, NetworkDef
+from destiny.parallel import Comm, unit_counts, unit_range
 
 CSR = tuple  # (indptr int64, indices int32, values float32 or empty)
 
@@ -61,6 +69,10 @@ class Connection:
         self.bias_state: list[np.ndarray] = []
         self.touched: np.ndarray | None = None  # rows of G written by a sparse gradient
         self._grad_fresh = False  # G already holds this batch's first contribution
+        # The part of the whole [n_in, n_out] matrix this rank holds (all of it in one process).
+        self.layout = shard.WHOLE
+        self.rows = (0, source.n)
+        self.cols = (0, dest.n)
 
     @property
     def shared(self) -> bool:
@@ -74,12 +86,19 @@ class Connection:
 class Network:
     """A network built from a resolved ``NetworkDef`` (every N known), on one backend."""
 
-    def __init__(self, netdef: NetworkDef, backend, *, dtype=np.float32):
+    def __init__(self, netdef: NetworkDef, backend, *, dtype=np.float32, comm: Comm | None = None):
         if not netdef.is_resolved:
             raise ValueError("resolve N: 'auto' against the datasets before building a network")
         self.netdef, self.backend, self.dtype = netdef, backend, np.dtype(dtype)
+        self.comm = comm or Comm()
         self.layers = {layer.name: layer for layer in netdef.layers}
         self._check_supported()
+        P = self.comm.size
+        if P > 1:
+            shard.check_splittable(netdef)
+        # The units of each layer this rank holds, and how many every rank holds (spec 7).
+        self.units = {n: unit_range(layer.n, self.comm.rank, P) for n, layer in self.layers.items()}
+        self.counts = {n: unit_counts(layer.n, P) for n, layer in self.layers.items()}
         self.connections: list[Connection] = []
         self.incoming: dict[str, list[Connection]] = {n: [] for n in self.layers}
         self.outgoing: dict[str, list[Connection]] = {n: [] for n in self.layers}
@@ -89,6 +108,11 @@ class Network:
                 self.connections.append(c)
                 self.incoming[layer.name].append(c)
                 self.outgoing[source].append(c)
+                c.layout = shard.layout(c.source.n, layer.n, P)
+                if c.layout == shard.ROWS:
+                    c.rows = self.units[source]
+                elif c.layout == shard.COLS:
+                    c.cols = self.units[layer.name]
         self._share_weights()
         self.order = self._forward_order()
         self.inputs = [n for n in self.order if self.layers[n].kind == LayerKind.Input]
@@ -99,6 +123,7 @@ class Network:
                 self.skip_out[s].append(layer.name)
         self._buffers: dict[str, dict[str, np.ndarray]] = {}
         self._capacity = 0
+        self._full: dict[str, np.ndarray] = {}  # all-gathered activations and deltas of a batch
 
     # -- construction ---------------------------------------------------------------------
 
@@ -136,13 +161,19 @@ class Network:
         return sorted(self.layers, key=lambda n: (depth[n], position[n]))
 
     def initialize(self, seed: int) -> None:
-        """Draw every unshared matrix (spec 3.7), in creation order, from one generator."""
+        """Draw every unshared matrix (spec 3.7), in creation order, from one generator.
+
+        Every rank draws every whole matrix and keeps its part, so the weights do not depend
+        on the number of ranks.
+        """
         rng = np.random.default_rng(seed)
         for c in self.connections:
             init = c.dest.weight_init
             if not c.shared:
-                c.W = initial_weights(rng, init.scheme, init.scale, c.source.n, c.dest.n, self.dtype)
-            c.b = np.full(c.dest.n, init.bias, dtype=self.dtype)
+                c.W = initial_weights(rng, init.scheme, init.scale, c.source.n, c.dest.n,
+                                      self.dtype, rows=c.rows, cols=c.cols)
+            lo, hi = self.units[c.dest.name]
+            c.b = np.full(hi - lo, init.bias, dtype=self.dtype)
         self.allocate_gradients()
 
     def allocate_gradients(self) -> None:
@@ -152,12 +183,17 @@ class Network:
                 c.G = np.zeros_like(c.W)
             c.gb = np.zeros_like(c.b)
 
-    def parameters(self):
-        """(name, array) of every trainable array, in a fixed order (files, checkpoints)."""
-        for k, c in enumerate(self.connections):
-            if not c.shared:
-                yield f"weight{k}_weights", c.W
-            yield f"weight{k}_bias", c.b
+    def local_n(self, name: str) -> int:
+        """How many units of layer ``name`` this rank holds."""
+        lo, hi = self.units[name]
+        return hi - lo
+
+    def input_columns(self, name: str) -> tuple[int, int]:
+        """The feature columns of input layer ``name`` this rank needs: its own units when
+        every matrix out of the layer is split by rows, else all of them."""
+        if all(c.layout == shard.ROWS for c in self.outgoing[name]):
+            return self.units[name]
+        return 0, self.layers[name].n
 
     # -- buffers --------------------------------------------------------------------------
 
@@ -168,12 +204,13 @@ class Network:
         for name, layer in self.layers.items():
             if layer.kind == LayerKind.Input:
                 continue
-            shape = (batch_size, layer.n)
+            shape = (batch_size, self.local_n(name))
             bufs = {"Z": np.empty(shape, self.dtype), "dZ": np.empty(shape, self.dtype),
                     "dA": np.empty(shape, self.dtype), "tmp": np.empty(shape, self.dtype)}
             if layer.p_dropout > 0:
                 bufs["out"] = np.empty(shape, self.dtype)
                 bufs["mask"] = np.empty(shape, self.dtype)
+                bufs["r"] = np.empty(shape, self.dtype)
             self._buffers[name] = bufs
 
     def activation(self, name: str, batch_size: int) -> np.ndarray:
@@ -183,17 +220,20 @@ class Network:
 
     # -- forward --------------------------------------------------------------------------
 
-    def forward(self, batch: Batch, *, train: bool = False, rng: np.random.Generator | None = None,
+    def forward(self, batch: Batch, *, train: bool = False, dropout_key: int | None = None,
                 denoise: dict[str, tuple[CSR, float]] | None = None) -> None:
         """Compute every layer's activations for ``batch``.
 
-        ``train`` enables dropout (drawn from ``rng``); ``denoise`` maps an input layer to its
-        denoised batch (kept entries only) and q = 1 / (1 - p) (spec 3.9, 5.4).
+        ``train`` enables dropout, drawn by the counter-based generator under ``dropout_key``
+        (one key per batch; each layer mixes in its index, so the mask of a unit does not
+        depend on which rank holds it); ``denoise`` maps an input layer to its denoised batch
+        (kept entries only) and q = 1 / (1 - p) (spec 3.9, 5.4).
         """
         B = batch.size
         self._ensure_capacity(B)
         self._batch, self._denoise = batch, denoise or {}
         self._dropped: dict[str, bool] = {}
+        self._full = {}
         kb = self.backend
         for name in self.order:
             layer = self.layers[name]
@@ -201,36 +241,91 @@ class Network:
                 continue
             bufs = self._buffers[name]
             Z = bufs["Z"][:B]
-            for i, c in enumerate(self.incoming[name]):
-                target = Z if i == 0 else bufs["tmp"][:B]
-                self._contribution(target, c, B)
-                if i:
-                    Z += target
+            self._sum_contributions(Z, name, B)
             for s in layer.skips:
                 Z += self.activation(s, B)
             act = int(layer.activation)
             kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda)
             if train and layer.p_dropout > 0:
-                r = rng.random((B, layer.n), dtype=self.dtype)
+                r = bufs["r"][:B]
+                kb.uniform_fill(r, stream_key(dropout_key, layer.index), 0, self.units[name][0])
                 kb.dropout_forward(bufs["out"][:B], bufs["mask"][:B], Z, r, layer.p_dropout, act,
                                    layer.elu_alpha, layer.selu_lambda)
                 self._dropped[name] = True
 
+    def _sum_contributions(self, Z: np.ndarray, name: str, B: int) -> None:
+        """Z = the sum over incoming connections of b + X @ W (this rank's columns of it).
+
+        Connections split by rows yield partial sums over all the layer's units; they are
+        added up first and reduce-scattered once (spec 7), then their biases are added.
+        """
+        first, partial, row_biases = True, None, []
+        for c in self.incoming[name]:
+            if c.layout == shard.ROWS:
+                product, q = self._partial_product(c, B)
+                partial = product if partial is None else np.add(partial, product, out=partial)
+                row_biases.append(c.b * q if q != 1.0 else c.b)
+                continue
+            target = Z if first else self._buffers[name]["tmp"][:B]
+            self._contribution(target, c, B)
+            if not first:
+                Z += target
+            first = False
+        if partial is not None:
+            mine = self.comm.reduce_scatter_columns(partial, self.counts[name])
+            if first:
+                Z[:] = mine
+            else:
+                Z += mine
+            for b in row_biases:
+                Z += b
+
     def _contribution(self, out: np.ndarray, c: Connection, B: int) -> None:
-        """out = b + (input of c) @ W for one connection."""
+        """out = b + (input of c) @ W for one connection (whole, or split by columns)."""
         source = c.source
         if source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(source.name)
-            boolean = len(values) == 0
             if c.transposed:
                 raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed shared "
                                   "matrix cannot read a sparse input layer.")
             self.backend.sparse_fc_forward(out, indptr, indices, values, c.matrix(), c.b)
-            if q != 1.0 and boolean:
+            if q != 1.0 and len(values) == 0:
                 out *= q  # DSSTNE's boolean fast path scales the bias by q too (quirk 10.18)
         else:
-            np.matmul(self.activation(source.name, B), c.matrix(), out=out)
+            np.matmul(self._source_activation(c, B), c.matrix(), out=out)
             out += c.b
+
+    def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
+        """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the
+        factor q the bias takes (the boolean denoising fast path, quirk 10.18)."""
+        if c.source.kind == LayerKind.Input:
+            (indptr, indices, values), q = self._input_of(c.source.name)
+            out = np.empty((B, c.dest.n), dtype=self.dtype)
+            self.backend.sparse_fc_forward(out, indptr, indices, values, c.W,
+                                           np.zeros(c.dest.n, dtype=self.dtype))
+            if q != 1.0 and len(values) == 0:
+                out *= q
+                return out, q
+            return out, 1.0
+        return self.activation(c.source.name, B) @ c.W, 1.0
+
+    def _source_activation(self, c: Connection, B: int) -> np.ndarray:
+        """The activations c multiplies: all units of the source when c is split by columns."""
+        if c.layout != shard.COLS:
+            return self.activation(c.source.name, B)
+        key = ("A", c.source.name)
+        if key not in self._full:
+            self._full[key] = self.comm.allgather_columns(self.activation(c.source.name, B),
+                                                          self.counts[c.source.name])
+        return self._full[key]
+
+    def _full_delta(self, name: str, B: int) -> np.ndarray:
+        """dZ of layer ``name`` over all its units (all-gathered once per batch)."""
+        key = ("dZ", name)
+        if key not in self._full:
+            self._full[key] = self.comm.allgather_columns(self._buffers[name]["dZ"][:B],
+                                                          self.counts[name])
+        return self._full[key]
 
     def _input_of(self, name: str) -> tuple[CSR, float]:
         """The batch of an input layer as the forward pass sees it, and q (1: no denoising)."""
@@ -244,7 +339,7 @@ class Network:
     # -- loss and backward ----------------------------------------------------------------
 
     def backward(self) -> float:
-        """Output deltas and loss (summed over the batch), then every gradient."""
+        """Output deltas and loss (summed over the batch and every rank), then every gradient."""
         B = self._batch.size
         kb, net = self.backend, self.netdef
         total = 0.0
@@ -275,13 +370,22 @@ class Network:
             if layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
             self._weight_gradients(name, dZ, B)
-        return total
+        return self.comm.allreduce_sum(total)  # each rank has the loss of its output units
 
     def _gather_delta(self, dA: np.ndarray, name: str, B: int) -> None:
-        """dA = sum over outgoing connections of dZ_dest @ W.T, plus skip-destination deltas."""
-        first = True
+        """dA = sum over outgoing connections of dZ_dest @ W.T, plus skip-destination deltas.
+
+        Connections split by columns give partial sums over all of this layer's units, added
+        up and reduce-scattered once; those split by rows use the all-gathered dZ_dest.
+        """
+        first, partial = True, None
         for c in self.outgoing[name]:
-            dZ_dest = self._buffers[c.dest.name]["dZ"][:B]
+            if c.layout == shard.COLS:
+                product = self._buffers[c.dest.name]["dZ"][:B] @ c.W.T
+                partial = product if partial is None else np.add(partial, product, out=partial)
+                continue
+            dZ_dest = (self._full_delta(c.dest.name, B) if c.layout == shard.ROWS
+                       else self._buffers[c.dest.name]["dZ"][:B])
             if first:
                 np.matmul(dZ_dest, c.matrix().T, out=dA)
                 first = False
@@ -294,6 +398,13 @@ class Network:
                 first = False
             else:
                 dA += dZ_dest
+        if partial is not None:
+            mine = self.comm.reduce_scatter_columns(partial, self.counts[name])
+            if first:
+                dA[:] = mine
+                first = False
+            else:
+                dA += mine
         if first:
             dA[:] = 0.0
 
@@ -311,18 +422,21 @@ class Network:
             owner = c.owner
             scale = -1.0 / (owner.sharing * B)
             c.gb[:] = beta
+            delta = self._full_delta(name, B) if c.layout == shard.ROWS else dZ
             if c.source.kind == LayerKind.Input:
                 (indptr, indices, values), q = self._input_of(c.source.name)
                 if len(values) == 0 and q != 1.0:
                     values = np.full(len(indices), q, dtype=self.dtype)
-                self.backend.sparse_fc_weight_grad(owner.G, indptr, indices, values, dZ, scale)
+                self.backend.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
                 owner.touched = indices
                 continue
-            X = self.activation(c.source.name, B)
+            X = self._source_activation(c, B)
             # Scale the [B, n_out] delta rather than the [n_in, n_out] product, and let BLAS
             # write G directly: no temporary of the matrix's size, one pass fewer over it.
-            scaled = self._buffers[name]["tmp"][:B]
-            np.multiply(dZ, scale, out=scaled)
+            if delta is dZ:
+                scaled = np.multiply(dZ, scale, out=self._buffers[name]["tmp"][:B])
+            else:
+                scaled = delta * np.asarray(scale, dtype=self.dtype)
             a, b = (scaled.T, X) if c.transposed else (X.T, scaled)
             if owner._grad_fresh:
                 owner.G += a @ b
@@ -370,14 +484,17 @@ class Network:
             if not c.shared:
                 w = c.W.astype(np.float64, copy=False)
                 total += 0.5 * lam * float(np.dot(w.ravel(), w.ravel())) + lam1 * float(np.abs(w).sum())
-        return total
+        return self.comm.allreduce_sum(total)
 
     def check_finite(self) -> str | None:
         """The name of the first layer whose incoming weights hold NaN or inf, or None."""
-        for c in self.connections:
-            if (not c.shared and not np.isfinite(c.W).all()) or not np.isfinite(c.b).all():
-                return c.dest.name
-        return None
+        bad = next((k for k, c in enumerate(self.connections)
+                    if (not c.shared and not np.isfinite(c.W).all()) or not np.isfinite(c.b).all()),
+                   None)
+        if self.comm.size > 1:  # every rank must give the same answer
+            found = [k for k in self.comm.allgather(bad) if k is not None]
+            bad = min(found) if found else None
+        return None if bad is None else self.connections[bad].dest.name
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)

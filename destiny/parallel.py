@@ -46,6 +46,20 @@ def shard_range(n: int, rank: int, size: int) -> tuple[int, int]:
     return start, start + base + (rank < extra)
 
 
+def unit_range(n: int, rank: int, size: int) -> tuple[int, int]:
+    """DSSTNE's split of a layer's ``n`` units (spec 7): ``[n*rank // size, n*(rank+1) // size)``.
+
+    Model-parallel layers and the feature columns of their data use this rule; it differs from
+    ``shard_range`` only in which ranks take the extra units.
+    """
+    return n * rank // size, n * (rank + 1) // size
+
+
+def unit_counts(n: int, size: int) -> list[int]:
+    """How many of ``n`` units each rank holds under ``unit_range``."""
+    return [n * (r + 1) // size - n * r // size for r in range(size)]
+
+
 class Comm:
     """A single process: rank 0 of 1. Every collective returns what one rank would get."""
 
@@ -75,6 +89,15 @@ class Comm:
         if np.ndim(x) == 0:
             return float(x)
         return np.array(x, dtype=np.float64, copy=True)
+
+    def allgather_columns(self, local, counts: list[int]):
+        """[B, counts[rank]] blocks of every rank side by side: a C-contiguous [B, sum] array."""
+        return local
+
+    def reduce_scatter_columns(self, full, counts: list[int]):
+        """The sum over ranks of ``full`` [B, sum(counts)], of which each rank gets its block of
+        ``counts[rank]`` columns (rank order), as a [B, counts[rank]] array (maybe a view)."""
+        return full
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
@@ -111,6 +134,25 @@ class MPIComm(Comm):
         out = np.empty_like(send)
         self._world.Allreduce(send, out, op=MPI.SUM)
         return out
+
+    def allgather_columns(self, local, counts: list[int]):
+        import numpy as np
+
+        # MPI gathers blocks of rows: gather the transposed blocks, then transpose back.
+        send = np.ascontiguousarray(local.T)
+        B = local.shape[0]
+        full_t = np.empty((sum(counts), B), dtype=local.dtype)
+        self._world.Allgatherv(send, (full_t, [c * B for c in counts]))
+        return np.ascontiguousarray(full_t.T)
+
+    def reduce_scatter_columns(self, full, counts: list[int]):
+        import numpy as np
+
+        send = np.ascontiguousarray(full.T)
+        B = full.shape[0]
+        mine = np.empty((counts[self.rank], B), dtype=full.dtype)
+        self._world.Reduce_scatter(send, mine, [c * B for c in counts])
+        return mine.T
 
     def barrier(self) -> None:
         self._world.Barrier()

@@ -2,8 +2,12 @@
 
 One readable loop in nanoGPT's order (spec 5.2): per epoch draw the permutation and the
 denoising mask, then per minibatch forward -> loss -> backward -> step size -> brake -> update.
-Every random draw of epoch e comes from a generator seeded with (seed, e), so a run resumed
-from the checkpoint of epoch e reaches the same weights as an uninterrupted one.
+Every random draw of epoch e depends on (seed, e) only: the permutation comes from a generator
+seeded with them, the denoising and dropout masks from counter-based draws keyed by them
+(``kernels/counter_rng.py``). A run resumed from the checkpoint of epoch e therefore reaches the
+same weights as an uninterrupted one, and a run split across MPI ranks draws the same masks as
+one process. Under MPI every rank runs this loop on its shard; the loss is summed over ranks
+inside ``Network.backward``, so every rank takes the same brake and NaN decisions.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 
 from destiny.errors import DestinyError
 from destiny.io.dataset import SparseDataset
+from destiny.kernels.counter_rng import DENOISE, DROPOUT, stream_key
 from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
@@ -94,6 +99,12 @@ class EpochRecord:
         return json.dumps(asdict(self))
 
 
+def unknown_dataset(layer: str, dataset: str, available) -> DestinyError:
+    return DestinyError(f"layer {layer!r} reads the dataset {dataset!r}, but the dataset files "
+                        f"hold {', '.join(map(repr, sorted(available)))}. The layer's DataSet "
+                        "must equal the -d name given to generate-netcdf.")
+
+
 class TrainData:
     """The datasets bound to a network's Input and Output layers (spec 3.4)."""
 
@@ -103,10 +114,7 @@ class TrainData:
         for name in net.inputs + net.outputs:
             layer = net.layers[name]
             if layer.dataset not in datasets:
-                raise DestinyError(
-                    f"layer {name!r} reads the dataset {layer.dataset!r}, but the dataset files "
-                    f"hold {', '.join(map(repr, sorted(datasets)))}. The layer's DataSet must "
-                    "equal the -d name given to generate-netcdf.")
+                raise unknown_dataset(name, layer.dataset, datasets)
             ds = datasets[layer.dataset]
             if ds.weights is not None:
                 raise DestinyError(f"dataset {layer.dataset!r} is Weighted (per-example weights); "
@@ -116,6 +124,9 @@ class TrainData:
                 raise DestinyError(f"dataset {layer.dataset!r} has width {ds.width}, but layer "
                                    f"{name!r} has only N = {layer.n} units; use N \"auto\" or a "
                                    "larger N.")
+            if net.comm.size > 1:
+                ds = _columns(ds, net.input_columns(name) if layer.kind == LayerKind.Input
+                              else net.units[name])
             (self.inputs if layer.kind == LayerKind.Input else self.targets)[name] = ds
         rows = {ds.rows for ds in datasets.values()}
         if len(rows) != 1:
@@ -136,8 +147,31 @@ class TrainData:
                      targets={n: csr(ds) for n, ds in self.targets.items()})
 
 
-def denoised(ds: SparseDataset, keep: np.ndarray) -> tuple:
-    """The CSR arrays of ``ds`` without the entries where ``keep`` is False."""
+def _columns(ds: SparseDataset, columns: tuple[int, int]) -> SparseDataset:
+    """The feature columns ``columns`` of ``ds`` (a rank's shard, spec 7), indices re-based."""
+    lo, hi = columns
+    held = ds.columns or (0, ds.width)
+    if held[0] == lo and held[1] <= hi:
+        return ds  # read as this shard already (or narrower than the layer: padding units)
+    if not held[0] <= lo:
+        raise ValueError(f"dataset {ds.name!r} holds columns {held}, not all of {columns}")
+    keep = (ds.indices >= lo - held[0]) & (ds.indices < hi - held[0])
+    return SparseDataset(ds.name, ds.width, keep_entries(ds.indptr, keep),
+                         (ds.indices[keep] - (lo - held[0])).astype(np.int32),
+                         None if ds.values is None else ds.values[keep], ds.weights,
+                         columns=(lo, hi))
+
+
+def denoised(net: Network, name: str, ds: SparseDataset, seed: int, epoch: int) -> tuple:
+    """The CSR arrays of ``ds`` without the entries denoising drops in ``epoch`` (spec 3.9).
+
+    One draw per stored entry per epoch, as DSSTNE; each draw is keyed by the entry's example
+    and feature, so a rank holding some of the columns drops the same entries as one process.
+    """
+    keep = np.empty(ds.nnz, dtype=bool)
+    key = stream_key(seed, DENOISE, epoch, net.layers[name].index)
+    net.backend.denoise_keep(keep, ds.indptr, ds.indices, key, 0, ds.offset,
+                             net.netdef.denoising.p)
     return (keep_entries(ds.indptr, keep), ds.indices[keep],
             None if ds.values is None else ds.values[keep])
 
@@ -157,19 +191,17 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
         epoch, started = state.epoch + 1, time.perf_counter()
         rng = epoch_rng(cfg.seed, epoch)
         perm = rng.permutation(E) if cfg.shuffle else np.arange(E)
-        masks = {}
-        for name, ds in data.inputs.items():
-            if net.layers[name].denoising:
-                # One draw per stored entry per epoch, as DSSTNE (spec 3.9).
-                masks[name] = denoised(ds, rng.random(ds.nnz) >= p_denoise)
+        masks = {name: denoised(net, name, ds, cfg.seed, epoch)
+                 for name, ds in data.inputs.items() if net.layers[name].denoising}
         total_t, skipped, step = 0.0, 0, cfg.alpha
         moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
-        for pos in range(0, E, cfg.batch):
+        for number, pos in enumerate(range(0, E, cfg.batch)):
             rows = perm[pos:pos + cfg.batch]
             batch = data.batch(rows, masks)
             denoise = {n: (batch.inputs[n], 1.0 / (1.0 - p_denoise)) for n in masks}
             with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
-                net.forward(batch, train=True, rng=rng, denoise=denoise)
+                net.forward(batch, train=True, denoise=denoise,
+                            dropout_key=stream_key(cfg.seed, DROPOUT, epoch, number))
                 err_t = net.backward()
             if not np.isfinite(err_t):
                 raise TrainingDivergedError(

@@ -130,8 +130,6 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     net.init_optimizer(cfg.optimizer_config())
     data = TrainData(net, datasets)
     E = data.examples
-    rng = np.random.default_rng(0)
-
     phases = {"data": [], "forward": [], "backward": [], "update": []}
     window, pos, step = [], 0, 0
     deadline = None
@@ -140,7 +138,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         rows = np.arange(pos, min(pos + batch, E))
         b = data.batch(rows)
         t1 = time.perf_counter()
-        net.forward(b, train=True, rng=rng)
+        net.forward(b, train=True, dropout_key=step)
         t2 = time.perf_counter()
         net.backward()
         t3 = time.perf_counter()

@@ -14,9 +14,10 @@ import re
 
 import numpy as np
 
+from destiny import shard
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_file import NetworkFile, read_network, write_network
+from destiny.io.network_file import NetworkFile, read_block, read_network, write_network
 from destiny.network import Network
 
 
@@ -24,22 +25,45 @@ def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = F
                  arrays: dict | None = None) -> None:
     """Write ``net`` to ``path`` atomically; with ``optimizer_state`` as a checkpoint.
 
-    ``arrays`` are extra float arrays stored as ``destiny_<name>`` variables.
+    ``arrays`` are extra float arrays stored as ``destiny_<name>`` variables. Under MPI every
+    rank calls this; rank 0 writes the file, gathering the split matrices a block at a time.
     """
-    weights, biases, arrays = {}, {}, dict(arrays or {})
+    comm = net.comm
+    weights, biases, arrays, parts = {}, {}, dict(arrays or {}), {}
+
+    def whole(c, array, key):  # a matrix shaped like c's weights
+        if comm.size == 1:
+            return array
+        parts[key] = shard.Part(array, c.rows, c.cols, (c.source.n, c.dest.n))
+        return key
+
+    def whole_vector(c, array):  # biases and their state: small, gathered at once
+        return array if comm.size == 1 else np.concatenate(comm.allgather(array))
+
     for k, c in enumerate(net.connections):
         if not c.shared:
-            weights[k] = c.W
-        biases[k] = c.b
+            weights[k] = whole(c, c.W, f"weights{k}")
+        biases[k] = whole_vector(c, c.b)
         if optimizer_state:
             for j, s in enumerate(c.state):
                 if s.size:
-                    arrays[f"state{k}_{j}"] = s
+                    arrays[f"state{k}_{j}"] = whole(c, s, f"state{k}_{j}")
             for j, s in enumerate(c.bias_state):
                 if s.size:
-                    arrays[f"bias_state{k}_{j}"] = s
-    with atomic.atomic_outputs() as out:
-        write_network(out.path(path), net.netdef, weights, biases, destiny=destiny, arrays=arrays)
+                    arrays[f"bias_state{k}_{j}"] = whole_vector(c, s)
+
+    def write(gathered: dict) -> None:
+        def get(v):
+            return gathered[v] if isinstance(v, str) else v
+
+        with atomic.atomic_outputs() as out:
+            write_network(out.path(path), net.netdef, {k: get(v) for k, v in weights.items()},
+                          biases, destiny=destiny, arrays={k: get(v) for k, v in arrays.items()})
+
+    if comm.size == 1:
+        write({})
+    else:
+        shard.write_gathered(comm, parts, write)
 
 
 def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile | None = None
@@ -48,36 +72,60 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
 
     Returns the file's ``destiny_`` attributes. The file must describe the same layers.
     ``gradients=False`` (prediction) allocates no gradient buffers; ``nf`` is the file
-    already read, if the caller has it.
+    already read, if the caller has it. A rank of a split network reads only its blocks.
     """
-    nf = nf or read_network(path)
+    split = net.comm.size > 1
+    nf = nf or read_network(path, mmap=split, arrays=not split)
     mine = [(c.source.name, c.dest.name, c.source.n, c.dest.n) for c in net.connections]
     theirs = [(c.source.name, c.dest.name, c.source.n, c.dest.n)
               for c in Network(nf.netdef, net.backend).connections]
     if mine != theirs:
         raise DataFormatError(path, "its layers and connections differ from the network "
                               "definition being trained; it belongs to another run.")
+
+    def matrix(c, k, name):  # this rank's block of a matrix shaped like c's weights
+        if not split:
+            return nf.weights[k] if name is None else _state(nf, path, name)
+        var = f"weight{k}_weights" if name is None else f"destiny_{name}"
+        block = read_block(path, var, c.dest.n, c.rows, c.cols)
+        if block is None:
+            raise _no_state(path, name)
+        return block
+
+    def vector(c, name, whole=None):  # this rank's units of a per-unit vector
+        lo, hi = net.units[c.dest.name]
+        if whole is None:
+            whole = (_state(nf, path, name) if not split else
+                     read_block(path, f"destiny_{name}", c.dest.n, (0, 1), (0, c.dest.n)))
+            if whole is None:
+                raise _no_state(path, name)
+        return np.ravel(whole)[lo:hi]
+
     for k, c in enumerate(net.connections):
         if not c.shared:
-            c.W = np.ascontiguousarray(nf.weights[k], dtype=net.dtype)
-        c.b = np.ascontiguousarray(nf.biases[k], dtype=net.dtype)
+            c.W = np.ascontiguousarray(matrix(c, k, None), dtype=net.dtype)
+        c.b = np.ascontiguousarray(vector(c, None, nf.biases[k]), dtype=net.dtype)
     if gradients:
         net.allocate_gradients()
     for k, c in enumerate(net.connections):
         for j, s in enumerate(c.state):
             if s.size:
-                s[...] = _state(nf, path, f"state{k}_{j}", s)
+                s[...] = np.reshape(matrix(c, k, f"state{k}_{j}"), s.shape)
         for j, s in enumerate(c.bias_state):
             if s.size:
-                s[...] = _state(nf, path, f"bias_state{k}_{j}", s)
+                s[...] = vector(c, f"bias_state{k}_{j}")
     return nf.destiny
 
 
-def _state(nf, path, name: str, like: np.ndarray) -> np.ndarray:
+def _no_state(path, name: str) -> DataFormatError:
+    return DataFormatError(path, f"lacks the optimizer state {name!r}; it is not a "
+                           "checkpoint of this optimizer.")
+
+
+def _state(nf, path, name: str) -> np.ndarray:
     if name not in nf.arrays:
-        raise DataFormatError(path, f"lacks the optimizer state {name!r}; it is not a "
-                              "checkpoint of this optimizer.")
-    return nf.arrays[name].reshape(like.shape)
+        raise _no_state(path, name)
+    return nf.arrays[name]
 
 
 def checkpoint_path(network_path, epoch: int) -> str:

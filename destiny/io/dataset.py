@@ -42,6 +42,8 @@ class SparseDataset:
     ``indptr`` (int64, rows + 1), ``indices`` (int32 feature indices < ``width``), and
     ``values`` (float32, or None for indicator data where every listed feature is 1).
     ``weights`` holds per-example weights when the dataset is Weighted, else None.
+    ``columns = (lo, hi)`` when only those feature columns were read (a rank's shard, spec
+    7): ``indices`` then hold feature - lo.
     """
 
     name: str
@@ -50,6 +52,12 @@ class SparseDataset:
     indices: np.ndarray
     values: np.ndarray | None = None
     weights: np.ndarray | None = None
+    columns: tuple[int, int] | None = None
+
+    @property
+    def offset(self) -> int:
+        """The feature index of ``indices`` 0: the first column held."""
+        return self.columns[0] if self.columns else 0
 
     @property
     def rows(self) -> int:
@@ -99,8 +107,15 @@ def dataset_names(path) -> list[str]:
         return [_text(nc, path, f"name{n}") for n in range(_count(nc, path))]
 
 
-def read_dataset(path, name: str | None = None) -> SparseDataset:
-    """Read one sparse dataset (the first, or the one called ``name``) as CSR arrays."""
+def read_dataset(path, name: str | None = None, *, columns: tuple[int, int] | None = None
+                 ) -> SparseDataset:
+    """Read one sparse dataset (the first, or the one called ``name``) as CSR arrays.
+
+    With ``columns = (lo, hi)`` only the entries of features lo <= i < hi are kept, with
+    indices re-based to i - lo (``offset`` = lo): a rank's shard of a model-parallel layer
+    (spec 7). The entries are then read a block at a time, so a rank never holds the whole
+    dataset.
+    """
     with _open(path) as nc:
         count = _count(nc, path)
         names = [_text(nc, path, f"name{n}") for n in range(count)]
@@ -112,10 +127,18 @@ def read_dataset(path, name: str | None = None) -> SparseDataset:
             raise DataFormatError(path, f"has no dataset named {name!r}; it holds "
                                   f"{', '.join(map(repr, names))}. The DataSet of a network "
                                   "layer must equal the -d name given to generate-netcdf.")
-        return _read_sparse(nc, path, n, names[n])
+        return _read_sparse(nc, path, n, names[n], columns)
 
 
-def _read_sparse(nc, path, n: int, name: str) -> SparseDataset:
+def dataset_widths(path) -> dict[str, int]:
+    """The width of every dataset in a file, by name, without reading the entries."""
+    with _open(path) as nc:
+        return {_text(nc, path, f"name{n}"): _header(nc, path, n, _text(nc, path, f"name{n}"))[2]
+                for n in range(_count(nc, path))}
+
+
+def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
+    """(attributes, data type, width x height x length) of dataset n, checked."""
     attrs = _uint(nc, path, f"attributes{n}")
     dtype_name = f"dataType{n}" if f"dataType{n}" in nc.ncattrs() else f"datatype{n}"
     dtype = _uint(nc, path, dtype_name)
@@ -135,43 +158,42 @@ def _read_sparse(nc, path, n: int, name: str) -> SparseDataset:
     stride = width * height * length
     if stride == 0:
         raise DataFormatError(path, f"dataset {name!r} has a zero width, height or length.")
+    return attrs, dtype, stride
+
+
+def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
+    attrs, dtype, stride = _header(nc, path, n, name)
     start = _var(nc, path, f"sparseStart{n}").astype(np.int64)
     end = _var(nc, path, f"sparseEnd{n}").astype(np.int64)
-    index = _var(nc, path, f"sparseIndex{n}")
-    data = None
-    if not attrs & BOOLEAN:
-        data = _var(nc, path, f"sparseData{n}").astype(np.float32)
-        if dtype == UCHAR:
-            data /= np.float32(256.0)  # DSSTNE scales 8-bit sparse values (spec 2.3)
-        elif dtype == CHAR:
-            data /= np.float32(128.0)
+    n_entries = _variable(nc, path, f"sparseIndex{n}").size
     if len(start) != len(end) or len(start) == 0:
         raise DataFormatError(path, f"dataset {name!r} has {len(start)} sparseStart{n} and "
                               f"{len(end)} sparseEnd{n} entries; expected the same number, > 0.")
-    if np.any(end < start) or np.any(start < 0) or (len(end) and end.max() > len(index)):
+    if np.any(end < start) or np.any(start < 0) or (len(end) and end.max() > n_entries):
         raise DataFormatError(path, f"dataset {name!r} has sparseStart{n}/sparseEnd{n} ranges "
-                              f"outside 0..{len(index)}; the file is damaged.")
-    if len(index) and int(index.max()) >= stride:
-        bad = int(index.max())
-        raise DataFormatError(path, f"dataset {name!r} has feature index {bad}, but its width is "
-                              f"{stride}; every index must be < width. The file is damaged or "
-                              "was written with another feature index.")
+                              f"outside 0..{n_entries}; the file is damaged.")
     lengths = end - start
     if attrs & INDEXED:
         rows = _var(nc, path, f"index{n}").astype(np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(start)):
             raise DataFormatError(path, f"dataset {name!r} has index{n} values outside 0..{len(start) - 1}.")
         start, lengths = start[rows], lengths[rows]
-    indptr = np.zeros(len(start) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    if not (start[0] == 0 and np.array_equal(start[1:], indptr[1:-1])):
-        # Rows are not stored back to back (DSSTNE allows any order, spec 2.4): gather them.
-        indptr, take = gather_ranges(start, lengths)
-        index = index[take]
-        data = None if data is None else data[take]
-    elif len(index) != indptr[-1]:
-        index = index[: indptr[-1]]
-        data = None if data is None else data[: indptr[-1]]
+    scale = {UCHAR: 256.0, CHAR: 128.0}.get(dtype)  # DSSTNE scales 8-bit values (spec 2.3)
+    entries = _Entries(nc, path, n, name, stride, analog=not attrs & BOOLEAN, scale=scale)
+    if columns is None:
+        index, data = entries.read(0, n_entries)
+        indptr = np.zeros(len(start) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        if not (start[0] == 0 and np.array_equal(start[1:], indptr[1:-1])):
+            # Rows are not stored back to back (DSSTNE allows any order, spec 2.4): gather them.
+            indptr, take = gather_ranges(start, lengths)
+            index = index[take]
+            data = None if data is None else data[take]
+        elif len(index) != indptr[-1]:
+            index = index[: indptr[-1]]
+            data = None if data is None else data[: indptr[-1]]
+    else:
+        indptr, index, data = entries.read_columns(start, lengths, *columns)
     weights = None
     if attrs & WEIGHTED:
         weights = _var(nc, path, f"dataWeight{n}").astype(np.float32)
@@ -179,8 +201,52 @@ def _read_sparse(nc, path, n: int, name: str) -> SparseDataset:
             raise DataFormatError(path, f"dataset {name!r} has {len(weights)} dataWeight{n} "
                                   f"entries for {len(indptr) - 1} examples.")
     return SparseDataset(name=name, width=stride, indptr=indptr, indices=index.astype(np.int32),
-                         values=data,
-                         weights=weights)
+                         values=data, weights=weights, columns=columns)
+
+
+class _Entries:
+    """The entries of dataset n (feature indices, values), read whole or a block at a time."""
+
+    BLOCK = 1 << 23  # entries per read when keeping some columns: 32 MB of indices
+
+    def __init__(self, nc, path, n, name, stride, *, analog: bool, scale):
+        self.path, self.name, self.stride, self.scale = path, name, stride, scale
+        self.index = _variable(nc, path, f"sparseIndex{n}")
+        self.data = _variable(nc, path, f"sparseData{n}") if analog else None
+
+    def read(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
+        index = np.asarray(self.index[a:b])
+        if len(index) and int(index.max()) >= self.stride:
+            raise DataFormatError(self.path, f"dataset {self.name!r} has feature index "
+                                  f"{int(index.max())}, but its width is {self.stride}; every "
+                                  "index must be < width. The file is damaged or was written "
+                                  "with another feature index.")
+        data = None
+        if self.data is not None:
+            data = np.asarray(self.data[a:b]).astype(np.float32)
+            if self.scale is not None:
+                data /= np.float32(self.scale)
+        return index, data
+
+    def read_columns(self, start, lengths, lo: int, hi: int):
+        """CSR of the entries with lo <= index < hi (indices minus lo), rows as listed."""
+        positions, kept, values = [], [], []
+        for a in range(0, self.index.size, self.BLOCK):
+            index, data = self.read(a, min(a + self.BLOCK, self.index.size))
+            mine = np.flatnonzero((index >= lo) & (index < hi))
+            positions.append(mine + a)
+            kept.append((index[mine] - lo).astype(np.int32))
+            if data is not None:
+                values.append(data[mine])
+        positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        first = np.searchsorted(positions, start)
+        counts = np.searchsorted(positions, start + lengths) - first
+        indptr, take = gather_ranges(first, counts)
+        index = np.concatenate(kept)[take] if kept else np.zeros(0, np.int32)
+        data = np.concatenate(values)[take] if values else None
+        if self.data is not None and data is None:
+            data = np.zeros(0, np.float32)
+        return indptr, index, data
 
 
 def _open(path):
@@ -225,9 +291,13 @@ def _text(nc, path, name) -> str:
     return value
 
 
-def _var(nc, path, name) -> np.ndarray:
+def _variable(nc, path, name):
     if name not in nc.variables:
         raise DataFormatError(path, f"lacks the variable {name!r}; the dataset is incomplete.")
     v = nc.variables[name]
     v.set_auto_mask(False)
-    return np.asarray(v[:])
+    return v
+
+
+def _var(nc, path, name) -> np.ndarray:
+    return np.asarray(_variable(nc, path, name)[:])

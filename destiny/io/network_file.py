@@ -58,7 +58,7 @@ def write_network(path, netdef: NetworkDef, weights: dict[int, np.ndarray],
             dim = f"destiny_{name}_dim"
             nc.createDimension(dim, array.size)
             var = nc.createVariable(f"destiny_{name}", "f4", (dim,), fill_value=False)
-            var[:] = np.ravel(array).astype(np.float32)
+            _fill(var, array)
 
 
 def connections(netdef: NetworkDef) -> list[tuple[str, str]]:
@@ -152,7 +152,22 @@ def _write_weight(nc, k: int, source: LayerDef, dest: LayerDef, W, b) -> None:
         return
     nc.createDimension(p + "weightDim", source.n * dest.n)
     var = nc.createVariable(p + "weights", "f4", (p + "weightDim",), fill_value=False)
-    var[:] = np.asarray(W, dtype=np.float32).ravel()
+    _fill(var, W)
+
+
+def _fill(var, array) -> None:
+    """Write a matrix into a flat variable: an array at once, or, for a matrix split across
+    MPI ranks (``shard.Gathered``), one block of rows at a time as rank 0 gathers them."""
+    if not hasattr(array, "rows"):
+        var[:] = np.ravel(np.asarray(array, dtype=np.float32))
+        return
+    from destiny.shard import block_rows
+
+    n_rows, n_cols = array.shape
+    step = block_rows(n_rows, n_cols)
+    for r0 in range(0, n_rows, step):
+        r1 = min(r0 + step, n_rows)
+        var[r0 * n_cols:r1 * n_cols] = array.rows(r0, r1).ravel()
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -168,11 +183,13 @@ class NetworkFile:
         self.arrays: dict[str, np.ndarray] = arrays
 
 
-def read_network(path, *, mmap: bool = False) -> NetworkFile:
+def read_network(path, *, mmap: bool = False, arrays: bool = True) -> NetworkFile:
     """Read a DSSTNE or Destiny network file (``version`` is read but not checked, quirk 10.34).
 
     With ``mmap`` the weight matrices are mapped from the file (copy-on-write) instead of
     read: a cold ``predict`` then does not copy hundreds of MB before its first product.
+    ``arrays=False`` skips Destiny's extra variables (optimizer state): a rank of a split
+    network reads its blocks of them with ``read_block`` instead.
     """
     import netCDF4
 
@@ -204,9 +221,32 @@ def read_network(path, *, mmap: bool = False) -> NetworkFile:
                                           f"it joins need {rows} x {cols}.")
                 weights[k] = flat.reshape(rows, cols)
         destiny = {k[len("destiny_"):]: v for k, v in attrs.items() if k.startswith("destiny_")}
-        arrays = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
-                  if name.startswith("destiny_")}
-    return NetworkFile(netdef, weights, biases, destiny, arrays)
+        extra = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
+                 if name.startswith("destiny_") and arrays}
+    return NetworkFile(netdef, weights, biases, destiny, extra)
+
+
+def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[int, int]
+               ) -> np.ndarray | None:
+    """Rows ``rows`` and columns ``cols`` of the flat float variable ``name`` seen as a matrix
+    of ``n_cols`` columns, read a block of rows at a time; None if there is no such variable."""
+    import netCDF4
+
+    from destiny.shard import block_rows
+
+    (r0, r1), (c0, c1) = rows, cols
+    out = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
+    with netCDF4.Dataset(path, "r") as nc:
+        if name not in nc.variables:
+            return None
+        var = nc.variables[name]
+        var.set_auto_mask(False)
+        step = block_rows(r1 - r0, n_cols)
+        for a in range(r0, r1, step):
+            b = min(a + step, r1)
+            block = np.asarray(var[a * n_cols:b * n_cols]).reshape(b - a, n_cols)
+            out[a - r0:b - r0] = block[:, c0:c1]
+    return out
 
 
 def _mappable(nc, path, names: list[str]) -> dict[str, np.ndarray]:
