@@ -80,6 +80,8 @@ def _run_ranks(command: click.Command, name: str, comm):
             command.invoke(ctx)
     except click.ClickException as e:
         agreed = isinstance(e.__context__, ParallelError)  # raised on every rank
+        if not agreed and not comm.is_root:  # this rank alone: say which one
+            e.message = f"rank {comm.rank} of {comm.size}: {e.message}"
         if comm.is_root or not agreed:
             e.show()
         if not agreed:

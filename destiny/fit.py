@@ -82,7 +82,8 @@ def fit(
         net.init_optimizer(cfg.optimizer_config())
         settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
         state, resumed_from = TrainState(), None
-        found = comm.bcast(latest_checkpoint(network_path) if resume and comm.is_root else None)
+        found = latest_checkpoint(network_path) if resume and comm.is_root else None
+    found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
     if found is not None:
         resumed_from, _ = found
         with all_or_none(comm):

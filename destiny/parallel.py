@@ -231,6 +231,7 @@ def agree(comm: Comm, failure: str | None) -> None:
 def all_or_none(comm: Comm) -> Iterator[None]:
     """Run a block on every rank; if it fails on any, every rank raises the same error.
 
+    The block must call no collective: a rank that failed before it would never join.
     With one process the block runs as it is: its exceptions pass unchanged.
     """
     if comm.size == 1:

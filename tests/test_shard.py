@@ -1,0 +1,135 @@
+"""The pieces of model parallelism that need no second process (spec 7).
+
+Multi-rank training itself runs under mpiexec in tests/test_train_mpi.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from destiny import shard
+from destiny.initialize import initial_weights
+from destiny.io.dataset import SparseDataset, read_dataset, write_dataset
+from destiny.kernels import get_backend
+from destiny.netdef import WeightInit, parse_netdef
+from destiny.network import Network
+from destiny.parallel import Comm, unit_counts, unit_range
+from destiny.train import TrainData
+
+
+class FakeComm(Comm):
+    """Rank ``rank`` of ``size`` for code that calls no collective (construction, reading)."""
+
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = rank, size
+
+
+def test_units_split_with_dsstnes_floor_rule():
+    assert [unit_range(10, r, 3) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert [unit_range(2, r, 4) for r in range(4)] == [(0, 0), (0, 1), (1, 1), (1, 2)]
+    assert unit_counts(97, 3) == [32, 32, 33] and sum(unit_counts(53, 2)) == 53
+
+
+@pytest.mark.parametrize("n_in,n_out,expected", [
+    (27278, 128, shard.ROWS),   # input -> hidden: split the input features (spec 7's example)
+    (128, 27278, shard.COLS),   # hidden -> output: split the output units
+    (1024, 1024, shard.COLS),   # 3 * 1024 > 2 * 1024
+    (300, 200, shard.ROWS),     # 600 = 600 is not larger
+    (300, 201, shard.COLS),
+])
+def test_larger_side_decides_the_layout(n_in, n_out, expected):
+    assert shard.layout(n_in, n_out, 2) == expected
+    assert shard.layout(n_in, n_out, 1) == shard.WHOLE
+
+
+@pytest.mark.parametrize("scheme", list(WeightInit))
+def test_a_block_of_the_initial_weights_is_a_block_of_the_whole_draw(scheme, monkeypatch):
+    import destiny.initialize as init
+
+    monkeypatch.setattr(init, "_BLOCK_VALUES", 40)  # many blocks of rows
+    whole_rng, part_rng = np.random.default_rng(3), np.random.default_rng(3)
+    whole = initial_weights(whole_rng, scheme, 0.5, 23, 9)
+    part = initial_weights(part_rng, scheme, 0.5, 23, 9, rows=(5, 17), cols=(2, 7))
+    np.testing.assert_array_equal(part, whole[5:17, 2:7])
+    assert whole_rng.random() == part_rng.random()  # the next matrix draws the same numbers
+    monkeypatch.setattr(init, "_BLOCK_VALUES", 1 << 22)
+    np.testing.assert_array_equal(initial_weights(np.random.default_rng(3), scheme, 0.5, 23, 9),
+                                  whole)
+
+
+def test_reading_columns_keeps_the_shard_of_every_row(tmp_path, monkeypatch):
+    from destiny.io import dataset
+
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 9, size=40)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, 256, size=indptr[-1]).astype(np.int32)
+    values = rng.random(indptr[-1]).astype(np.float32)
+    write_dataset(tmp_path / "d.nc", SparseDataset("d", 256, indptr, indices, values))
+    monkeypatch.setattr(dataset._Entries, "BLOCK", 17)  # entries read in many blocks
+    for lo, hi in [(0, 100), (100, 200), (200, 256), (50, 50)]:
+        part = read_dataset(tmp_path / "d.nc", columns=(lo, hi))
+        assert part.columns == (lo, hi) and part.offset == lo and part.width == 256
+        for r in range(40):
+            mine = (indices[indptr[r]:indptr[r + 1]] >= lo) & (indices[indptr[r]:indptr[r + 1]] < hi)
+            got = slice(part.indptr[r], part.indptr[r + 1])
+            np.testing.assert_array_equal(part.indices[got] + lo,
+                                          indices[indptr[r]:indptr[r + 1]][mine])
+            np.testing.assert_array_equal(part.values[got], values[indptr[r]:indptr[r + 1]][mine])
+
+
+NETDEF = {
+    "Kind": "FeedForward",
+    "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 300, "DataSet": "in", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "Type": "FullyConnected", "N": 20,
+         "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "Type": "FullyConnected", "N": 250,
+         "DataSet": "out", "Activation": "Sigmoid"},
+    ],
+}
+
+
+def test_each_rank_holds_its_part_of_every_matrix_and_dataset():
+    netdef = parse_netdef(NETDEF)
+    whole = Network(netdef, get_backend("cpu"))
+    whole.initialize(7)
+    rng = np.random.default_rng(2)
+    indptr = np.arange(0, 41, 4)
+    inp = SparseDataset("in", 300, indptr, rng.integers(0, 300, 40).astype(np.int32))
+    out = SparseDataset("out", 250, indptr, rng.integers(0, 250, 40).astype(np.int32))
+    for rank in range(3):
+        net = Network(netdef, get_backend("cpu"), comm=FakeComm(rank, 3))
+        net.initialize(7)
+        first, second = net.connections
+        assert (first.layout, second.layout) == (shard.ROWS, shard.COLS)
+        r0, r1 = unit_range(300, rank, 3)
+        c0, c1 = unit_range(250, rank, 3)
+        np.testing.assert_array_equal(first.W, whole.connections[0].W[r0:r1])
+        np.testing.assert_array_equal(second.W, whole.connections[1].W[:, c0:c1])
+        assert len(first.b) == net.local_n("Hidden") and len(second.b) == c1 - c0
+        data = TrainData(net, {"in": inp, "out": out})
+        assert data.inputs["Input"].columns == (r0, r1)
+        assert data.targets["Output"].columns == (c0, c1)
+        kept = (out.indices >= c0) & (out.indices < c1)
+        np.testing.assert_array_equal(data.targets["Output"].indices, out.indices[kept] - c0)
+
+
+def test_join_puts_row_and_column_pieces_in_place():
+    W = np.arange(35, dtype=np.float32).reshape(7, 5)
+    rows = [shard.Part(W[a:b], (a, b), (0, 5), (7, 5)) for a, b in [(0, 2), (2, 4), (4, 7)]]
+    cols = [shard.Part(W[:, a:b], (0, 7), (a, b), (7, 5)) for a, b in [(0, 1), (1, 1), (1, 5)]]
+    for parts in (rows, cols):
+        pieces = [(p.cols, p.piece(1, 6)) for p in parts]
+        np.testing.assert_array_equal(shard._join(pieces, 5, 5), W[1:6])
+
+
+def test_what_is_not_split_is_named():
+    from destiny.errors import NetDefError
+
+    netdef = parse_netdef(dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
+        NETDEF["Layers"][2], Activation="SoftMax")]))
+    Network(netdef, get_backend("cpu"))  # one process: fine
+    with pytest.raises(NetDefError, match=r"Layers\[2\]\.Activation"):
+        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
