@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO := build/demo
 
-.PHONY: install test demo bench bench-generate bench-train bench-predict sample-data clean
+.PHONY: install test demo bench bench-generate bench-train bench-predict bench-parallel sample-data clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,7 @@ demo: $(STAMP)
 	@echo "Held-out quality (20% of each user's items were hidden from training):"
 	@$(BIN)/evaluate -r $(DEMO)/recs -t $(DEMO)/heldout.txt -k 10 --popularity $(DEMO)/train.txt
 
-bench: bench-generate bench-train bench-predict
+bench: bench-generate bench-train bench-predict bench-parallel
 
 # Destiny beside ../shared/bench/torch_reference.py (needs torch: pip install torch==2.13.0).
 bench-train: $(STAMP)
@@ -53,6 +53,10 @@ bench-generate: $(STAMP)
 
 bench-predict: $(STAMP)
 	$(BIN)/python scripts/bench_predict.py --torch --json build/bench/predict.json
+
+# Model-parallel training: step time and memory per rank for P = 1 and 2 (docs/scaling.md).
+bench-parallel: $(STAMP)
+	$(BIN)/python scripts/bench_parallel.py --ranks 1,2 --json build/bench/parallel.json
 
 # Regenerate the bundled sample (byte for byte the same).
 sample-data: $(STAMP)

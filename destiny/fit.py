@@ -77,7 +77,7 @@ def fit(
         if cfg.shuffle is None:
             cfg = replace(cfg, shuffle=netdef.shuffle_indices)
         net = Network(netdef, kernels, comm=comm)
-        data = TrainData(net, _load_datasets(paths, net))
+        data = TrainData(net, read_training_datasets(paths, net))
         net.initialize(cfg.seed)
         net.init_optimizer(cfg.optimizer_config())
         settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
@@ -140,7 +140,7 @@ def _check_outputs(network_path, metrics_path, initial_network, force: bool) -> 
             atomic.check_writable(path, what)
 
 
-def _load_datasets(paths, net: Network) -> dict:
+def read_training_datasets(paths, net: Network) -> dict:
     """The datasets the network's layers read, by name, from the pool of both files (DSSTNE
     pools them, spec 5.1). A rank of a split network reads only the feature columns its
     layers need (spec 7); a dataset no layer reads is not read at all."""
