@@ -11,6 +11,10 @@ the optimizer kernels apply both with spec 5.8's signs. Two DSSTNE defects are f
 dropout keeps an explicit mask for the backward pass (quirk 10.17), and analog sparse inputs
 use each entry's own value in the weight gradient (quirk 10.19).
 
+Every array operation goes through the backend (``kernels/*/dense.py``: products, adds,
+masks, column means), so the same code runs on NumPy arrays and on device arrays; only the
+loss (a number) comes back to the host per batch.
+
 Under MPI every layer is split by units across the ranks (spec 7, ``destiny/shard.py``): the
 buffers of a layer hold the rank's columns only, each connection holds the rows or the columns
 of its matrix, and the products are joined by all-gathers and reduce-scatters. With one process
@@ -170,18 +174,28 @@ class Network:
         for c in self.connections:
             init = c.dest.weight_init
             if not c.shared:
-                c.W = initial_weights(rng, init.scheme, init.scale, c.source.n, c.dest.n,
-                                      self.dtype, rows=c.rows, cols=c.cols)
+                c.W = self.to_backend(initial_weights(rng, init.scheme, init.scale, c.source.n,
+                                                      c.dest.n, self.dtype, rows=c.rows,
+                                                      cols=c.cols))
             lo, hi = self.units[c.dest.name]
-            c.b = np.full(hi - lo, init.bias, dtype=self.dtype)
+            c.b = self.to_backend(np.full(hi - lo, init.bias, dtype=self.dtype))
         self.allocate_gradients()
+
+    def to_backend(self, array) -> object:
+        """A host array as the backend holds it (the array itself on the CPU), in the
+        network's dtype."""
+        return self.backend.to_device(np.ascontiguousarray(array, dtype=self.dtype))
+
+    def to_host(self, array) -> np.ndarray:
+        """A backend array as a NumPy array (the array itself on the CPU)."""
+        return self.backend.to_host(array)
 
     def allocate_gradients(self) -> None:
         """Gradient buffers and optimizer state (zero), once the weights exist."""
         for c in self.connections:
             if not c.shared:
-                c.G = np.zeros_like(c.W)
-            c.gb = np.zeros_like(c.b)
+                c.G = self.backend.zeros(c.W.shape, self.dtype)
+            c.gb = self.backend.zeros(c.b.shape, self.dtype)
 
     def local_n(self, name: str) -> int:
         """How many units of layer ``name`` this rank holds."""
@@ -205,13 +219,8 @@ class Network:
             if layer.kind == LayerKind.Input:
                 continue
             shape = (batch_size, self.local_n(name))
-            bufs = {"Z": np.empty(shape, self.dtype), "dZ": np.empty(shape, self.dtype),
-                    "dA": np.empty(shape, self.dtype), "tmp": np.empty(shape, self.dtype)}
-            if layer.p_dropout > 0:
-                bufs["out"] = np.empty(shape, self.dtype)
-                bufs["mask"] = np.empty(shape, self.dtype)
-                bufs["r"] = np.empty(shape, self.dtype)
-            self._buffers[name] = bufs
+            names = ["Z", "dZ", "dA", "tmp"] + (["out", "mask", "r"] if layer.p_dropout > 0 else [])
+            self._buffers[name] = {n: self.backend.empty(shape, self.dtype) for n in names}
 
     def activation(self, name: str, batch_size: int) -> np.ndarray:
         """The (post-dropout) activations of a non-input layer for the last forward pass."""
@@ -243,7 +252,7 @@ class Network:
             Z = bufs["Z"][:B]
             self._sum_contributions(Z, name, B)
             for s in layer.skips:
-                Z += self.activation(s, B)
+                kb.add(Z, self.activation(s, B))
             act = int(layer.activation)
             kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda)
             if train and layer.p_dropout > 0:
@@ -259,26 +268,30 @@ class Network:
         Connections split by rows yield partial sums over all the layer's units; they are
         added up first and reduce-scattered once (spec 7), then their biases are added.
         """
+        kb = self.backend
         first, partial, row_biases = True, None, []
         for c in self.incoming[name]:
             if c.layout == shard.ROWS:
                 product, q = self._partial_product(c, B)
-                partial = product if partial is None else np.add(partial, product, out=partial)
-                row_biases.append(c.b * q if q != 1.0 else c.b)
+                if partial is None:
+                    partial = product
+                else:
+                    kb.add(partial, product)
+                row_biases.append((c.b, q))
                 continue
             target = Z if first else self._buffers[name]["tmp"][:B]
             self._contribution(target, c, B)
             if not first:
-                Z += target
+                kb.add(Z, target)
             first = False
         if partial is not None:
-            mine = self.comm.reduce_scatter_columns(partial, self.counts[name])
+            mine = self._reduce_scatter(partial, name)
             if first:
-                Z[:] = mine
+                kb.copy(Z, mine)
             else:
-                Z += mine
-            for b in row_biases:
-                Z += b
+                kb.add(Z, mine)
+            for b, q in row_biases:
+                kb.add_bias(Z, b, q)
 
     def _contribution(self, out: np.ndarray, c: Connection, B: int) -> None:
         """out = b + (input of c) @ W for one connection (whole, or split by columns)."""
@@ -290,24 +303,27 @@ class Network:
                                   "matrix cannot read a sparse input layer.")
             self.backend.sparse_fc_forward(out, indptr, indices, values, c.matrix(), c.b)
             if q != 1.0 and len(values) == 0:
-                out *= q  # DSSTNE's boolean fast path scales the bias by q too (quirk 10.18)
+                self.backend.scale(out, q)  # DSSTNE's boolean fast path scales the bias too
+                #                             (quirk 10.18)
         else:
-            np.matmul(self._source_activation(c, B), c.matrix(), out=out)
-            out += c.b
+            self.backend.gemm(out, self._source_activation(c, B), c.owner.W,
+                              trans_b=c.transposed)
+            self.backend.add_bias(out, c.b)
 
     def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
         """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the
         factor q the bias takes (the boolean denoising fast path, quirk 10.18)."""
+        kb = self.backend
+        out = kb.empty((B, c.dest.n), self.dtype)
         if c.source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(c.source.name)
-            out = np.empty((B, c.dest.n), dtype=self.dtype)
-            self.backend.sparse_fc_forward(out, indptr, indices, values, c.W,
-                                           np.zeros(c.dest.n, dtype=self.dtype))
+            kb.sparse_fc_forward(out, indptr, indices, values, c.W, kb.zeros(c.dest.n, self.dtype))
             if q != 1.0 and len(values) == 0:
-                out *= q
+                kb.scale(out, q)
                 return out, q
             return out, 1.0
-        return self.activation(c.source.name, B) @ c.W, 1.0
+        kb.gemm(out, self.activation(c.source.name, B), c.W)
+        return out, 1.0
 
     def _source_activation(self, c: Connection, B: int) -> np.ndarray:
         """The activations c multiplies: all units of the source when c is split by columns."""
@@ -315,24 +331,36 @@ class Network:
             return self.activation(c.source.name, B)
         key = ("A", c.source.name)
         if key not in self._full:
-            self._full[key] = self.comm.allgather_columns(self.activation(c.source.name, B),
-                                                          self.counts[c.source.name])
+            self._full[key] = self._allgather(self.activation(c.source.name, B), c.source.name)
         return self._full[key]
 
     def _full_delta(self, name: str, B: int) -> np.ndarray:
         """dZ of layer ``name`` over all its units (all-gathered once per batch)."""
         key = ("dZ", name)
         if key not in self._full:
-            self._full[key] = self.comm.allgather_columns(self._buffers[name]["dZ"][:B],
-                                                          self.counts[name])
+            self._full[key] = self._allgather(self._buffers[name]["dZ"][:B], name)
         return self._full[key]
+
+    # The collectives of a split network. MPI reads and writes host memory: a device backend's
+    # arrays go through the host (a CUDA-aware MPI could take them directly).
+
+    def _allgather(self, local, name: str):
+        full = self.comm.allgather_columns(self.to_host(local), self.counts[name])
+        return self.backend.to_device(np.ascontiguousarray(full))
+
+    def _reduce_scatter(self, partial, name: str):
+        mine = self.comm.reduce_scatter_columns(self.to_host(partial), self.counts[name])
+        return self.backend.to_device(np.ascontiguousarray(mine))
 
     def _input_of(self, name: str) -> tuple[CSR, float]:
         """The batch of an input layer as the forward pass sees it, and q (1: no denoising)."""
         if name in self._denoise:
             (indptr, indices, values), q = self._denoise[name]
             if len(values) and q != 1.0:
-                values = values * np.asarray(q, dtype=values.dtype)  # analog: q * v per entry
+                scaled = self.backend.empty(len(values), values.dtype)  # analog: q * v per entry
+                self.backend.copy(scaled.reshape(1, -1), values.reshape(1, -1))
+                self.backend.scale(scaled, q)
+                values = scaled
             return (indptr, indices, values), q
         return self._batch.inputs[name], 1.0
 
@@ -364,7 +392,7 @@ class Network:
                 if penalty is not None:
                     kb.sparseness_penalty(dA, self.activation(name, B), *penalty)
                 if self._dropped.get(name):
-                    dA *= bufs["mask"][:B]
+                    kb.multiply(dA, bufs["mask"][:B])
                 kb.activation_backward(dZ, dA, bufs["Z"][:B], act, layer.relu_slope,
                                        layer.elu_alpha, layer.selu_lambda)
             if layer.delta_norm > 0:
@@ -378,35 +406,38 @@ class Network:
         Connections split by columns give partial sums over all of this layer's units, added
         up and reduce-scattered once; those split by rows use the all-gathered dZ_dest.
         """
+        kb = self.backend
         first, partial = True, None
         for c in self.outgoing[name]:
             if c.layout == shard.COLS:
-                product = self._buffers[c.dest.name]["dZ"][:B] @ c.W.T
-                partial = product if partial is None else np.add(partial, product, out=partial)
+                dZ_dest = self._buffers[c.dest.name]["dZ"][:B]
+                if partial is None:
+                    partial = kb.empty((B, self.layers[name].n), self.dtype)
+                    kb.gemm(partial, dZ_dest, c.W, trans_b=True)
+                else:
+                    kb.gemm(partial, dZ_dest, c.W, trans_b=True, beta=1.0)
                 continue
             dZ_dest = (self._full_delta(c.dest.name, B) if c.layout == shard.ROWS
                        else self._buffers[c.dest.name]["dZ"][:B])
-            if first:
-                np.matmul(dZ_dest, c.matrix().T, out=dA)
-                first = False
-            else:
-                dA += dZ_dest @ c.matrix().T
+            # dZ_dest @ matrix.T, where matrix is W, or W.T for a transposed shared matrix
+            kb.gemm(dA, dZ_dest, c.owner.W, trans_b=not c.transposed, beta=0.0 if first else 1.0)
+            first = False
         for dest in self.skip_out[name]:
             dZ_dest = self._buffers[dest]["dZ"][:B]
             if first:
-                dA[:] = dZ_dest
+                kb.copy(dA, dZ_dest)
                 first = False
             else:
-                dA += dZ_dest
+                kb.add(dA, dZ_dest)
         if partial is not None:
-            mine = self.comm.reduce_scatter_columns(partial, self.counts[name])
+            mine = self._reduce_scatter(partial, name)
             if first:
-                dA[:] = mine
+                kb.copy(dA, mine)
                 first = False
             else:
-                dA += mine
+                kb.add(dA, mine)
         if first:
-            dA[:] = 0.0
+            kb.fill(dA, 0.0)
 
     def _sparseness(self, layer: LayerDef):
         """(p, beta) of the sparseness penalty, or None (spec 3.10, quirk 10.15)."""
@@ -416,33 +447,30 @@ class Network:
         own = layer.sparseness_penalty
         return (own.p if own.p > 0 else glob.p, own.beta if own.beta > 0 else glob.beta)
 
-    def _weight_gradients(self, name: str, dZ: np.ndarray, B: int) -> None:
-        beta = dZ.mean(axis=0, dtype=np.float64)  # every incoming bias gets it (spec 5.7)
-        for c in self.incoming[name]:
+    def _weight_gradients(self, name: str, dZ, B: int) -> None:
+        kb = self.backend
+        for i, c in enumerate(self.incoming[name]):
             owner = c.owner
             scale = -1.0 / (owner.sharing * B)
-            c.gb[:] = beta
+            if i == 0:  # every incoming bias gets the same mean delta (spec 5.7)
+                kb.column_mean(c.gb, dZ)
+            else:
+                kb.copy(c.gb.reshape(1, -1), self.incoming[name][0].gb.reshape(1, -1))
             delta = self._full_delta(name, B) if c.layout == shard.ROWS else dZ
             if c.source.kind == LayerKind.Input:
                 (indptr, indices, values), q = self._input_of(c.source.name)
                 if len(values) == 0 and q != 1.0:
-                    values = np.full(len(indices), q, dtype=self.dtype)
-                self.backend.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
+                    values = kb.empty(len(indices), self.dtype)
+                    kb.fill(values, q)
+                kb.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
                 owner.touched = indices
                 continue
             X = self._source_activation(c, B)
-            # Scale the [B, n_out] delta rather than the [n_in, n_out] product, and let BLAS
-            # write G directly: no temporary of the matrix's size, one pass fewer over it.
-            if delta is dZ:
-                scaled = np.multiply(dZ, scale, out=self._buffers[name]["tmp"][:B])
-            else:
-                scaled = delta * np.asarray(scale, dtype=self.dtype)
-            a, b = (scaled.T, X) if c.transposed else (X.T, scaled)
-            if owner._grad_fresh:
-                owner.G += a @ b
-            else:
-                np.matmul(a, b, out=owner.G)
-                owner._grad_fresh = True
+            # G (+)= scale * X.T @ delta, or its transpose for a transposed shared matrix;
+            # BLAS writes G directly: no temporary of the matrix's size.
+            a, b, ta = (delta, X, True) if c.transposed else (X, delta, True)
+            kb.gemm(owner.G, a, b, trans_a=ta, alpha=scale, beta=1.0 if owner._grad_fresh else 0.0)
+            owner._grad_fresh = True
 
     # -- update ---------------------------------------------------------------------------
 
@@ -462,35 +490,36 @@ class Network:
         """Forget this batch's gradients without an update (a batch skipped by the brake)."""
         for c in self.connections:
             if c.touched is not None:
-                c.G[np.unique(c.touched)] = 0.0
+                self.backend.zero_rows(c.G, c.touched)
                 c.touched = None
             c._grad_fresh = False
 
     def init_optimizer(self, opt: OptimizerConfig) -> None:
         """Zeroed optimizer state arrays for ``opt.mode`` (spec 5.8: velocities start at 0)."""
-        n = self.backend.state_arrays_needed(opt.mode)
+        kb = self.backend
+        n = kb.state_arrays_needed(opt.mode)
+        unused = [kb.empty(0, self.dtype)] * (2 - n)
         for c in self.connections:
             c._grad_fresh = False
             if not c.shared:
-                c.state = [np.zeros_like(c.W) for _ in range(n)] + [_EMPTY] * (2 - n)
-            c.bias_state = [np.zeros_like(c.b) for _ in range(n)] + [_EMPTY] * (2 - n)
+                c.state = [kb.zeros(c.W.shape, self.dtype) for _ in range(n)] + unused
+            c.bias_state = [kb.zeros(c.b.shape, self.dtype) for _ in range(n)] + unused
 
     def regularization_error(self, lam: float, lam1: float) -> float:
         """Sum over unshared matrices of 0.5 * lam * w^2 + lam1 * |w| (spec 5.2)."""
         if lam == 0 and lam1 == 0:
             return 0.0
-        total = 0.0
+        kb, total = self.backend, 0.0
         for c in self.connections:
             if not c.shared:
-                w = c.W.astype(np.float64, copy=False)
-                total += 0.5 * lam * float(np.dot(w.ravel(), w.ravel())) + lam1 * float(np.abs(w).sum())
+                total += 0.5 * lam * kb.sum_squares(c.W) + (lam1 * kb.abs_sum(c.W) if lam1 else 0.0)
         return self.comm.allreduce_sum(total)
 
     def check_finite(self) -> str | None:
         """The name of the first layer whose incoming weights hold NaN or inf, or None."""
+        kb = self.backend
         bad = next((k for k, c in enumerate(self.connections)
-                    if (not c.shared and not np.isfinite(c.W).all()) or not np.isfinite(c.b).all()),
-                   None)
+                    if (not c.shared and not kb.all_finite(c.W)) or not kb.all_finite(c.b)), None)
         if self.comm.size > 1:  # every rank must give the same answer
             found = [k for k in self.comm.allgather(bad) if k is not None]
             bad = min(found) if found else None

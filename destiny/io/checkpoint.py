@@ -32,12 +32,14 @@ def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = F
     weights, biases, arrays, parts = {}, {}, dict(arrays or {}), {}
 
     def whole(c, array, key):  # a matrix shaped like c's weights
+        array = net.to_host(array)
         if comm.size == 1:
             return array
         parts[key] = shard.Part(array, c.rows, c.cols, (c.source.n, c.dest.n))
         return key
 
     def whole_vector(c, array):  # biases and their state: small, gathered at once
+        array = net.to_host(array)
         return array if comm.size == 1 else np.concatenate(comm.allgather(array))
 
     for k, c in enumerate(net.connections):
@@ -103,17 +105,17 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
 
     for k, c in enumerate(net.connections):
         if not c.shared:
-            c.W = np.ascontiguousarray(matrix(c, k, None), dtype=net.dtype)
-        c.b = np.ascontiguousarray(vector(c, None, nf.biases[k]), dtype=net.dtype)
+            c.W = net.to_backend(matrix(c, k, None))
+        c.b = net.to_backend(vector(c, None, nf.biases[k]))
     if gradients:
         net.allocate_gradients()
     for k, c in enumerate(net.connections):
         for j, s in enumerate(c.state):
             if s.size:
-                s[...] = np.reshape(matrix(c, k, f"state{k}_{j}"), s.shape)
+                c.state[j] = net.to_backend(np.reshape(matrix(c, k, f"state{k}_{j}"), s.shape))
         for j, s in enumerate(c.bias_state):
             if s.size:
-                s[...] = vector(c, f"bias_state{k}_{j}")
+                c.bias_state[j] = net.to_backend(vector(c, f"bias_state{k}_{j}"))
     return nf.destiny
 
 

@@ -30,6 +30,9 @@ KERNELS = {
     "optim": ("update_weights", "update_bias", "state_arrays_needed"),
     "topk": ("top_k", "multiply_filter"),
     "rng": ("uniform_fill", "denoise_keep"),
+    "dense": ("empty", "zeros", "to_device", "to_host", "gemm", "add", "add_bias", "multiply",
+              "scale", "copy", "fill", "column_mean", "zero_rows", "sum_squares", "abs_sum",
+              "all_finite"),
 }
 
 
@@ -41,6 +44,24 @@ def _load(package: str) -> types.SimpleNamespace:
         module = importlib.import_module(f"destiny.kernels.{package}.{family}")
         functions.update({name: getattr(module, name) for name in names})
     return types.SimpleNamespace(name=package, **functions)
+
+
+def cuda_available() -> bool:
+    """Whether numba.cuda drives a real NVIDIA GPU here (the CUDA simulator does not count).
+
+    Imports numba.cuda (the first call decides, for the process, between a GPU and the
+    simulator: ``NUMBA_ENABLE_CUDASIM=1`` must be set before it).
+    """
+    try:
+        from numba import config, cuda
+    except Exception:  # numba.cuda can fail to import without a CUDA toolkit
+        return False
+    if config.ENABLE_CUDASIM:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:
+        return False
 
 
 def get_backend(name: str = "auto") -> types.SimpleNamespace:

@@ -1,0 +1,94 @@
+"""NumPy reference for the dense operations of a network step, and array allocation.
+
+The network calls these instead of NumPy so that the same code runs on device arrays (the CUDA
+backend) and on both cores (the cpu backend's numba loops). Outputs first, in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# -- memory -------------------------------------------------------------------------------
+
+def empty(shape, dtype=np.float32):
+    return np.empty(shape, dtype=dtype)
+
+
+def zeros(shape, dtype=np.float32):
+    return np.zeros(shape, dtype=dtype)
+
+
+def to_device(array):
+    """The backend's copy of a host array (the array itself on the CPU)."""
+    return np.asarray(array)
+
+
+def to_host(array):
+    """A NumPy array of a backend array (the array itself on the CPU)."""
+    return np.asarray(array)
+
+
+# -- dense operations ---------------------------------------------------------------------
+
+def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
+    """``out = alpha * op(a) @ op(b) + beta * out``; ``op(x)`` is ``x.T`` when trans."""
+    product = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    old = 0.0 if beta == 0 else beta * out.astype(np.float64)
+    out[...] = (alpha * product + old).astype(out.dtype)
+
+
+def add(out, x):
+    """``out += x`` (same shapes)."""
+    out += x
+
+
+def add_bias(out, b, scale=1.0):
+    """``out[r, :] += scale * b`` for every row r."""
+    out += (scale * np.asarray(b, dtype=np.float64)).astype(out.dtype)
+
+
+def multiply(out, x):
+    """``out *= x`` elementwise (same shapes)."""
+    out *= x
+
+
+def scale(out, factor):
+    """``out *= factor``."""
+    out *= out.dtype.type(factor)
+
+
+def copy(out, x):
+    """``out[...] = x``."""
+    out[...] = x
+
+
+def fill(out, value):
+    """``out[...] = value``."""
+    out[...] = value
+
+
+def column_mean(out, x):
+    """``out[j] = mean over rows of x[:, j]``, summed in float64 (spec 5.7's bias gradient)."""
+    out[...] = x.mean(axis=0, dtype=np.float64).astype(out.dtype)
+
+
+def zero_rows(x, rows):
+    """``x[rows] = 0`` (``rows`` may repeat): forget a sparse gradient's touched rows."""
+    x[np.asarray(rows)] = 0
+
+
+def sum_squares(x) -> float:
+    """Sum of ``x**2`` in float64."""
+    v = np.asarray(x, dtype=np.float64).ravel()
+    return float(v @ v)
+
+
+def abs_sum(x) -> float:
+    """Sum of ``|x|`` in float64."""
+    return float(np.abs(np.asarray(x, dtype=np.float64)).sum())
+
+
+def all_finite(x) -> bool:
+    """Whether no element of ``x`` is NaN or infinite."""
+    return bool(np.isfinite(x).all())
