@@ -128,6 +128,7 @@ class Network:
         self._buffers: dict[str, dict[str, np.ndarray]] = {}
         self._capacity = 0
         self._full: dict[str, np.ndarray] = {}  # all-gathered activations and deltas of a batch
+        self._no_weights = backend.empty(0, self.dtype)  # the loss's per-example weights: none
 
     # -- construction ---------------------------------------------------------------------
 
@@ -382,7 +383,8 @@ class Network:
                 indptr, indices, values = self._batch.targets[name]
                 s, d = net.smce, net.delta_boost
                 total += kb.sparse_loss_delta(
-                    dZ, bufs["Z"][:B], indptr, indices, values, _EMPTY, int(net.error_function),
+                    dZ, bufs["Z"][:B], indptr, indices, values, self._no_weights,
+                    int(net.error_function),
                     act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda, s.one_target,
                     s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero)
             else:

@@ -39,6 +39,7 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
         start, end = indptr[lo], indptr[hi]
         sub = (indptr[lo:hi + 1] - start, indices[start:end],
                _EMPTY if values is None or len(values) == 0 else values[start:end])
+        sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
         net.forward(Batch(size=hi - lo, inputs={input_name: sub}))
         yield lo, net.activation(output, hi - lo)
 
@@ -56,15 +57,19 @@ def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=No
 
         kernels = get_backend("cpu")
     B, N = scores.shape
-    items = np.empty((B, k), dtype=np.int32)
-    best = np.empty((B, k), dtype=np.float32)
+    kb = kernels
+    items = kb.empty((B, k), np.int32)
+    best = kb.empty((B, k), np.float32)
     indptr = _NO_ROWS if exclude_indptr is None else np.asarray(exclude_indptr, dtype=np.int64)
     indices = (np.zeros(0, np.int32) if exclude_indices is None
                else np.asarray(exclude_indices, dtype=np.int32))
     mask = np.zeros(0, np.uint8) if allowed is None else allowed
-    kernels.top_k(items, best, np.ascontiguousarray(scores, dtype=np.float32), indptr, indices,
-                  mask, N if n_items is None else n_items)
-    return items, best
+    if isinstance(scores, np.ndarray):
+        scores = np.ascontiguousarray(scores, dtype=np.float32)
+    # On a GPU the scores stay there: the filter and the mask go to them, k per row come back.
+    kb.top_k(items, best, kb.to_device(scores), kb.to_device(indptr), kb.to_device(indices),
+             kb.to_device(mask), N if n_items is None else n_items)
+    return kb.to_host(items), kb.to_host(best)
 
 
 @dataclass
@@ -126,7 +131,7 @@ class Predictor:
         seen = nf.arrays.get(f"target_counts_{layer}")
         if seen is not None and len(seen) == n_out:
             allowed &= (seen > 0).astype(np.uint8)
-        self.allowed = allowed
+        self.allowed = self.kernels.to_device(allowed)
 
     def read_input(self, path) -> Records:
         records = read_records(input_files(path), self.features, update=False)
@@ -158,9 +163,12 @@ class Predictor:
                 sub_ptr = fptr[lo:hi + 1] - fptr[lo]
                 sub_idx = fidx[fptr[lo]:fptr[hi]]
                 if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
-                    scores = np.array(scores, dtype=np.float32)
-                    self.kernels.multiply_filter(scores, sub_ptr, sub_idx,
-                                                 fval[fptr[lo]:fptr[hi]])
+                    kb = self.kernels
+                    copied = kb.empty(scores.shape, np.float32)
+                    kb.copy(copied, scores)
+                    scores = copied
+                    kb.multiply_filter(scores, kb.to_device(sub_ptr), kb.to_device(sub_idx),
+                                       kb.to_device(np.ascontiguousarray(fval[fptr[lo]:fptr[hi]])))
                 else:
                     exclude_ptr, exclude_idx = sub_ptr, sub_idx
             items, best = top_k(scores, k, exclude_indptr=exclude_ptr, exclude_indices=exclude_idx,

@@ -25,7 +25,7 @@ from destiny.kernels.counter_rng import DENOISE, DROPOUT, stream_key
 from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
-from destiny.sparse import keep_entries, take_rows
+from destiny.sparse import keep_entries
 
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
               "adadelta": 5, "adam": 6}
@@ -134,17 +134,41 @@ class TrainData:
             raise DestinyError(f"the datasets hold different numbers of examples ({sizes}); "
                                "build them from the same samples (one -s index, same input).")
         self.examples = rows.pop()
+        # The backend's copies of the data (on a GPU: copied once; on the CPU: the arrays).
+        self.kernels = net.backend
+        self._held = {n: self._hold((ds.indptr, ds.indices, ds.values))
+                      for n, ds in (self.inputs | self.targets).items()}
+        self._denoised: dict[str, tuple] = {}
 
-    def batch(self, rows: np.ndarray, inputs: dict[str, tuple] | None = None) -> Batch:
-        """The minibatch of ``rows`` (``inputs`` overrides the input CSR, e.g. denoised)."""
-        def csr(ds: SparseDataset, override=None):
-            indptr, indices, values = override or (ds.indptr, ds.indices, ds.values)
-            p, i, v = take_rows(indptr, indices, values, rows)
-            return p, i, _EMPTY if v is None else v
+    def _hold(self, csr) -> tuple:
+        """(host indptr, backend indptr, backend indices, backend values) of a CSR matrix."""
+        indptr, indices, values = csr
+        kb = self.kernels
+        return (indptr, kb.to_device(indptr), kb.to_device(indices),
+                kb.to_device(_EMPTY if values is None else values))
+
+    def set_denoised(self, inputs: dict[str, tuple]) -> None:
+        """This epoch's denoised input CSR matrices, by input layer (spec 3.9)."""
+        self._denoised = {n: self._hold(csr) for n, csr in inputs.items()}
+
+    def batch(self, rows: np.ndarray) -> Batch:
+        """The minibatch of ``rows``, assembled by the backend from the data it holds."""
+        kb = self.kernels
+        on_backend = kb.to_device(np.asarray(rows, dtype=np.int64))
+
+        def csr(held):
+            host_indptr, indptr, indices, values = held
+            out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(np.diff(host_indptr)[rows], out=out_indptr[1:])
+            out_indices = kb.empty(int(out_indptr[-1]), np.int32)
+            out_values = kb.empty(int(out_indptr[-1]) if len(values) else 0, np.float32)
+            out_indptr = kb.to_device(out_indptr)
+            kb.take_rows(out_indices, out_values, out_indptr, indptr, indices, values, on_backend)
+            return out_indptr, out_indices, out_values
 
         return Batch(size=len(rows),
-                     inputs={n: csr(ds, (inputs or {}).get(n)) for n, ds in self.inputs.items()},
-                     targets={n: csr(ds) for n, ds in self.targets.items()})
+                     inputs={n: csr(self._denoised.get(n, self._held[n])) for n in self.inputs},
+                     targets={n: csr(self._held[n]) for n in self.targets})
 
 
 def _columns(ds: SparseDataset, columns: tuple[int, int]) -> SparseDataset:
@@ -168,10 +192,12 @@ def denoised(net: Network, name: str, ds: SparseDataset, seed: int, epoch: int) 
     One draw per stored entry per epoch, as DSSTNE; each draw is keyed by the entry's example
     and feature, so a rank holding some of the columns drops the same entries as one process.
     """
+    from destiny.kernels.cpu.rng import denoise_keep  # the data is on the host; every
+    #                                                   backend draws the same bits
+
     keep = np.empty(ds.nnz, dtype=bool)
     key = stream_key(seed, DENOISE, epoch, net.layers[name].index)
-    net.backend.denoise_keep(keep, ds.indptr, ds.indices, key, 0, ds.offset,
-                             net.netdef.denoising.p)
+    denoise_keep(keep, ds.indptr, ds.indices, key, 0, ds.offset, net.netdef.denoising.p)
     return (keep_entries(ds.indptr, keep), ds.indices[keep],
             None if ds.values is None else ds.values[keep])
 
@@ -193,11 +219,12 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
         perm = rng.permutation(E) if cfg.shuffle else np.arange(E)
         masks = {name: denoised(net, name, ds, cfg.seed, epoch)
                  for name, ds in data.inputs.items() if net.layers[name].denoising}
+        data.set_denoised(masks)
         total_t, skipped, step = 0.0, 0, cfg.alpha
         moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
         for number, pos in enumerate(range(0, E, cfg.batch)):
             rows = perm[pos:pos + cfg.batch]
-            batch = data.batch(rows, masks)
+            batch = data.batch(rows)
             denoise = {n: (batch.inputs[n], 1.0 / (1.0 - p_denoise)) for n in masks}
             with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
                 net.forward(batch, train=True, denoise=denoise,

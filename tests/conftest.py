@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
-import pytest
+# Without an NVIDIA driver the CUDA kernels run in numba's simulator (every thread in Python,
+# hence the tests' tiny shapes for them). numba reads this when it is first imported, so it
+# must come before any import of numba; a machine with a GPU runs the kernels for real.
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
-from destiny import synthetic
-from destiny.fit import fit
-from destiny.generate import generate_netcdf
-from destiny.train import train_config
+import pytest  # noqa: E402
+
+from destiny import synthetic  # noqa: E402
+from destiny.fit import fit  # noqa: E402
+from destiny.generate import generate_netcdf  # noqa: E402
+from destiny.train import train_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``gpu`` unless numba.cuda drives a real GPU (not the simulator)."""
+    from destiny.kernels import cuda_available
+
+    if any(item.get_closest_marker("gpu") for item in items) and not cuda_available():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU (numba.cuda finds none)")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from destiny.kernels import codes
-from destiny.kernels.cpu import loss as cpu_loss
-from destiny.kernels.cpu import pointwise as cpu_pointwise
-from destiny.kernels.reference import loss as ref_loss
-from destiny.kernels.reference import pointwise as ref_pointwise
+from .backends import family, tiny
 
-BACKENDS = {"reference": (ref_loss, ref_pointwise), "cpu": (cpu_loss, cpu_pointwise)}
+BACKENDS = {name: (family("loss")[name], family("pointwise")[name])
+            for name in ("reference", "cpu", "cuda")}
+KERNEL_BACKENDS = ["cpu", "cuda"]  # the ones checked against the reference
+ref_loss = BACKENDS["reference"][0]
 SLOPE, ALPHA, LAM = 0.1, 1.3, 1.0507
 # SMCE thresholds inside (0, 1), so that both branches of both targets occur.
 SMCE_PARAMS = dict(one_target=0.7, zero_target=0.3, one_scale=1.5, zero_scale=0.8)
@@ -118,21 +118,24 @@ def rows_away_from_kinks(z, a, t, act, margin=1e-3):
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_sparse_delta_is_the_gradient_of_the_error(backend, boolean, err_fn, act):
     rng = np.random.default_rng(100 * err_fn + act + 7 * boolean)
-    rows, units = 6, 7
+    rows, units = (2, 3) if tiny(backend) else (6, 7)
     targets = sparse_targets(rng, rows, units, boolean)
     weights = rng.uniform(0.5, 2.0, size=rows).astype(np.float32)
     z = rng.normal(scale=1.5, size=(rows, units))
     a = activate(backend, z, act)
     _, delta = sparse(backend, a, targets, weights, err_fn, act)
 
+    # In the simulator the perturbed activations come from the reference (the activation
+    # kernels have their own tests), which halves the launches.
+    act_backend = "reference" if tiny(backend) else backend
     h = 1e-6
     numeric = np.empty_like(z)
     for i in np.ndindex(z.shape):
         zp, zm = z.copy(), z.copy()
         zp[i] += h
         zm[i] -= h
-        up = sparse(backend, activate(backend, zp, act), targets, weights, err_fn, act)[0]
-        down = sparse(backend, activate(backend, zm, act), targets, weights, err_fn, act)[0]
+        up = sparse(backend, activate(act_backend, zp, act), targets, weights, err_fn, act)[0]
+        down = sparse(backend, activate(act_backend, zm, act), targets, weights, err_fn, act)[0]
         numeric[i] = (up - down) / (2 * h)
     t = effective_dense_targets(*targets, units, err_fn, act)
     clean = rows_away_from_kinks(z, a, t, act)
@@ -144,7 +147,7 @@ def test_sparse_delta_is_the_gradient_of_the_error(backend, boolean, err_fn, act
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_sparse_equals_dense_on_the_same_targets(backend, err_fn, act):
     rng = np.random.default_rng(200 + 100 * err_fn + act)
-    rows, units = 9, 11
+    rows, units = (3, 4) if tiny(backend) else (9, 11)
     for boolean, weighted in itertools.product([True, False], repeat=2):
         targets = sparse_targets(rng, rows, units, boolean)
         weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
@@ -157,22 +160,24 @@ def test_sparse_equals_dense_on_the_same_targets(backend, err_fn, act):
         np.testing.assert_allclose(delta, dense_delta, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
-def test_cpu_matches_reference_float32(err_fn, act):
+def test_matches_reference_float32(backend, err_fn, act):
     rng = np.random.default_rng(300 + 100 * err_fn + act)
-    rows, units = 23, 37
+    rows, units = (4, 6) if tiny(backend) else (23, 37)
     z = rng.normal(scale=2.0, size=(rows, units)).astype(np.float32)
     a = activate("reference", z, act)
+    names = ("reference", backend)
     for boolean, weighted in itertools.product([True, False], repeat=2):
-        targets = sparse_targets(rng, rows, units, boolean, max_per_row=6)
+        targets = sparse_targets(rng, rows, units, boolean, max_per_row=6 if rows > 6 else 3)
         weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
                    else np.zeros(0, dtype=np.float32))
         results = {name: sparse(name, a, targets, weights, err_fn, act, boost_one=3.0,
-                                boost_zero=0.5) for name in BACKENDS}
+                                boost_zero=0.5) for name in names}
         t = effective_dense_targets(*targets, units, err_fn, act).astype(np.float32)
-        dense_results = {name: dense(name, a, t, weights, err_fn, act) for name in BACKENDS}
-        for got, expected in [(results["cpu"], results["reference"]),
-                              (dense_results["cpu"], dense_results["reference"])]:
+        dense_results = {name: dense(name, a, t, weights, err_fn, act) for name in names}
+        for got, expected in [(results[backend], results["reference"]),
+                              (dense_results[backend], dense_results["reference"])]:
             assert got[0] == pytest.approx(expected[0], rel=1e-5)
             np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
 
@@ -181,8 +186,9 @@ def test_cpu_matches_reference_float32(err_fn, act):
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):
     rng = np.random.default_rng(400 + 100 * err_fn + act)
-    targets = sparse_targets(rng, 8, 10, boolean=False)
-    a = activate(backend, rng.normal(size=(8, 10)).astype(np.float32), act)
+    rows, units = (3, 5) if tiny(backend) else (8, 10)
+    targets = sparse_targets(rng, rows, units, boolean=False)
+    a = activate(backend, rng.normal(size=(rows, units)).astype(np.float32), act)
     weights = np.zeros(0, dtype=np.float32)
     error, delta = sparse(backend, a, targets, weights, err_fn, act)
     boosted_error, boosted = sparse(backend, a, targets, weights, err_fn, act, boost_one=3.0,
@@ -192,7 +198,7 @@ def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):
     if (err_fn, act) in BOOSTED:
         indptr, indices, _ = targets
         factor[:] = 0.5
-        factor[np.repeat(np.arange(8), np.diff(indptr)), indices] = 3.0
+        factor[np.repeat(np.arange(rows), np.diff(indptr)), indices] = 3.0
     np.testing.assert_allclose(boosted, factor * delta, rtol=1e-6, atol=1e-7)
 
 
@@ -277,5 +283,5 @@ def test_refusal_message_names_the_fix():
     (codes.SMCE, codes.SIGMOID), (codes.DSMCE, codes.SIGMOID),
 ])
 def test_supported_pairs_are_accepted(err_fn, act):
-    cpu_loss.check_loss_activation(err_fn, act)
-    ref_loss.check_loss_activation(err_fn, act)
+    for loss, _ in BACKENDS.values():
+        loss.check_loss_activation(err_fn, act)

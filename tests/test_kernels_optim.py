@@ -7,8 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from destiny.kernels.cpu import optim as cpu_optim
-from destiny.kernels.reference import optim as ref_optim
 from destiny.kernels.reference.optim import (
     ADADELTA,
     ADAGRAD,
@@ -18,15 +16,18 @@ from destiny.kernels.reference.optim import (
     RMSPROP,
     SGD,
 )
+from .backends import family, tiny
 
-BACKENDS = {"reference": ref_optim, "cpu": cpu_optim}
+BACKENDS = family("optim")
+ref_optim = BACKENDS["reference"]
 MODES = [SGD, MOMENTUM, ADAGRAD, NESTEROV, RMSPROP, ADADELTA, ADAM]
 TWO_STATE = (ADADELTA, ADAM)
 
 
 def test_mode_values_are_dsstne_training_mode():
     assert MODES == list(range(7))
-    assert cpu_optim.ADAM == ADAM and cpu_optim.SGD == SGD
+    for name in ("cpu", "cuda"):
+        assert BACKENDS[name].ADAM == ADAM and BACKENDS[name].SGD == SGD
     for backend in BACKENDS.values():
         assert [backend.state_arrays_needed(m) for m in MODES] == [0, 1, 1, 1, 1, 2, 2]
 
@@ -202,29 +203,34 @@ def test_adam_first_step_uses_exponent_two():
         assert abs(W[0, 0] - 0.1) > 0.02
 
 
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mode", MODES)
-def test_cpu_matches_reference(mode, dtype):
+def test_matches_reference(backend, mode, dtype):
     rng = np.random.default_rng(10 + mode)
-    W = rng.normal(size=(23, 41)).astype(dtype)
+    W = rng.normal(size=(4, 9) if tiny(backend) else (23, 41)).astype(dtype)
     W[rng.random(W.shape) < 0.1] = 0.0  # exact zeros exercise sgn(0) = 0
-    b = rng.normal(size=41).astype(dtype)
-    weights = {name: W.copy() for name in BACKENDS}
-    biases = {name: b.copy() for name in BACKENDS}
-    w_state = {name: _state(mode, W.shape, dtype) for name in BACKENDS}
-    b_state = {name: _state(mode, b.shape, dtype) for name in BACKENDS}
+    W.flat[:2] = 0.0
+    b = rng.normal(size=W.shape[1]).astype(dtype)
+    names = ("reference", backend)
+    weights = {name: W.copy() for name in names}
+    biases = {name: b.copy() for name in names}
+    w_state = {name: _state(mode, W.shape, dtype) for name in names}
+    b_state = {name: _state(mode, b.shape, dtype) for name in names}
     for t in range(1, 6):
         G = (0.3 * rng.normal(size=W.shape)).astype(dtype)
         beta = (0.3 * rng.normal(size=b.shape)).astype(dtype)
-        for name, backend in BACKENDS.items():
-            backend.update_weights(weights[name], G, *w_state[name], t, mode,
-                                   0.05, 1e-2, 3e-3, 0.9, 0.999)
-            backend.update_bias(biases[name], beta, *b_state[name], t, mode, 0.05, 0.9, 0.999)
+        for name in names:
+            BACKENDS[name].update_weights(weights[name], G, *w_state[name], t, mode,
+                                          0.05, 1e-2, 3e-3, 0.9, 0.999)
+            BACKENDS[name].update_bias(biases[name], beta, *b_state[name], t, mode, 0.05, 0.9,
+                                       0.999)
     # float32 kernels round every operation to float32, the reference only the results; an
     # absolute tolerance scaled to each array's magnitude absorbs cancellations near zero.
     rtol = 1e-5 if dtype == np.float32 else 1e-12
-    pairs = [(weights["cpu"], weights["reference"]), (biases["cpu"], biases["reference"])]
-    pairs += list(zip(w_state["cpu"] + b_state["cpu"], w_state["reference"] + b_state["reference"]))
+    pairs = [(weights[backend], weights["reference"]), (biases[backend], biases["reference"])]
+    pairs += list(zip(w_state[backend] + b_state[backend],
+                      w_state["reference"] + b_state["reference"]))
     for got, want in pairs:
         assert got.dtype == dtype
         scale = np.abs(want).max() if want.size else 0.0

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from destiny.kernels import codes
-from destiny.kernels.cpu import pointwise as cpu_pointwise
-from destiny.kernels.reference import pointwise as ref_pointwise
+from .backends import family, tiny
 
-BACKENDS = {"reference": ref_pointwise, "cpu": cpu_pointwise}
+BACKENDS = family("pointwise")
+KERNEL_BACKENDS = ["cpu", "cuda"]  # the ones checked against the reference
 ACTIVATIONS = sorted(codes.ACTIVATION_NAMES)
 SLOPE, ALPHA, LAM = 0.1, 1.3, 1.0507  # not the defaults, so that each parameter matters
 
@@ -33,12 +33,18 @@ def forward(backend, z, act):
     return a
 
 
+def shape(backend, rows, units):
+    """The test's shape, or a tiny one for the CUDA simulator (every thread runs in Python)."""
+    return (3, 5) if tiny(backend) else (rows, units)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("act", ACTIVATIONS)
-def test_forward_cpu_matches_reference(act):
-    z = random_pre_activations(np.random.default_rng(act), (23, 41))
+def test_forward_matches_reference(backend, act):
+    z = random_pre_activations(np.random.default_rng(act), shape(backend, 23, 41))
     expected = forward("reference", z, act)
     assert np.all(np.isfinite(expected))
-    np.testing.assert_allclose(forward("cpu", z, act), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(forward(backend, z, act), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -64,7 +70,8 @@ def test_backward_matches_finite_differences(backend, act):
     # Vector-Jacobian check: dz must be the gradient of sum(da * f(z)) with respect to z.
     rng = np.random.default_rng(10 + act)
     # No saturated units here: they would hide derivative errors.
-    z = random_pre_activations(rng, (4, 6), np.float64, margin=1e-2, large=False)
+    z = random_pre_activations(rng, (2, 3) if tiny(backend) else (4, 6), np.float64, margin=1e-2,
+                               large=False)
     da = rng.normal(size=z.shape)
     dz = np.empty_like(z)
     BACKENDS[backend].activation_backward(dz, da, forward(backend, z, act), act, SLOPE, ALPHA, LAM)
@@ -78,14 +85,15 @@ def test_backward_matches_finite_differences(backend, act):
     np.testing.assert_allclose(dz, numeric, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("act", ACTIVATIONS)
-def test_backward_cpu_matches_reference_in_place(act):
+def test_backward_matches_reference_in_place(backend, act):
     rng = np.random.default_rng(30 + act)
-    a = forward("reference", random_pre_activations(rng, (19, 33)), act)
+    a = forward("reference", random_pre_activations(rng, shape(backend, 19, 33)), act)
     da = rng.normal(size=a.shape).astype(np.float32)
     expected = np.empty_like(da)
-    ref_pointwise.activation_backward(expected, da, a, act, SLOPE, ALPHA, LAM)
-    cpu_pointwise.activation_backward(da, da, a, act, SLOPE, ALPHA, LAM)  # dz is da
+    BACKENDS["reference"].activation_backward(expected, da, a, act, SLOPE, ALPHA, LAM)
+    BACKENDS[backend].activation_backward(da, da, a, act, SLOPE, ALPHA, LAM)  # dz is da
     np.testing.assert_allclose(da, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -107,11 +115,12 @@ def run_dropout(backend, a, r, p, act):
 def test_dropout_rules(backend, act):
     rng = np.random.default_rng(40 + act)
     p = 0.3
-    a = rng.uniform(-1, 1, size=(400, 500)).astype(np.float32)
+    a = rng.uniform(-1, 1, size=shape(backend, 400, 500)).astype(np.float32)
     r = rng.random(a.shape).astype(np.float32)
     out, mask = run_dropout(backend, a, r, p, act)
     dropped = r < p
-    assert abs(dropped.mean() - p) < 0.01
+    assert 0 < dropped.sum() < dropped.size
+    assert tiny(backend) or abs(dropped.mean() - p) < 0.01
     if act == codes.SIGMOID:
         dropped_value, gain, shift = 0.5, 1.0, 0.0
     elif act == codes.RELU:
@@ -127,14 +136,15 @@ def test_dropout_rules(backend, act):
     np.testing.assert_allclose(mask[~dropped], gain, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH, codes.ELU, codes.SELU])
-def test_dropout_cpu_matches_reference_in_place(act):
+def test_dropout_matches_reference_in_place(backend, act):
     rng = np.random.default_rng(50 + act)
-    a = rng.normal(size=(31, 17)).astype(np.float32)
+    a = rng.normal(size=shape(backend, 31, 17)).astype(np.float32)
     r = rng.random(a.shape).astype(np.float32)
     expected_out, expected_mask = run_dropout("reference", a, r, 0.25, act)
     mask = np.empty_like(a)
-    cpu_pointwise.dropout_forward(a, mask, a, r, 0.25, act, ALPHA, LAM)  # out is a
+    BACKENDS[backend].dropout_forward(a, mask, a, r, 0.25, act, ALPHA, LAM)  # out is a
     np.testing.assert_allclose(a, expected_out, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(mask, expected_mask, rtol=1e-6)
 
@@ -176,16 +186,20 @@ def test_weight_norm_by_hand(backend):
     np.testing.assert_allclose(W, expected, rtol=1e-6)
 
 
-def test_penalty_and_norms_cpu_match_reference():
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_penalty_and_norms_match_reference(backend):
     rng = np.random.default_rng(60)
-    a = rng.random((37, 150)).astype(np.float32)
-    d = rng.normal(size=(37, 150)).astype(np.float32)
+    a = rng.random(shape(backend, 37, 150)).astype(np.float32)
+    d = rng.normal(size=a.shape).astype(np.float32)
+    # Limits that some rows and columns exceed and others do not, whatever the shape.
+    row_limit = np.median(np.sqrt((d.astype(np.float64) ** 2).sum(axis=1)))
+    column_limit = np.median(np.sqrt((d.astype(np.float64) ** 2).sum(axis=0)))
     outputs = {}
-    for name, backend in BACKENDS.items():
+    for name in ("reference", backend):
         da, dn, W = d.copy(), d.copy(), d.copy()
-        backend.sparseness_penalty(da, a, 0.1, 0.5)
-        backend.delta_norm(dn, 10.0)
-        backend.weight_norm(W, 5.0)
+        BACKENDS[name].sparseness_penalty(da, a, 0.1, 0.5)
+        BACKENDS[name].delta_norm(dn, row_limit)
+        BACKENDS[name].weight_norm(W, column_limit)
         outputs[name] = (da, dn, W)
-    for cpu, ref in zip(outputs["cpu"], outputs["reference"]):
-        np.testing.assert_allclose(cpu, ref, rtol=1e-5, atol=1e-6)
+    for got, ref in zip(outputs[backend], outputs["reference"]):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

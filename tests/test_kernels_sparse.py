@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from destiny.kernels.reference import sparse as ref_sparse
-from destiny.kernels.cpu import sparse as cpu_sparse
+from .backends import family, tiny
 
-BACKENDS = {"reference": ref_sparse, "cpu": cpu_sparse}
+BACKENDS = family("sparse")
+
+
+def sizes(backend, rows, features, units):
+    """The test's shape, or a tiny one for the CUDA simulator (every thread runs in Python)."""
+    return (5, 30, 7) if tiny(backend) else (rows, features, units)
 
 
 def random_batch(rng, rows, features, boolean, max_per_row=12):
@@ -25,13 +29,15 @@ def random_batch(rng, rows, features, boolean, max_per_row=12):
 @pytest.mark.parametrize("boolean", [True, False])
 def test_forward_matches_dense_product(backend, boolean):
     rng = np.random.default_rng(1)
-    indptr, indices, values = random_batch(rng, rows=37, features=50, boolean=boolean)
-    W = rng.normal(size=(50, 70)).astype(np.float32)
-    b = rng.normal(size=70).astype(np.float32)
-    out = np.full((37, 70), np.nan, dtype=np.float32)
+    n_rows, n_features, n_out = sizes(backend, 37, 50, 70)
+    indptr, indices, values = random_batch(rng, rows=n_rows, features=n_features,
+                                           boolean=boolean)
+    W = rng.normal(size=(n_features, n_out)).astype(np.float32)
+    b = rng.normal(size=n_out).astype(np.float32)
+    out = np.full((n_rows, n_out), np.nan, dtype=np.float32)
     BACKENDS[backend].sparse_fc_forward(out, indptr, indices, values, W, b)
-    X = np.zeros((37, 50))
-    rows = np.repeat(np.arange(37), np.diff(indptr))
+    X = np.zeros((n_rows, n_features))
+    rows = np.repeat(np.arange(n_rows), np.diff(indptr))
     np.add.at(X, (rows, indices), 1.0 if boolean else values)  # repeats count twice
     np.testing.assert_allclose(out, X @ W + b, rtol=1e-5, atol=1e-5)
 
@@ -40,26 +46,59 @@ def test_forward_matches_dense_product(backend, boolean):
 @pytest.mark.parametrize("boolean", [True, False])
 def test_weight_grad_touches_only_present_rows(backend, boolean):
     rng = np.random.default_rng(2)
-    indptr, indices, values = random_batch(rng, rows=29, features=80, boolean=boolean)
-    delta = rng.normal(size=(29, 130)).astype(np.float32)
-    dW = np.full((80, 130), 7.0, dtype=np.float32)
+    n_rows, n_features, n_out = sizes(backend, 29, 80, 130)
+    indptr, indices, values = random_batch(rng, rows=n_rows, features=n_features,
+                                           boolean=boolean)
+    delta = rng.normal(size=(n_rows, n_out)).astype(np.float32)
+    dW = np.full((n_features, n_out), 7.0, dtype=np.float32)
     BACKENDS[backend].sparse_fc_weight_grad(dW, indptr, indices, values, delta, -0.5)
-    X = np.zeros((29, 80))
-    rows = np.repeat(np.arange(29), np.diff(indptr))
+    X = np.zeros((n_rows, n_features))
+    rows = np.repeat(np.arange(n_rows), np.diff(indptr))
     np.add.at(X, (rows, indices), 1.0 if boolean else values)
-    expected = np.full((80, 130), 7.0)
+    expected = np.full((n_features, n_out), 7.0)
     present = np.unique(indices)
     expected[present] += -0.5 * (X.T @ delta)[present]
     np.testing.assert_allclose(dW, expected, rtol=1e-5, atol=1e-5)
-    absent = np.setdiff1d(np.arange(80), present)
-    assert np.all(dW[absent] == 7.0)
+    absent = np.setdiff1d(np.arange(n_features), present)
+    assert len(absent) and np.all(dW[absent] == 7.0)
 
 
-def test_empty_rows_and_empty_batch():
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_weight_grad_is_deterministic_in_entry_order(backend):
+    # Both group the entries by feature and sum each feature's in entry order in float64: the
+    # same result on every run (no float atomics), and the same order on cpu and cuda. On a
+    # GPU, the fused multiply-adds that CUDA compiles may change the last bits from the cpu's;
+    # the simulator computes as the cpu does, so there the two agree bit for bit.
+    rng = np.random.default_rng(3)
+    n_rows, n_features, n_out = sizes(backend, 64, 40, 33)
+    indptr, indices, values = random_batch(rng, rows=n_rows, features=n_features,
+                                           boolean=False)
+    delta = rng.normal(size=(n_rows, n_out)).astype(np.float32)
+    results = {}
+    for name, run in [("reference", 0), ("cpu", 0), (backend, 1)]:
+        dW = np.ones((n_features, n_out), dtype=np.float32)
+        BACKENDS[name].sparse_fc_weight_grad(dW, indptr, indices, values, delta, 0.25)
+        results[name, run] = dW
+    np.testing.assert_allclose(results[backend, 1], results["reference", 0], rtol=1e-6)
+    if backend == "cpu" or tiny(backend):
+        np.testing.assert_array_equal(results[backend, 1], results["cpu", 0])
+    dW = np.ones((n_features, n_out), dtype=np.float32)
+    BACKENDS[backend].sparse_fc_weight_grad(dW, indptr, indices, values, delta, 0.25)
+    np.testing.assert_array_equal(dW, results[backend, 1])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_empty_rows_and_empty_batch(backend):
     W = np.ones((4, 3), dtype=np.float32)
     b = np.arange(3, dtype=np.float32)
-    for backend in BACKENDS.values():
-        out = np.empty((2, 3), dtype=np.float32)
-        backend.sparse_fc_forward(out, np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32),
-                                  np.zeros(0, dtype=np.float32), W, b)
-        np.testing.assert_array_equal(out, np.tile(b, (2, 1)))
+    kernels = BACKENDS[backend]
+    out = np.empty((2, 3), dtype=np.float32)
+    no_entries = (np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                  np.zeros(0, dtype=np.float32))
+    kernels.sparse_fc_forward(out, *no_entries, W, b)
+    np.testing.assert_array_equal(out, np.tile(b, (2, 1)))
+    dW = np.full_like(W, 2.0)
+    kernels.sparse_fc_weight_grad(dW, *no_entries, out, 1.0)
+    np.testing.assert_array_equal(dW, 2.0)
+    kernels.sparse_fc_forward(np.empty((0, 3), dtype=np.float32), np.zeros(1, dtype=np.int64),
+                              *no_entries[1:], W, b)

@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from destiny.kernels.cpu import topk as cpu_topk
-from destiny.kernels.reference import topk as ref_topk
+from .backends import family, tiny
 
-BACKENDS = {"reference": ref_topk, "cpu": cpu_topk}
+BACKENDS = family("topk")
 NONE_INT64 = np.zeros(0, dtype=np.int64)
 NONE_INT32 = np.zeros(0, dtype=np.int32)
 NONE_UINT8 = np.zeros(0, dtype=np.uint8)
@@ -77,7 +76,9 @@ def check(backend, scores, k, indptr=NONE_INT64, indices=NONE_INT32, allowed=NON
 @pytest.mark.parametrize("k", [1, 5, 100, 250])
 def test_ties_by_ascending_item(backend, k):
     rng = np.random.default_rng(k)
-    check(backend, tied_scores(rng, 23, 200), k)
+    # In the CUDA simulator: fewer items than the larger K, which then take every item.
+    rows, items = (3, 40) if tiny(backend) else (23, 200)
+    check(backend, tied_scores(rng, rows, items), k)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -104,10 +105,11 @@ def test_k_equal_to_candidates(backend):
 @pytest.mark.parametrize("k", [1, 20, 100])
 def test_filter_excludes_items(backend, k):
     rng = np.random.default_rng(10 + k)
-    scores = tied_scores(rng, 40, 150)
-    indptr, indices = random_filter(rng, 40, 150)
+    rows, n_items = (5, 40) if tiny(backend) else (40, 150)
+    scores = tied_scores(rng, rows, n_items)
+    indptr, indices = random_filter(rng, rows, n_items, max_per_row=n_items // 5)
     items = check(backend, scores, k, indptr, indices)
-    for b in range(40):
+    for b in range(rows):
         assert not set(items[b].tolist()) & set(indices[indptr[b]:indptr[b + 1]].tolist())
 
 
@@ -124,13 +126,14 @@ def test_filter_excluding_everything(backend):
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_padding_units_and_allowed_mask(backend):
     rng = np.random.default_rng(5)
-    scores = tied_scores(rng, 30, 128)
-    allowed = (rng.random(128) < 0.7).astype(np.uint8)
-    indptr, indices = random_filter(rng, 30, 128)
+    rows, n_items, n_valid = (4, 32, 25) if tiny(backend) else (30, 128, 101)
+    scores = tied_scores(rng, rows, n_items)
+    allowed = (rng.random(n_items) < 0.7).astype(np.uint8)
+    indptr, indices = random_filter(rng, rows, n_items, max_per_row=n_items // 4)
     for k in (1, 10, 100):
-        items = check(backend, scores, k, indptr, indices, allowed, n_valid=101)
+        items = check(backend, scores, k, indptr, indices, allowed, n_valid=n_valid)
         chosen = items[items >= 0]
-        assert np.all(chosen < 101) and np.all(allowed[chosen] == 1)
+        assert np.all(chosen < n_valid) and np.all(allowed[chosen] == 1)
     check(backend, scores, 10, n_valid=0)
     check(backend, scores, 10, n_valid=500)  # more than N: every unit is real
 
@@ -138,15 +141,16 @@ def test_padding_units_and_allowed_mask(backend):
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_nan_ranks_below_every_number(backend):
     rng = np.random.default_rng(6)
-    scores = tied_scores(rng, 20, 60, nan_fraction=0.3)
+    rows, n = (4, 12) if tiny(backend) else (20, 60)
+    scores = tied_scores(rng, rows, n, nan_fraction=0.3)
     scores[0, :] = np.nan
     scores[1, ::2] = -np.inf
     scores[2, :5] = [-0.0, 0.0, -0.0, np.nan, -np.inf]
-    for k in (1, 30, 60, 70):
+    for k in (1, n // 2, n, n + 10):
         check(backend, scores, k)
-    items, values = run_top_k(backend, scores, 70)
-    np.testing.assert_array_equal(items[0, :60], np.arange(60))  # all NaN: by item
-    assert np.all(np.isnan(values[0, :60])) and np.all(values[0, 60:] == -np.inf)
+    items, values = run_top_k(backend, scores, n + 10)
+    np.testing.assert_array_equal(items[0, :n], np.arange(n))  # all NaN: by item
+    assert np.all(np.isnan(values[0, :n])) and np.all(values[0, n:] == -np.inf)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -158,14 +162,16 @@ def test_empty_batch_and_zero_k(backend):
     assert items.shape == (3, 0)
 
 
-def test_cpu_equals_reference_exactly():
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_equals_reference_exactly(backend):
     rng = np.random.default_rng(7)
-    scores = tied_scores(rng, 64, 3000, nan_fraction=0.01)
-    indptr, indices = random_filter(rng, 64, 3000, max_per_row=200)
-    allowed = (rng.random(3000) < 0.9).astype(np.uint8)
+    rows, n_items, n_excluded = (4, 150, 20) if tiny(backend) else (64, 3000, 200)
+    scores = tied_scores(rng, rows, n_items, nan_fraction=0.01)
+    indptr, indices = random_filter(rng, rows, n_items, max_per_row=n_excluded)
+    allowed = (rng.random(n_items) < 0.9).astype(np.uint8)
     for k in (1, 37, 100):
-        expected = run_top_k("reference", scores, k, indptr, indices, allowed, 2990)
-        got = run_top_k("cpu", scores, k, indptr, indices, allowed, 2990)
+        expected = run_top_k("reference", scores, k, indptr, indices, allowed, n_items - 10)
+        got = run_top_k(backend, scores, k, indptr, indices, allowed, n_items - 10)
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
 
@@ -183,8 +189,9 @@ def hand_filter(scores, indptr, indices, values):
 @pytest.mark.parametrize("weighted", [True, False])
 def test_multiply_filter_matches_hand_loop(backend, weighted):
     rng = np.random.default_rng(8)
-    scores = rng.normal(size=(25, 40)).astype(np.float32)
-    indptr, indices = random_filter(rng, 25, 40)  # repeats multiply twice
+    rows, n_items = (5, 12) if tiny(backend) else (25, 40)
+    scores = rng.normal(size=(rows, n_items)).astype(np.float32)
+    indptr, indices = random_filter(rng, rows, n_items)  # repeats multiply twice
     values = (rng.normal(size=len(indices)).astype(np.float32) if weighted else NONE_FLOAT32)
     expected = hand_filter(scores, indptr, indices, values)
     BACKENDS[backend].multiply_filter(scores, indptr, indices, values)

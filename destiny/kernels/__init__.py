@@ -12,6 +12,7 @@ Conventions for every backend:
 
 from __future__ import annotations
 
+import os
 import types
 
 from destiny.errors import DestinyError
@@ -30,6 +31,7 @@ KERNELS = {
     "optim": ("update_weights", "update_bias", "state_arrays_needed"),
     "topk": ("top_k", "multiply_filter"),
     "rng": ("uniform_fill", "denoise_keep"),
+    "batch": ("take_rows",),
     "dense": ("empty", "zeros", "to_device", "to_host", "gemm", "add", "add_bias", "multiply",
               "scale", "copy", "fill", "column_mean", "zero_rows", "sum_squares", "abs_sum",
               "all_finite"),
@@ -67,15 +69,28 @@ def cuda_available() -> bool:
 def get_backend(name: str = "auto") -> types.SimpleNamespace:
     """The kernels of one backend, chosen once: ``reference``, ``cpu``, ``gpu`` or ``auto``.
 
-    ``auto`` is ``cpu`` until the CUDA backend exists; ``gpu`` then raises with the extra to
-    install. Dense products are NumPy's BLAS on the CPU for every backend here.
+    ``auto`` takes the GPU when numba.cuda finds one, else the cpu. ``gpu`` where there is
+    none raises with the extra to install; under numba's CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``, the tests) it runs the CUDA kernels in Python.
     """
     if name == "auto":
-        name = "cpu"
+        name = "gpu" if _gpu_present() else "cpu"
     if name in ("reference", "cpu"):
         return _load(name)
     if name == "gpu":
-        raise BackendUnavailableError(
-            "--backend gpu: this version of Destiny has no CUDA backend yet; use --backend cpu "
-            "(or auto). When it exists it will need the gpu extra: pip install 'destiny[gpu]'.")
+        if not (_simulated() or cuda_available()):
+            raise BackendUnavailableError(
+                "--backend gpu: no NVIDIA GPU is usable here (numba.cuda finds none, or the "
+                "gpu extra is missing: pip install 'destiny[gpu]', which brings numba-cuda "
+                "and CuPy). Use --backend cpu (or auto).")
+        return _load("cuda")
     raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or reference.")
+
+
+def _simulated() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _gpu_present() -> bool:
+    # Importing numba.cuda costs a few tenths of a second: ask it only where a driver exists.
+    return os.path.exists("/dev/nvidiactl") and cuda_available()

@@ -1,0 +1,34 @@
+"""numba.cuda kernel assembling a minibatch from a CSR dataset that stays on the device.
+
+The training set is copied to the device once; a batch is its rows gathered on the device
+(one thread per batch row), so per batch only the row numbers and the new row offsets (B + 1
+integers, computed on the host from its copy of the offsets) cross to the device.
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays
+
+
+@cuda.jit
+def _take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows, analog):
+    for r in range(cuda.grid(1), rows.size, cuda.gridsize(1)):
+        src = indptr[rows[r]]
+        dst = out_indptr[r]
+        for k in range(out_indptr[r + 1] - dst):
+            out_indices[dst + k] = indices[src + k]
+            if analog:
+                out_values[dst + k] = values[src + k]
+
+
+@device_arrays
+def take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows):
+    """Rows ``rows`` of a CSR matrix, in that order, into ``out_indices`` / ``out_values``.
+
+    ``out_indptr`` (B + 1) is given (see ``destiny.kernels.reference.batch.take_rows``).
+    """
+    if rows.size:
+        _take_rows[blocks_for(rows.size), THREADS](out_indices, out_values, out_indptr, indptr,
+                                                    indices, values, rows, values.size > 0)

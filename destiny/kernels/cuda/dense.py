@@ -1,0 +1,235 @@
+"""The dense operations of a network step on the device, and device memory.
+
+Same names and signatures as ``destiny.kernels.cpu.dense``: the network calls these instead of
+NumPy so that one code path runs on host arrays and on device arrays. Products go to
+``matmul.gemm`` (cuBLAS when CuPy is there); the elementwise operations are grid-stride loops
+over the flattened (C-contiguous) arrays; ``column_mean`` gives a thread to each column, which
+sums it in row order in float64, as the cpu does. The three reductions (``sum_squares``,
+``abs_sum``, ``all_finite``) return Python values: each thread sums a fixed grid-stride share
+in float64 into its own slot and the host adds the slots (a copy of a few thousand numbers,
+made once per epoch), so the result does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def empty(shape, dtype=np.float32):
+    return cuda.device_array(shape, dtype=dtype)
+
+
+def zeros(shape, dtype=np.float32):
+    out = cuda.device_array(shape, dtype=dtype)
+    fill(out, 0)
+    return out
+
+
+def to_device(array):
+    """A device copy of a host array (device arrays are returned as they are)."""
+    if hasattr(array, "copy_to_host") or hasattr(array, "__cuda_array_interface__"):
+        return array
+    return cuda.to_device(np.ascontiguousarray(array))
+
+
+def to_host(array):
+    """A NumPy array of a device array (host arrays are returned as they are)."""
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    if hasattr(array, "__cuda_array_interface__"):
+        return cuda.as_cuda_array(array).copy_to_host()
+    return np.asarray(array)
+
+
+def _flat(x):
+    return x.reshape(x.size)
+
+
+# -- elementwise --------------------------------------------------------------------------
+
+
+@cuda.jit
+def _add(out, x):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] += x[i]
+
+
+@cuda.jit
+def _multiply(out, x):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] *= x[i]
+
+
+@cuda.jit
+def _copy(out, x):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = x[i]
+
+
+@cuda.jit
+def _scale(out, factor):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] *= factor
+
+
+@cuda.jit
+def _fill(out, value):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = value
+
+
+@cuda.jit
+def _add_bias(out, b, s):
+    n_cols = out.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0] * n_cols, stride):
+        r = i // n_cols
+        j = i - r * n_cols
+        out[r, j] += s * b[j]
+
+
+def _elementwise(kernel, out, *args):
+    if out.size:
+        kernel[blocks_for(out.size), THREADS](_flat(out), *args)
+
+
+@device_arrays
+def add(out, x):
+    """``out += x`` (same shapes)."""
+    _elementwise(_add, out, _flat(x))
+
+
+@device_arrays
+def add_bias(out, b, scale=1.0):
+    """``out[r, :] += scale * b`` for every row r."""
+    if out.size:
+        _add_bias[blocks_for(out.size), THREADS](out, b, out.dtype.type(scale))
+
+
+@device_arrays
+def multiply(out, x):
+    """``out *= x`` elementwise (same shapes)."""
+    _elementwise(_multiply, out, _flat(x))
+
+
+@device_arrays
+def scale(out, factor):
+    """``out *= factor`` (the factor in ``out``'s dtype, as on the cpu)."""
+    _elementwise(_scale, out, out.dtype.type(factor))
+
+
+@device_arrays
+def copy(out, x):
+    """``out[...] = x`` (same shapes)."""
+    _elementwise(_copy, out, _flat(x))
+
+
+@device_arrays
+def fill(out, value):
+    """``out[...] = value``."""
+    _elementwise(_fill, out, out.dtype.type(value))
+
+
+@cuda.jit
+def _column_mean(out, x):
+    n_rows = x.shape[0]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, x.shape[1], stride):
+        acc = 0.0
+        for r in range(n_rows):
+            acc += np.float64(x[r, j])
+        out[j] = acc / n_rows if n_rows > 0 else math.nan
+
+
+@device_arrays
+def column_mean(out, x):
+    """``out[j] = mean over rows of x[:, j]``, summed in float64 in row order (spec 5.7)."""
+    if x.shape[1]:
+        _column_mean[blocks_for(x.shape[1]), THREADS](out, x)
+
+
+@cuda.jit
+def _zero_rows(x, rows):
+    n_cols = x.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, rows.shape[0] * n_cols, stride):
+        k = i // n_cols
+        x[rows[k], i - k * n_cols] = 0  # a repeated row is zeroed twice: harmless
+
+
+@device_arrays
+def zero_rows(x, rows):
+    """``x[rows] = 0`` (``rows`` may repeat; a host array is copied over)."""
+    rows = to_device(np.asarray(rows) if isinstance(rows, (list, tuple)) else rows)
+    if rows.shape[0] and x.size:
+        _zero_rows[blocks_for(rows.shape[0] * x.shape[1]), THREADS](x, rows)
+
+
+# -- reductions (once per epoch) ----------------------------------------------------------
+
+_SQUARES, _ABSOLUTE = 0, 1
+
+
+@cuda.jit
+def _partial_sums(block_sums, x, kind):
+    # Each thread sums its grid-stride share in float64 into its own slot; the host adds them.
+    t = cuda.threadIdx.x
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    acc = 0.0
+    for i in range(start, x.shape[0], stride):
+        v = np.float64(x[i])
+        acc += v * v if kind == _SQUARES else abs(v)
+    block_sums[cuda.blockIdx.x, t] = acc
+
+
+@cuda.jit
+def _any_not_finite(flag, x):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, x.shape[0], stride):
+        v = x[i]
+        if v != v or v == math.inf or v == -math.inf:
+            flag[0] = 1  # every writer writes the same value: no atomics needed
+
+
+def _reduce(x, kind):
+    if x.size == 0:
+        return 0.0
+    blocks = blocks_for(x.size)
+    block_sums = cuda.device_array((blocks, THREADS), dtype=np.float64)
+    _partial_sums[blocks, THREADS](block_sums, _flat(x), kind)
+    return float(block_sums.copy_to_host().sum())
+
+
+@device_arrays
+def sum_squares(x) -> float:
+    """Sum of ``x**2`` in float64."""
+    return _reduce(x, _SQUARES)
+
+
+@device_arrays
+def abs_sum(x) -> float:
+    """Sum of ``|x|`` in float64."""
+    return _reduce(x, _ABSOLUTE)
+
+
+@device_arrays
+def all_finite(x) -> bool:
+    """Whether no element of ``x`` is NaN or infinite."""
+    if x.size == 0:
+        return True
+    flag = cuda.to_device(np.zeros(1, dtype=np.int32))
+    _any_not_finite[blocks_for(x.size), THREADS](flag, _flat(x))
+    return not bool(flag.copy_to_host()[0])

@@ -1,0 +1,269 @@
+"""numba.cuda kernels for the output-layer losses and deltas (spec 5.5, 3.11, 6.3).
+
+Same names and signatures as ``destiny.kernels.cpu.loss``, whose docstring (and the
+reference's) explains the "pre-delta" ``p`` and the SoftMax row Jacobian
+``delta = p - a * sum_j p_j``. The per-unit maths is one device function, ``unit_loss``, a
+line-for-line mirror of the cpu helper, computed in float64.
+
+A SoftMax row is coupled, so both kernels give one block to each row (grid-stride over the
+rows). For sparse targets the block makes the two passes of spec 5.5 without a dense target:
+
+1. every unit as a zero target: its delta ``p0`` and error ``e0``;
+2. the row's listed entries, one per thread: the error gains ``e1 - e0`` (twice for an index
+   listed twice, as in DSSTNE), and the delta of the unit becomes ``p1``, written only by the
+   entry that is the unit's last in the row (as the cpu's sequential overwrite), so the result
+   is deterministic;
+3. the SoftMax Jacobian, DeltaBoost and the example weight, over the units again (DeltaBoost
+   rewrites the listed units' deltas from ``p1`` once the others are scaled).
+
+Each thread sums the weighted errors of its units over the block's rows; the block reduces them
+in shared memory (a fixed tree) and writes one number, and the host sums those (the one small
+device-to-host copy of a step). The grid depends only on B, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
+                                   boost_applies, check_loss_activation)
+from destiny.kernels.cuda.launch import MAX_BLOCKS, ROW_THREADS, device_arrays
+from destiny.kernels.cuda.pointwise import unit_derivative
+
+__all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
+
+EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
+
+
+@cuda.jit(device=True)
+def _log(x):
+    return math.log(max(EPS, x))
+
+
+@cuda.jit(device=True)
+def _hinge_gap(a, t):
+    # L2Hinge: d = a - |t|, kept only on the wrong side of the target (spec 5.5).
+    d = a - abs(t)
+    return min(0.0, d) if t > 0.0 else max(0.0, d)
+
+
+@cuda.jit(device=True)
+def _marginal_loss(err_fn, act, a, t, one, prm):
+    """(e, p) of SMCE and DSMCE, fused with the Sigmoid or SoftMax derivative."""
+    one_target, zero_target, one_scale, zero_scale = prm[3], prm[4], prm[5], prm[6]
+    if not (a < one_target if one else a > zero_target):  # the active branch (spec 5.5)
+        return 0.0, 0.0
+    if one:  # DSMCE scales a listed unit by its value t
+        scale = one_scale * (t if err_fn == DSMCE else 1.0)
+        return -scale * _log(a), -scale if act == SOFTMAX else scale * (a - 1.0)
+    e = -zero_scale * _log(1.0 - a)
+    if act == SOFTMAX:  # a * de/da
+        return e, zero_scale * a / max(EPS, 1.0 - a)
+    return e, zero_scale * a  # de/da * a (1 - a)
+
+
+@cuda.jit(device=True)
+def unit_loss(err_fn, act, a, t, one, prm):
+    """Per-unit error and pre-delta ``(e, p)`` of the output ``a`` for the target ``t``.
+
+    ``prm`` is the float64 tuple (slope, alpha, lam, one_target, zero_target, one_scale,
+    zero_scale); ``one`` selects the SMCE/DSMCE listed-target branch.
+    """
+    if err_fn == CROSS_ENTROPY:  # fused with the Sigmoid / SoftMax derivative
+        if act == SOFTMAX:
+            return -t * _log(a), -t
+        return -t * _log(a) - (1.0 - t) * _log(1.0 - a), a - t
+    if err_fn == SMCE or err_fn == DSMCE:
+        return _marginal_loss(err_fn, act, a, t, one, prm)
+    if err_fn == L1:
+        e, g = abs(a - t), (1.0 if a > t else (-1.0 if a < t else 0.0))  # g = sgn(a - t)
+    elif err_fn == L2:
+        e, g = 0.5 * (a - t) * (a - t), a - t
+    elif err_fn == L2_HINGE:
+        g = _hinge_gap(a, t)
+        e = 0.5 * g * g
+    else:  # HINGE: the exact gradient, not DSSTNE's a < 0
+        e, g = max(0.0, 1.0 - t * a), (-t if t * a < 1.0 else 0.0)
+    if act == SOFTMAX:
+        return e, a * g
+    return e, g * unit_derivative(act, a, prm[0], prm[1], prm[2])
+
+
+@cuda.jit(device=True)
+def _listed_target(err_fn, act, value, count):
+    """A listed entry's target: its value, or 1 / (1/n for SoftMax CrossEntropy), spec 6.6."""
+    if err_fn == CROSS_ENTROPY:
+        return 1.0 / count if act == SOFTMAX else 1.0
+    if err_fn == SMCE:
+        return 1.0
+    return value
+
+
+@cuda.jit(device=True)
+def _is_last(indices, k, hi):
+    """Whether entry k is the last of its row (entries k..hi-1) to list its unit."""
+    j = indices[k]
+    for later in range(k + 1, hi):
+        if indices[later] == j:
+            return False
+    return True
+
+
+@cuda.jit(device=True)
+def _finish_row(delta, a, r, act, factor, total):
+    """``delta[r] = (p - a * total) * factor`` (SoftMax) or ``p * factor``, over the units."""
+    if act != SOFTMAX and factor == 1.0:
+        return
+    for j in range(cuda.threadIdx.x, a.shape[1], ROW_THREADS):
+        d = np.float64(delta[r, j])
+        if act == SOFTMAX:
+            d -= np.float64(a[r, j]) * total
+        delta[r, j] = d * factor
+
+
+@cuda.jit(device=True)
+def _block_sum(shared, value):
+    """The sum of ``value`` over the block, returned to every thread (a fixed tree).
+
+    Here rather than shared with ``pointwise``: the simulator swaps in its fake ``cuda`` module
+    per module, and only the launching kernel's module is swapped for the whole launch.
+    """
+    t = cuda.threadIdx.x
+    shared[t] = value
+    cuda.syncthreads()
+    step = ROW_THREADS // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    total = shared[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit
+def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn, act, prm,
+                   boost_one, boost_zero, boosting):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = a.shape[1]
+    boolean = values.shape[0] == 0
+    err = 0.0  # this thread's share of the block's weighted error
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        lo, hi = indptr[r], indptr[r + 1]
+        w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
+        row_err = 0.0
+        for j in range(t, n_units, ROW_THREADS):  # 1. every unit as a zero target ...
+            e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
+            delta[r, j] = p
+            row_err += e
+        cuda.syncthreads()
+        for k in range(lo + t, hi, ROW_THREADS):  # 2. ... then correct the listed entries
+            x = np.float64(a[r, indices[k]])
+            v = 1.0 if boolean else np.float64(values[k])
+            e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo), True,
+                               prm)
+            row_err += e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+            if _is_last(indices, k, hi):
+                delta[r, indices[k]] = p1
+        err += w * row_err
+        cuda.syncthreads()
+        total = 0.0
+        if act == SOFTMAX:  # 3. the row Jacobian, DeltaBoost and the example weight
+            for j in range(t, n_units, ROW_THREADS):
+                total += np.float64(delta[r, j])
+            total = _block_sum(shared, total)
+        _finish_row(delta, a, r, act, w * boost_zero if boosting else w, total)
+        if boosting:
+            cuda.syncthreads()
+            for k in range(lo + t, hi, ROW_THREADS):
+                j = indices[k]
+                if _is_last(indices, k, hi):
+                    x = np.float64(a[r, j])
+                    v = 1.0 if boolean else np.float64(values[k])
+                    p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
+                                   True, prm)[1]
+                    if act == SOFTMAX:
+                        p1 -= x * total
+                    delta[r, j] = p1 * boost_one * w
+    err = _block_sum(shared, err)
+    if t == 0:
+        block_err[cuda.blockIdx.x] = err
+
+
+@cuda.jit
+def _dense_kernel(delta, block_err, a, target, weights, err_fn, act, prm):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = a.shape[1]
+    err = 0.0
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
+        row_err = 0.0
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            y = np.float64(target[r, j])
+            e, p = unit_loss(err_fn, act, np.float64(a[r, j]), y, y > 0.0, prm)
+            delta[r, j] = p
+            row_err += e
+            total += np.float64(delta[r, j])  # the stored p, as the cpu's Jacobian sums it
+        err += w * row_err
+        if act == SOFTMAX:
+            total = _block_sum(shared, total)
+        _finish_row(delta, a, r, act, w, total)
+    err = _block_sum(shared, err)
+    if t == 0:
+        block_err[cuda.blockIdx.x] = err
+
+
+def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
+    return (float(slope), float(alpha), float(lam), float(one_target), float(zero_target),
+            float(one_scale), float(zero_scale))
+
+
+def _launch(kernel, n_rows):
+    """(kernel configured for n_rows rows, its per-block error array)."""
+    n_blocks = min(n_rows, MAX_BLOCKS)
+    return kernel[n_blocks, ROW_THREADS], cuda.device_array(n_blocks, dtype=np.float64)
+
+
+def _summed(block_err):
+    # The one device-to-host copy of the step: a few thousand float64 at most.
+    return float(block_err.copy_to_host().sum())
+
+
+@device_arrays
+def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, slope, alpha, lam,
+                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+    """Error and output delta for sparse CSR targets; see the reference for the parameters.
+
+    Returns the weighted error summed over the batch, as a Python float.
+    """
+    check_loss_activation(err_fn, act)
+    boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
+    prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
+    n_rows = a.shape[0]
+    if n_rows == 0:
+        return 0.0
+    kernel, block_err = _launch(_sparse_kernel, n_rows)
+    kernel(delta, block_err, a, indptr, indices, values, weights, int(err_fn), int(act), prm,
+           float(boost_one), float(boost_zero), boosting)
+    return _summed(block_err)
+
+
+@device_arrays
+def dense_loss_delta(delta, a, t, weights, err_fn, act, slope, alpha, lam,
+                     one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+    """Error and output delta for a dense target matrix; DeltaBoost does not apply (spec 3.11)."""
+    check_loss_activation(err_fn, act)
+    prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
+    n_rows = a.shape[0]
+    if n_rows == 0:
+        return 0.0
+    kernel, block_err = _launch(_dense_kernel, n_rows)
+    kernel(delta, block_err, a, t, weights, int(err_fn), int(act), prm)
+    return _summed(block_err)

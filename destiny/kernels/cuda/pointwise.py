@@ -1,0 +1,317 @@
+"""numba.cuda kernels: activations, dropout, the sparseness penalty and the norms (spec 3.6-3.13).
+
+Same names and signatures as ``destiny.kernels.cpu.pointwise``. As there, every unit is
+computed in float64 and stored in the output's dtype, with the formulas of the reference
+(``unit_activation`` and ``unit_derivative`` mirror the cpu helpers line for line; they are
+shared with ``destiny.kernels.cuda.loss``).
+
+Elementwise work is one grid-stride loop over the flattened [B, N] block. A SoftMax row, and
+DeltaNorm's row norm, need a row-wide sum: those kernels give a block to each row and reduce
+in shared memory (``_block_sum``). Column statistics (sparseness penalty, WeightNorm)
+give a thread to each column, which reads its column down the rows: neighbouring threads
+read neighbouring elements, and each sum is taken in row order, as on the cpu.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from destiny.kernels.codes import (ELU, LRELU, RELU, SELU, SIGMOID, SOFTMAX, SOFTPLUS, SOFTSIGN,
+                                   TANH, check_activation)
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
+                                         device_arrays)
+from destiny.kernels.reference.pointwise import alpha_dropout_constants
+
+
+@cuda.jit(device=True)
+def unit_activation(act, z, slope, alpha, lam):
+    """f(z) for one float64 unit; SoftMax is handled per row by the callers."""
+    if act == SIGMOID:
+        # exp of -|z| only, so that no exponent overflows whatever the sign of z.
+        e = math.exp(-abs(z))
+        return 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    if act == TANH:
+        return math.tanh(z)
+    if act == RELU:
+        return z if z > 0.0 else 0.0
+    if act == LRELU:
+        return z if z > 0.0 else slope * z
+    if act == ELU:
+        return z if z > 0.0 else alpha * math.expm1(z)
+    if act == SELU:
+        return lam * z if z > 0.0 else lam * alpha * math.expm1(z)
+    if act == SOFTPLUS:
+        return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+    if act == SOFTSIGN:
+        return z / (1.0 + abs(z))
+    return z  # LINEAR
+
+
+@cuda.jit(device=True)
+def unit_derivative(act, a, slope, alpha, lam):
+    """f'(z) in terms of the activation a = f(z) (spec 3.6); SoftMax uses the row Jacobian.
+
+    Tanh is the plain 1 - a^2: Destiny keeps explicit dropout masks (no 1/(1-p) factor).
+    """
+    if act == SIGMOID:
+        return a * (1.0 - a)
+    if act == TANH:
+        return 1.0 - a * a
+    if act == RELU:
+        return 1.0 if a > 0.0 else 0.0
+    if act == LRELU:
+        return 1.0 if a > 0.0 else slope
+    if act == ELU:
+        return 1.0 if a > 0.0 else a + alpha
+    if act == SELU:
+        return lam if a > 0.0 else a + lam * alpha
+    if act == SOFTPLUS:
+        return -math.expm1(-a)  # sigmoid(z) = 1 - e^-a
+    if act == SOFTSIGN:
+        s = 1.0 - abs(a)  # 1 / (1 + |z|)
+        return s * s
+    return 1.0  # LINEAR
+
+
+@cuda.jit(device=True)
+def _block_sum(shared, value):
+    """The sum of ``value`` over a ROW_THREADS block, returned to every thread (a fixed tree).
+
+    ``shared`` is a float64 shared array of ROW_THREADS elements, free again on return.
+    """
+    t = cuda.threadIdx.x
+    shared[t] = value
+    cuda.syncthreads()
+    step = ROW_THREADS // 2
+    while step > 0:
+        if t < step:
+            shared[t] += shared[t + step]
+        cuda.syncthreads()
+        step //= 2
+    total = shared[0]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit(device=True)
+def _block_max(shared, value):
+    """The maximum of ``value`` over a ROW_THREADS block, like ``_block_sum``."""
+    t = cuda.threadIdx.x
+    shared[t] = value
+    cuda.syncthreads()
+    step = ROW_THREADS // 2
+    while step > 0:
+        if t < step:
+            shared[t] = max(shared[t], shared[t + step])
+        cuda.syncthreads()
+        step //= 2
+    total = shared[0]
+    cuda.syncthreads()
+    return total
+
+
+def _flat_launch(n):
+    return blocks_for(n), THREADS
+
+
+def _row_launch(n_rows):
+    return min(n_rows, MAX_BLOCKS), ROW_THREADS
+
+
+@cuda.jit
+def _activation_forward(a, z, act, slope, alpha, lam):
+    n_units = z.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, z.shape[0] * n_units, stride):
+        r = i // n_units
+        j = i - r * n_units
+        a[r, j] = unit_activation(act, np.float64(z[r, j]), slope, alpha, lam)
+
+
+@cuda.jit
+def _softmax_forward(a, z):
+    # A block per row: the row maximum (subtracted, so every exponent is <= 0), then the sum.
+    # Each thread reads and writes only its own units, so ``a`` may be ``z``.
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = z.shape[1]
+    for r in range(cuda.blockIdx.x, z.shape[0], cuda.gridDim.x):
+        m = -math.inf
+        for j in range(t, n_units, ROW_THREADS):
+            m = max(m, np.float64(z[r, j]))
+        m = _block_max(shared, m)
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            e = math.exp(np.float64(z[r, j]) - m)
+            a[r, j] = e
+            total += e
+        total = _block_sum(shared, total)
+        for j in range(t, n_units, ROW_THREADS):
+            a[r, j] = np.float64(a[r, j]) / total
+
+
+@device_arrays
+def activation_forward(a, z, act, slope, alpha, lam):
+    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z``. SoftMax works per row (spec 3.6)."""
+    check_activation(act)
+    if z.size == 0:
+        return
+    if act == SOFTMAX:
+        _softmax_forward[_row_launch(z.shape[0])](a, z)
+    else:
+        _activation_forward[_flat_launch(z.size)](a, z, int(act), float(slope), float(alpha),
+                                                  float(lam))
+
+
+@cuda.jit
+def _activation_backward(dz, da, a, act, slope, alpha, lam):
+    n_units = a.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, a.shape[0] * n_units, stride):
+        r = i // n_units
+        j = i - r * n_units
+        fprime = unit_derivative(act, np.float64(a[r, j]), slope, alpha, lam)
+        dz[r, j] = np.float64(da[r, j]) * fprime
+
+
+@cuda.jit
+def _softmax_backward(dz, da, a):
+    # dz = a * (da - sum_j da_j a_j) per row; the sum is complete before any dz is written,
+    # so ``dz`` may be ``da``.
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = a.shape[1]
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        s = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            s += np.float64(da[r, j]) * np.float64(a[r, j])
+        s = _block_sum(shared, s)
+        for j in range(t, n_units, ROW_THREADS):
+            dz[r, j] = np.float64(a[r, j]) * (np.float64(da[r, j]) - s)
+
+
+@device_arrays
+def activation_backward(dz, da, a, act, slope, alpha, lam):
+    """``dz[B, N] = da * f'(a)``, f' taken from the activations ``a``; ``dz`` may be ``da``.
+
+    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``.
+    """
+    check_activation(act)
+    if a.size == 0:
+        return
+    if act == SOFTMAX:
+        _softmax_backward[_row_launch(a.shape[0])](dz, da, a)
+    else:
+        _activation_backward[_flat_launch(a.size)](dz, da, a, int(act), float(slope),
+                                                   float(alpha), float(lam))
+
+
+@cuda.jit
+def _dropout(out, mask, a, r, p, gain, shift, dropped_value):
+    n_units = a.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, a.shape[0] * n_units, stride):
+        b = i // n_units
+        j = i - b * n_units
+        if r[b, j] < p:
+            out[b, j] = dropped_value
+            mask[b, j] = 0.0
+        else:
+            out[b, j] = gain * np.float64(a[b, j]) + shift
+            mask[b, j] = gain
+
+
+@device_arrays
+def dropout_forward(out, mask, a, r, p, act, alpha, lam):
+    """Dropout with an explicit mask ``d out / d a``; a unit is dropped iff ``r < p`` (spec 3.8).
+
+    Sigmoid: dropped -> 0.5, kept unchanged. ELU/SELU: alpha-dropout. Others: inverted
+    dropout. ``out`` may be ``a``. ``r`` holds the uniform draws (``destiny.kernels.cuda.rng``
+    draws them on the device). See the reference for the parameters.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability {p} is outside [0, 1)")
+    if act == SIGMOID:
+        gain, shift, dropped_value = 1.0, 0.0, 0.5
+    elif act in (ELU, SELU):
+        saturation, gain, shift = alpha_dropout_constants(p, act, alpha, lam)
+        dropped_value = gain * saturation + shift
+    else:
+        gain, shift, dropped_value = 1.0 / (1.0 - p), 0.0, 0.0
+    if a.size:
+        _dropout[_flat_launch(a.size)](out, mask, a, r, float(p), float(gain), float(shift),
+                                       float(dropped_value))
+
+
+@cuda.jit
+def _sparseness_penalty(da, a, p, beta):
+    n_rows = a.shape[0]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, a.shape[1], stride):
+        total = 0.0
+        for r in range(n_rows):
+            total += np.float64(a[r, j])
+        rho = min(max(total / max(n_rows, 1), 1e-6), 0.999999)
+        penalty = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+        for r in range(n_rows):
+            da[r, j] = np.float64(da[r, j]) + penalty
+
+
+@device_arrays
+def sparseness_penalty(da, a, p, beta):
+    """``da[:, j] += beta * (-p / rho_j + (1 - p) / (1 - rho_j))``, rho_j = clamped column mean.
+
+    Spec 3.10; ``da`` [B, N] is the delta before the activation derivative.
+    """
+    if a.size:
+        _sparseness_penalty[_flat_launch(a.shape[1])](da, a, float(p), float(beta))
+
+
+@cuda.jit
+def _delta_norm(d, limit):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = d.shape[1]
+    for r in range(cuda.blockIdx.x, d.shape[0], cuda.gridDim.x):
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            x = np.float64(d[r, j])
+            total += x * x
+        norm = math.sqrt(_block_sum(shared, total))
+        if norm > limit:
+            scale = limit / norm
+            for j in range(t, n_units, ROW_THREADS):
+                d[r, j] = np.float64(d[r, j]) * scale
+
+
+@device_arrays
+def delta_norm(d, limit):
+    """Rescale each row of ``d`` [B, N] whose L2 norm exceeds ``limit`` to norm ``limit`` (3.13)."""
+    if d.size:
+        _delta_norm[_row_launch(d.shape[0])](d, float(limit))
+
+
+@cuda.jit
+def _weight_norm(W, limit):
+    n_in = W.shape[0]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for j in range(start, W.shape[1], stride):
+        total = 0.0
+        for i in range(n_in):
+            x = np.float64(W[i, j])
+            total += x * x
+        norm = math.sqrt(total)
+        if norm > limit:
+            scale = limit / norm
+            for i in range(n_in):
+                W[i, j] = np.float64(W[i, j]) * scale
+
+
+@device_arrays
+def weight_norm(W, limit):
+    """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
+    if W.size:
+        _weight_norm[_flat_launch(W.shape[1])](W, float(limit))

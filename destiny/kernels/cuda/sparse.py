@@ -1,0 +1,198 @@
+"""numba.cuda kernels for the sparse input layer (spec 6.1 and 6.2).
+
+Same names and signatures as ``destiny.kernels.cpu.sparse``.
+
+The forward gather gives a thread to each output element (row b, unit j): it adds the bias
+and then W[indices[k], j] for the row's entries in order, so neighbouring threads read
+neighbouring elements of a row of W, and no two threads write the same element.
+
+The weight gradient scatters into the rows of ``dW`` of the batch's features. As on the cpu it
+first groups the entries by feature (spec 6.2 builds the same feature -> rows lists), so that
+each output element is summed by one thread in a fixed order: deterministic, with no float
+atomics. The grouping is a counting sort on the device: integer atomics count and place the
+entries, then each feature's entries are put back in entry order (the atomics leave them in
+an arbitrary one), which is exactly the cpu's order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, SIMULATED, THREADS, blocks_for,
+                                         device_arrays)
+
+# Threads of the one block that scans the feature counts (a prefix sum over I features).
+SCAN_THREADS = 4 if SIMULATED else 512
+
+
+@cuda.jit
+def _forward(out, indptr, indices, values, W, b):
+    n_out = out.shape[1]
+    boolean = values.shape[0] == 0
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0] * n_out, stride):
+        r = i // n_out
+        j = i - r * n_out
+        acc = b[j]
+        for k in range(indptr[r], indptr[r + 1]):
+            if boolean:
+                acc += W[indices[k], j]
+            else:
+                acc += values[k] * W[indices[k], j]
+        out[r, j] = acc
+
+
+@device_arrays
+def sparse_fc_forward(out, indptr, indices, values, W, b):
+    """``out[B, O] = b + sum over a row's entries of values[k] * W[indices[k]]`` (spec 6.1).
+
+    A feature listed twice in a row adds its row of W twice (quirk 10.5).
+    """
+    if out.size:
+        _forward[blocks_for(out.size), THREADS](out, indptr, indices, values, W, b)
+
+
+@cuda.jit
+def _zero(x):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, x.shape[0], stride):
+        x[i] = 0
+
+
+@cuda.jit
+def _count(count, indices):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for k in range(start, indices.shape[0], stride):
+        cuda.atomic.add(count, indices[k], 1)
+
+
+@cuda.jit
+def _scan(count, start, features, n_present):
+    """Exclusive prefix sums of ``count`` into ``start``, and the present features, in order.
+
+    One block: each thread owns a contiguous chunk of features; thread 0 scans the chunk
+    totals. ``count`` is zeroed on the way, to serve as the placement cursors.
+    """
+    chunk_entries = cuda.shared.array(SCAN_THREADS, np.int64)
+    chunk_present = cuda.shared.array(SCAN_THREADS, np.int64)
+    t = cuda.threadIdx.x
+    n = count.shape[0]
+    size = (n + SCAN_THREADS - 1) // SCAN_THREADS
+    lo = min(t * size, n)
+    hi = min(lo + size, n)
+    entries = 0
+    present = 0
+    for i in range(lo, hi):
+        entries += count[i]
+        present += count[i] > 0
+    chunk_entries[t] = entries
+    chunk_present[t] = present
+    cuda.syncthreads()
+    if t == 0:
+        entries = 0
+        present = 0
+        for c in range(SCAN_THREADS):
+            e, p = chunk_entries[c], chunk_present[c]
+            chunk_entries[c] = entries
+            chunk_present[c] = present
+            entries += e
+            present += p
+        start[n] = entries
+        n_present[0] = present
+    cuda.syncthreads()
+    entries = chunk_entries[t]
+    present = chunk_present[t]
+    for i in range(lo, hi):
+        c = count[i]
+        start[i] = entries
+        if c > 0:
+            features[present] = i
+            present += 1
+        entries += c
+        count[i] = 0
+
+
+@cuda.jit
+def _place(cursor, start, indptr, indices, entry, entry_row):
+    # One thread per batch row; the atomics hand out the slots of each feature's segment.
+    first, stride = cuda.grid(1), cuda.gridsize(1)
+    for r in range(first, indptr.shape[0] - 1, stride):
+        for k in range(indptr[r], indptr[r + 1]):
+            f = indices[k]
+            slot = start[f] + cuda.atomic.add(cursor, f, 1)
+            entry[slot] = k
+            entry_row[slot] = r
+
+
+@cuda.jit
+def _sort_segments(features, n_present, start, entry, entry_row):
+    # Insertion sort of each feature's entries by position: the atomics fill a segment in
+    # nearly increasing order, so this is close to one pass.
+    first, stride = cuda.grid(1), cuda.gridsize(1)
+    for s in range(first, n_present[0], stride):
+        f = features[s]
+        for p in range(start[f] + 1, start[f + 1]):
+            k = entry[p]
+            r = entry_row[p]
+            q = p
+            while q > start[f] and entry[q - 1] > k:
+                entry[q] = entry[q - 1]
+                entry_row[q] = entry_row[q - 1]
+                q -= 1
+            entry[q] = k
+            entry_row[q] = r
+
+
+@cuda.jit
+def _feature_grad(dW, features, n_present, start, entry, entry_row, values, delta, scale):
+    """``dW[f, j] += scale * sum of values[e] * delta[row, j]`` over feature f's entries.
+
+    Thread (feature slot s, unit j), the units across threadIdx for coalesced rows. The sum is
+    taken in float64 in entry order and rounded once, as on the cpu.
+    """
+    n_out = dW.shape[1]
+    boolean = values.shape[0] == 0
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if j >= n_out:
+        return
+    for s in range(cuda.blockIdx.y, n_present[0], cuda.gridDim.y):
+        f = features[s]
+        acc = 0.0
+        for p in range(start[f], start[f + 1]):
+            v = 1.0 if boolean else np.float64(values[entry[p]])
+            acc += v * np.float64(delta[entry_row[p], j])
+        dW[f, j] += dW.dtype.type(scale * acc)  # rounded, then added, as on the cpu
+
+
+@device_arrays
+def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
+    """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``.
+
+    Spec 6.2: only the rows of features present in the batch are touched, and a feature listed
+    twice in a row counts twice. Each entry uses its own value (quirk 10.19 fixed).
+    Deterministic: the entries are grouped by feature on the device (see the module
+    docstring), and each element of ``dW`` is summed by one thread in entry order.
+    """
+    n_features = dW.shape[0]
+    n_entries = indices.shape[0]
+    n_rows = indptr.shape[0] - 1
+    if n_entries == 0 or n_rows <= 0 or dW.shape[1] == 0:
+        return
+    # Scratch: counts (then cursors), segment starts, the present features and their number,
+    # and the grouped entries with their batch rows.
+    count = cuda.device_array(n_features, dtype=np.int32)
+    start = cuda.device_array(n_features + 1, dtype=np.int64)
+    features = cuda.device_array(min(n_entries, n_features), dtype=np.int32)
+    n_present = cuda.device_array(1, dtype=np.int64)
+    entry = cuda.device_array(n_entries, dtype=np.int64)
+    entry_row = cuda.device_array(n_entries, dtype=np.int64)
+
+    _zero[blocks_for(n_features), THREADS](count)
+    _count[blocks_for(n_entries), THREADS](count, indices)
+    _scan[1, SCAN_THREADS](count, start, features, n_present)
+    _place[blocks_for(n_rows), THREADS](count, start, indptr, indices, entry, entry_row)
+    _sort_segments[blocks_for(n_entries), THREADS](features, n_present, start, entry, entry_row)
+    grid = ((dW.shape[1] + THREADS - 1) // THREADS, min(n_entries, MAX_BLOCKS))
+    _feature_grad[grid, THREADS](dW, features, n_present, start, entry, entry_row, values,
+                                 delta, float(scale))

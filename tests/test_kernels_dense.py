@@ -1,0 +1,101 @@
+"""The dense operations of a network step (kernels/*/dense.py) against the NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .backends import family, tiny
+
+BACKENDS = family("dense")
+
+
+def shape(backend):
+    return (3, 5) if tiny(backend) else (37, 70)
+
+
+def rand(rng, shape):
+    return rng.normal(size=shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", ["add", "multiply", "copy"])
+def test_elementwise_ops(backend, op):
+    rng = np.random.default_rng(1)
+    out, x = rand(rng, shape(backend)), rand(rng, shape(backend))
+    expected = out.copy()
+    getattr(BACKENDS["reference"], op)(expected, x)
+    getattr(BACKENDS[backend], op)(out, x)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_bias_scale_and_fill(backend):
+    rng = np.random.default_rng(2)
+    out = rand(rng, shape(backend))
+    b = rand(rng, shape(backend)[1])
+    expected = out + np.float32(0.5) * b
+    BACKENDS[backend].add_bias(out, b, 0.5)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    BACKENDS[backend].scale(out, -2.0)
+    np.testing.assert_allclose(out, -2.0 * expected, rtol=1e-6)
+    BACKENDS[backend].fill(out, 0.25)
+    assert np.all(out == np.float32(0.25))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_column_mean_sums_in_float64(backend):
+    rng = np.random.default_rng(3)
+    rows, cols = (5, 3) if tiny(backend) else (256, 1300)  # several column blocks on the cpu
+    x = rand(rng, (rows, cols)) + np.float32(1e4)  # float32 sums would lose digits
+    out = np.empty(cols, dtype=np.float32)
+    BACKENDS[backend].column_mean(out, x)
+    np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=0), rtol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_zero_rows_with_repeats(backend):
+    rng = np.random.default_rng(4)
+    x = rand(rng, shape(backend))
+    rows = np.array([2, 0, 2], dtype=np.int32)
+    expected = x.copy()
+    expected[[0, 2]] = 0
+    BACKENDS[backend].zero_rows(x, rows)
+    np.testing.assert_array_equal(x, expected)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_reductions(backend):
+    rng = np.random.default_rng(5)
+    x = rand(rng, shape(backend))
+    kb = BACKENDS[backend]
+    assert kb.sum_squares(x) == pytest.approx(float((x.astype(np.float64) ** 2).sum()), rel=1e-9)
+    assert kb.abs_sum(x) == pytest.approx(float(np.abs(x.astype(np.float64)).sum()), rel=1e-9)
+    assert kb.all_finite(x)
+    x[1, 2] = np.nan
+    assert not kb.all_finite(x)
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (-0.25, 0.0), (0.5, 1.0), (2.0, -0.5)])
+def test_cpu_gemm(trans_a, trans_b, alpha, beta):
+    rng = np.random.default_rng(6)
+    a = rand(rng, (9, 13) if trans_a else (13, 9))
+    b = rand(rng, (21, 9) if trans_b else (9, 21))
+    out = rand(rng, (13, 21))
+    expected = out.copy()
+    BACKENDS["reference"].gemm(expected, a, b, trans_a, trans_b, alpha, beta)
+    BACKENDS["cpu"].gemm(out, a, b, trans_a, trans_b, alpha, beta)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_memory_round_trip():
+    from destiny.kernels.cuda import dense
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    on_device = dense.to_device(x)
+    assert dense.to_device(on_device) is on_device
+    np.testing.assert_array_equal(dense.to_host(on_device), x)
+    np.testing.assert_array_equal(dense.to_host(dense.zeros((2, 3))), np.zeros((2, 3)))
+    assert dense.empty((4, 0)).shape == (4, 0)

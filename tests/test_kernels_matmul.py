@@ -1,0 +1,74 @@
+"""Dense products on the device (``destiny.kernels.cuda.matmul``) against NumPy.
+
+Under the CUDA simulator (no GPU, no CuPy) ``gemm`` is the tiled numba kernel; on a GPU it is
+cuBLAS through CuPy when CuPy is installed, and the ``gpu`` tests compare both with NumPy on
+training-sized shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from .backends import on_host, tiny
+
+matmul = pytest.importorskip("destiny.kernels.cuda.matmul")
+gemm = on_host(matmul.gemm)
+tiled_gemm = on_host(matmul.tiled_gemm)
+
+
+def operands(rng, m, n, k, trans_a, trans_b, dtype=np.float32):
+    a = rng.normal(size=(k, m) if trans_a else (m, k)).astype(dtype)
+    b = rng.normal(size=(n, k) if trans_b else (k, n)).astype(dtype)
+    op_a = a.T if trans_a else a
+    op_b = b.T if trans_b else b
+    return a, b, op_a.astype(np.float64) @ op_b.astype(np.float64)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", list(itertools.product([False, True], repeat=2)))
+def test_gemm_matches_numpy(trans_a, trans_b):
+    rng = np.random.default_rng(2 * trans_a + trans_b)
+    m, n, k = (5, 3, 7) if tiny("cuda") else (70, 45, 130)  # not multiples of the tile
+    a, b, product = operands(rng, m, n, k, trans_a, trans_b)
+    out = np.full((m, n), np.nan, dtype=np.float32)  # beta = 0 never reads out
+    gemm(out, a, b, trans_a, trans_b)
+    np.testing.assert_allclose(out, product, rtol=1e-5, atol=1e-5)
+    c = rng.normal(size=(m, n)).astype(np.float32)
+    out = c.copy()
+    gemm(out, a, b, trans_a, trans_b, -0.5, 2.0)
+    np.testing.assert_allclose(out, -0.5 * product + 2.0 * c, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_empty_inner_dimension_and_bad_shapes():
+    out = np.full((2, 3), 4.0, dtype=np.float32)
+    gemm(out, np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32), False, False, 1.0, 0.5)
+    np.testing.assert_array_equal(out, 2.0)  # alpha * 0 + beta * out
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gemm(out, np.zeros((2, 4), np.float32), np.zeros((5, 3), np.float32))
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gemm(np.zeros((3, 3), np.float32), np.zeros((2, 4), np.float32),
+             np.zeros((4, 3), np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("trans_a, trans_b", list(itertools.product([False, True], repeat=2)))
+def test_cublas_and_tiled_gemm_on_training_shapes(trans_a, trans_b):
+    rng = np.random.default_rng(5)
+    a, b, product = operands(rng, 512, 384, 1000, trans_a, trans_b)
+    scale = np.abs(product).max()
+    for fn in (gemm, tiled_gemm):
+        out = np.empty((512, 384), dtype=np.float32)
+        fn(out, a, b, trans_a, trans_b)
+        np.testing.assert_allclose(out, product, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.gpu
+def test_gemm_takes_cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(6)
+    a, b, product = operands(rng, 64, 32, 48, False, True)
+    out = cupy.zeros((64, 32), dtype=cupy.float32)
+    matmul.gemm(out, cupy.asarray(a), cupy.asarray(b), False, True)
+    np.testing.assert_allclose(cupy.asnumpy(out), product, rtol=1e-5, atol=1e-5)

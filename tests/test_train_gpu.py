@@ -1,0 +1,96 @@
+"""``--backend gpu`` end to end: the CUDA backend trains the network the cpu backend trains.
+
+Without a GPU this runs the CUDA kernels in numba's simulator (conftest.py), so the network is
+tiny: a few batches of 4 examples, 128 outputs (the smallest dataset width). Same seed, same
+data: the same shuffle, the same counter-based dropout and denoising masks on both backends.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from destiny import synthetic
+from destiny.fit import fit
+from destiny.generate import generate_netcdf
+from destiny.io.network_file import read_network
+from destiny.train import train_config
+
+from .backends import _fast_simulator
+
+NETDEF = {
+    "Kind": "FeedForward", "Denoising": {"p": 0.2}, "ErrorFunction": "CrossEntropy",
+    "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "Type": "FullyConnected", "N": 5,
+         "Activation": "Sigmoid", "pDropout": 0.2},
+        {"Name": "Output", "Kind": "Output", "Type": "FullyConnected", "N": "auto",
+         "DataSet": "gl_output", "Activation": "Sigmoid", "Sparse": True},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu")
+    r = synthetic.generate_ratings(users=12, items=20, mean_per_user=4, seed=3)
+    synthetic.write_ratings_dsstne(d / "ratings.txt", r)
+    for side in ("input", "output"):
+        generate_netcdf(input_path=d / "ratings.txt", output=d / f"gl_{side}.nc",
+                        dataset_name=f"gl_{side}", feature_index=d / f"features_{side}",
+                        sample_index=d / "samples", create=True)
+    (d / "net.json").write_text(json.dumps(NETDEF))
+    return d
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop"])
+def test_gpu_trains_what_the_cpu_trains(files, optimizer):
+    written = {}
+    for backend in ("cpu", "gpu"):
+        path = files / f"{backend}_{optimizer}.nc"
+        with _fast_simulator():
+            report = fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+                         output_path=files / "gl_output.nc", network_path=path,
+                         cfg=train_config(optimizer, batch=4, epochs=1), backend=backend,
+                         checkpoint_every=0)
+        written[backend] = read_network(path)
+        assert report.records[0].loss > 0
+    cpu, gpu = written["cpu"], written["gpu"]
+    assert (cpu.destiny["backend"], gpu.destiny["backend"]) == ("cpu", "cuda")
+    for k in cpu.weights:
+        np.testing.assert_allclose(gpu.weights[k], cpu.weights[k], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(gpu.biases[k], cpu.biases[k], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("multiply", [False, True])
+def test_gpu_predicts_what_the_cpu_predicts(files, multiply):
+    import io
+
+    from destiny.predict import Predictor, predict_file
+
+    network = files / "predict.nc"
+    if not network.exists():
+        fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+            output_path=files / "gl_output.nc", network_path=network,
+            cfg=train_config(batch=4, epochs=2), backend="cpu", checkpoint_every=0)
+    lines = {}
+    for backend in ("cpu", "gpu"):
+        predictor = Predictor(network, files / "features_input", files / "features_output",
+                              dataset=None, backend=backend)
+        out = io.StringIO()
+        with _fast_simulator():
+            predict_file(predictor, files / "ratings.txt", out, k=5, batch_size=5,
+                         filter_path=files / "ratings.txt", multiply=multiply,
+                         score_format="9.6f")
+        lines[backend] = out.getvalue().splitlines()
+    assert len(lines["gpu"]) == len(lines["cpu"]) == 12
+    for cpu_line, gpu_line in zip(lines["cpu"], lines["gpu"]):
+        name, cpu_recs = cpu_line.split("\t")
+        assert gpu_line.startswith(name + "\t")
+        cpu_items = [r.split(",") for r in cpu_recs.split(":") if r]
+        gpu_items = [r.split(",") for r in gpu_line.split("\t")[1].split(":") if r]
+        assert [i for i, _ in gpu_items] == [i for i, _ in cpu_items]
+        np.testing.assert_allclose([float(s) for _, s in gpu_items],
+                                   [float(s) for _, s in cpu_items], rtol=1e-5, atol=1e-6)
