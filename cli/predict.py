@@ -94,7 +94,7 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
         where = "stdout" if output_path == "-" else output_path
         note(NAME, f"wrote {report.samples:,} recommendation lines (top {k}) to {where}"
                    + (f", {report.filtered:,} filter entries applied ({filter_mode})"
-                      if filter_path else ""))
+                      if filter_path else "") + f"; backend {predictor.kernels.name}")
 
 
 @contextlib.contextmanager

@@ -94,3 +94,45 @@ def test_gpu_predicts_what_the_cpu_predicts(files, multiply):
         assert [i for i, _ in gpu_items] == [i for i, _ in cpu_items]
         np.testing.assert_allclose([float(s) for _, s in gpu_items],
                                    [float(s) for _, s in cpu_items], rtol=1e-5, atol=1e-6)
+
+
+# Under mpiexec each rank runs this: the simulator's launches are ~10x faster with a short
+# thread switch interval (see tests/backends.py), then the real command line.
+FAST_TRAIN = """
+import sys
+sys.setswitchinterval(5e-5)
+from destiny.cli.train import main
+sys.argv[0] = "train"
+main()
+"""
+
+
+def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
+    # Collectives of device arrays go through host memory: the same network as one cpu process.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from tests.test_parallel import plain_env
+
+    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec: install the mpi extra")
+    script = tmp_path / "train.py"
+    script.write_text(FAST_TRAIN)
+    args = ["-c", files / "net.json", "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
+            "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
+    env = plain_env(OPENBLAS_NUM_THREADS="1", NUMBA_ENABLE_CUDASIM="1")
+    one = subprocess.run([sys.executable, script, *args, "-n", tmp_path / "one.nc", "--backend",
+                          "cpu"], env=env, capture_output=True, timeout=300)
+    assert one.returncode == 0, one.stderr.decode()
+    two = subprocess.run([mpiexec, "-n", "2", sys.executable, script, *args, "-n",
+                          tmp_path / "two.nc", "--backend", "gpu"], env=env, capture_output=True,
+                         timeout=300)
+    assert two.returncode == 0, two.stderr.decode()
+    cpu, gpu = read_network(tmp_path / "one.nc"), read_network(tmp_path / "two.nc")
+    assert gpu.destiny["backend"] == "cuda" and sorted(os.listdir(tmp_path)) == [
+        "one.nc", "train.py", "two.nc"]
+    for k in cpu.weights:
+        np.testing.assert_allclose(gpu.weights[k], cpu.weights[k], rtol=1e-4, atol=1e-6)
