@@ -53,29 +53,42 @@ def dataset_files(workdir: str, users: int, items: int, mean: float, seed: int) 
     return inp, out
 
 
-def matmul_gflops(batch: int, hidden: int, outputs: int, seconds: float) -> float:
-    a = np.random.default_rng(0).random((batch, hidden), dtype=np.float32)
-    b = np.random.default_rng(1).random((hidden, outputs), dtype=np.float32)
-    c = np.empty((batch, outputs), dtype=np.float32)
-    np.matmul(a, b, out=c)
+def matmul_gflops(batch: int, hidden: int, outputs: int, seconds: float, kb=None) -> float:
+    """The backend's float32 product rate on the output layer's shape (NumPy's BLAS, cuBLAS)."""
+    if kb is None:
+        from destiny.kernels import get_backend
+
+        kb = get_backend("cpu")
+    a = kb.to_device(np.random.default_rng(0).random((batch, hidden), dtype=np.float32))
+    b = kb.to_device(np.random.default_rng(1).random((hidden, outputs), dtype=np.float32))
+    c = kb.empty((batch, outputs), np.float32)
+    kb.gemm(c, a, b)
     times, end = [], time.perf_counter() + seconds
     while time.perf_counter() < end or len(times) < 3:
+        kb.synchronize()
         t = time.perf_counter()
-        np.matmul(a, b, out=c)
+        kb.gemm(c, a, b)
+        kb.synchronize()
         times.append(time.perf_counter() - t)
     return 2.0 * batch * hidden * outputs / min(times) / 1e9
 
 
-def copy_bandwidth() -> float:
-    """Bytes moved per second (read + write) by a 256 MiB copy."""
-    a = np.ones(32 << 20)
-    b = np.empty_like(a)
+def copy_bandwidth(kb=None) -> float:
+    """Bytes moved per second (read + write) by a 256 MiB copy on the backend's memory."""
+    if kb is None:
+        from destiny.kernels import get_backend
+
+        kb = get_backend("cpu")
+    a = kb.to_device(np.ones((8192, 8192), dtype=np.float32))
+    b = kb.empty((8192, 8192), np.float32)
     best = float("inf")
     for _ in range(5):
+        kb.synchronize()
         t = time.perf_counter()
-        np.copyto(b, a)
+        kb.copy(b, a)
+        kb.synchronize()
         best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best
+    return 2 * 4 * 8192 * 8192 / best
 
 
 def flops_per_sample(net, nnz_per_sample: float) -> tuple[float, float]:
@@ -103,10 +116,14 @@ def flops_per_sample(net, nnz_per_sample: float) -> tuple[float, float]:
 @click.option("--topk", type=int, default=100, show_default=True)
 @click.option("--quick", is_flag=True, help="20,000 users, 8 s of training, 4 s of prediction.")
 @click.option("--torch", "with_torch", is_flag=True, help="Run torch_reference.py beside it.")
+@click.option("--backend", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+              help="gpu: the CUDA backend, beside torch_reference.py --device cuda.")
+@click.option("--tf32", type=click.Choice(["off", "on"]), default="off", show_default=True,
+              help="PyTorch's TF32 matmuls on the GPU (Destiny's products are fp32).")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--json", "json_path", default=None)
 def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, predict_seconds,
-         topk, quick, with_torch, workdir, json_path):
+         topk, quick, with_torch, backend, tf32, workdir, json_path):
     """Time Destiny's training and prediction on the benchmark network."""
     import numba
 
@@ -124,7 +141,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     datasets = {"gl_input": read_dataset(inp), "gl_output": read_dataset(out)}
     widths = {n: d.width for n, d in datasets.items()}
     netdef = load_netdef(config, dataset_widths=widths)
-    net = Network(netdef, get_backend("cpu"))
+    kb = get_backend(backend)
+    net = Network(netdef, kb)
     net.initialize(1)
     cfg = train_config(optimizer, batch=batch, shuffle=False)
     net.init_optimizer(cfg.optimizer_config())
@@ -137,13 +155,17 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         t0 = time.perf_counter()
         rows = np.arange(pos, min(pos + batch, E))
         b = data.batch(rows)
+        kb.synchronize()  # a GPU queues its work: time each phase to its end
         t1 = time.perf_counter()
         net.forward(b, train=True, dropout_key=step)
+        kb.synchronize()
         t2 = time.perf_counter()
         net.backward()
+        kb.synchronize()
         t3 = time.perf_counter()
         step += 1
         net.update(cfg.alpha, step, cfg.optimizer_config())
+        kb.synchronize()
         t4 = time.perf_counter()
         pos = 0 if pos + batch >= E else pos + batch
         if step <= 2:  # warm-up: compilation, first-touch of buffers
@@ -168,11 +190,14 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         sub_ptr = indptr[lo:hi + 1] - indptr[lo]
         sub_idx = indices[indptr[lo]:indptr[hi]]
         t0 = time.perf_counter()
-        net.forward(Batch(size=hi - lo, inputs={input_name: (sub_ptr, sub_idx, np.zeros(0, np.float32))}))
+        sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
+        net.forward(Batch(size=hi - lo, inputs={input_name: sub}))
         scores = net.activation(net.outputs[0], hi - lo)
+        kb.synchronize()
         t1 = time.perf_counter()
         if i % 2:
-            top_k(scores, topk, exclude_indptr=sub_ptr, exclude_indices=sub_idx, n_items=n_items)
+            top_k(scores, topk, exclude_indptr=sub_ptr, exclude_indices=sub_idx, n_items=n_items,
+                  kernels=kb)
             pred_topk.append((hi - lo) / (time.perf_counter() - t0))
         else:
             pred.append((hi - lo) / (t1 - t0))
@@ -182,14 +207,14 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     nnz = datasets["gl_input"].nnz / E
     train_flop, predict_flop = flops_per_sample(net, nnz)
     last = [c for c in net.connections if c.dest.name == net.outputs[0]][0]
-    ceiling = max(matmul_gflops(batch, last.source.n, last.dest.n, 3.0), 1e-9)
-    bandwidth = copy_bandwidth()
+    ceiling = max(matmul_gflops(batch, last.source.n, last.dest.n, 3.0, kb), 1e-9)
+    bandwidth = copy_bandwidth(kb)
     params = sum(c.W.size + c.b.size for c in net.connections if not c.shared)
     floor_step = (train_flop * batch / (ceiling * 1e9)
-                  + 4.0 * params * (3 + 2 * get_backend("cpu").state_arrays_needed(
+                  + 4.0 * params * (3 + 2 * kb.state_arrays_needed(
                       cfg.optimizer_config().mode)) / bandwidth)
     result = {
-        "device": "cpu", "threads": numba.get_num_threads(), "users": E, "items": items,
+        "device": backend, "threads": numba.get_num_threads(), "users": E, "items": items,
         "batch": batch, "optimizer": optimizer, "parameters": params,
         "train_samples_per_s": train_sps,
         "predict_samples_per_s": statistics.median(pred),
@@ -210,7 +235,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
           f"and filters {result['predict_topk_samples_per_s']:,.0f} samples/s")
     if with_torch:
         result["torch"] = run_torch(inp, config, users, batch, optimizer, train_seconds,
-                                    predict_seconds, workdir)
+                                    predict_seconds, workdir,
+                                    device="cuda" if backend == "gpu" else "cpu", tf32=tf32)
         t = result["torch"]
         for key in ("train_samples_per_s", "predict_samples_per_s", "predict_topk_samples_per_s"):
             print(f"{key}: destiny {result[key]:,.1f}, torch {t[key]:,.1f}, "
@@ -220,13 +246,15 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
             json.dump(result, f, indent=2)
 
 
-def run_torch(data, config, users, batch, optimizer, train_seconds, predict_seconds, workdir):
+def run_torch(data, config, users, batch, optimizer, train_seconds, predict_seconds, workdir,
+              device="cpu", tf32="off"):
     out = os.path.join(workdir, "torch.json")
     threads = str(len(os.sched_getaffinity(0)))
     subprocess.run([sys.executable, TORCH_REFERENCE, "--data", data, "--config", config,
                     "--users", str(users), "--batch", str(batch), "--optimizer", optimizer,
                     "--threads", threads, "--train-seconds", str(train_seconds),
-                    "--predict-seconds", str(predict_seconds), "--json", out], check=True)
+                    "--predict-seconds", str(predict_seconds), "--device", device,
+                    "--tf32", tf32, "--json", out], check=True)
     with open(out) as f:
         return json.load(f)
 

@@ -40,6 +40,11 @@ def to_device(array):
     return cuda.to_device(np.ascontiguousarray(array))
 
 
+def synchronize():
+    """Wait until every kernel and copy queued on the device is done (for timing)."""
+    cuda.synchronize()
+
+
 def to_host(array):
     """A NumPy array of a device array (host arrays are returned as they are)."""
     if hasattr(array, "copy_to_host"):

@@ -24,6 +24,10 @@ def to_device(array):
     return np.asarray(array)
 
 
+def synchronize():
+    """Wait until the backend's queued work is done (timing; nothing is queued on the CPU)."""
+
+
 def to_host(array):
     """A NumPy array of a backend array (the array itself on the CPU)."""
     return np.asarray(array)
