@@ -90,6 +90,16 @@ def test_cpu_gemm(trans_a, trans_b, alpha, beta):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_cpu_gemm_long_reduction_against_a_transposed_operand():
+    # The output layer's input delta, dZ @ W.T with K >> M, N, takes another BLAS call.
+    rng = np.random.default_rng(8)
+    dZ, W = rand(rng, (6, 400)), rand(rng, (9, 400))
+    out = np.full((6, 9), np.nan, dtype=np.float32)
+    BACKENDS["cpu"].gemm(out, dZ, W, trans_b=True)
+    np.testing.assert_allclose(out, dZ.astype(np.float64) @ W.T, rtol=1e-5, atol=1e-4)
+    assert out.flags.c_contiguous
+
+
 def test_cuda_memory_round_trip():
     from destiny.kernels.cuda import dense
 
