@@ -32,16 +32,24 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def model(tmp_path_factory):
-    """A small model trained on synthetic data through the real pipeline."""
-    d = tmp_path_factory.mktemp("model")
-    r = synthetic.generate_ratings(users=300, items=90, mean_per_user=8, seed=4)
+def write_sample_data(d, *, users: int, items: int, mean_per_user: float, seed: int):
+    """Synthetic ratings in ``d``: ratings.txt, gl_input.nc and gl_output.nc with their
+    feature indices (features_input, features_output) and one sample index (samples)."""
+    r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
+                                   seed=seed)
     synthetic.write_ratings_dsstne(d / "ratings.txt", r)
     for side in ("input", "output"):
         generate_netcdf(input_path=d / "ratings.txt", output=d / f"gl_{side}.nc",
                         dataset_name=f"gl_{side}", feature_index=d / f"features_{side}",
                         sample_index=d / "samples", create=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def model(tmp_path_factory):
+    """A small model trained on synthetic data through the real pipeline."""
+    d = write_sample_data(tmp_path_factory.mktemp("model"), users=300, items=90,
+                          mean_per_user=8, seed=4)
     fit(config_path=ROOT / "netdefs" / "movielens.json", input_path=d / "gl_input.nc",
         output_path=d / "gl_output.nc", network_path=d / "gl.nc",
         cfg=train_config(batch=64, epochs=3), checkpoint_every=0)

@@ -12,13 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from destiny import synthetic
 from destiny.fit import fit
-from destiny.generate import generate_netcdf
 from destiny.io.network_file import read_network
 from destiny.train import train_config
 
 from .backends import _fast_simulator
+from .conftest import write_sample_data
 
 NETDEF = {
     "Kind": "FeedForward", "Denoising": {"p": 0.2}, "ErrorFunction": "CrossEntropy",
@@ -34,13 +33,8 @@ NETDEF = {
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gpu")
-    r = synthetic.generate_ratings(users=12, items=20, mean_per_user=4, seed=3)
-    synthetic.write_ratings_dsstne(d / "ratings.txt", r)
-    for side in ("input", "output"):
-        generate_netcdf(input_path=d / "ratings.txt", output=d / f"gl_{side}.nc",
-                        dataset_name=f"gl_{side}", feature_index=d / f"features_{side}",
-                        sample_index=d / "samples", create=True)
+    d = write_sample_data(tmp_path_factory.mktemp("gpu"), users=12, items=20,
+                          mean_per_user=4, seed=3)
     (d / "net.json").write_text(json.dumps(NETDEF))
     return d
 

@@ -19,9 +19,8 @@ import netCDF4
 import numpy as np
 import pytest
 
-from destiny import synthetic
-from destiny.generate import generate_netcdf
 from destiny.io.network_file import read_network
+from tests.conftest import write_sample_data
 from tests.test_parallel import plain_env
 
 BIN = pathlib.Path(sys.executable).parent
@@ -80,13 +79,8 @@ FAILING = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("split")
-    r = synthetic.generate_ratings(users=160, items=97, mean_per_user=8, seed=4)
-    synthetic.write_ratings_dsstne(d / "ratings.txt", r)
-    for side in ("input", "output"):
-        generate_netcdf(input_path=d / "ratings.txt", output=d / f"gl_{side}.nc",
-                        dataset_name=f"gl_{side}", feature_index=d / f"features_{side}",
-                        sample_index=d / "samples", create=True)
+    d = write_sample_data(tmp_path_factory.mktemp("split"), users=160, items=97,
+                          mean_per_user=8, seed=4)
     (d / "net.json").write_text(json.dumps(NETDEF))
     return d
 
