@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 
+import destiny  # noqa: F401, I001 - first: it sets the thread wait policies NumPy reads
 import numpy as np
 
 from destiny import synthetic

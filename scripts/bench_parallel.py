@@ -24,6 +24,7 @@ import sys
 import time
 
 import click
+import destiny  # noqa: F401, I001 - first: it sets the thread wait policies NumPy reads
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))

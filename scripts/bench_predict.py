@@ -24,13 +24,14 @@ import sys
 import time
 
 import click
+import destiny  # noqa: F401, I001 - first: it sets the thread wait policies NumPy reads
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from bench_train import TORCH_REFERENCE, dataset_files  # noqa: E402
+from bench_train import TORCH_REFERENCE, dataset_files, torch_env  # noqa: E402
 
 from destiny import synthetic  # noqa: E402
 
@@ -128,7 +129,8 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
         subprocess.run([sys.executable, TORCH_REFERENCE, "--data", inp, "--config", config,
                         "--batch", str(batch), "--topk", str(topk), "--threads", threads,
                         "--train-seconds", "1", "--max-train-steps", "2",
-                        "--predict-seconds", str(seconds), "--json", out_json], check=True)
+                        "--predict-seconds", str(seconds), "--json", out_json], check=True,
+                       env=torch_env())
         with open(out_json) as f:
             torch_result = json.load(f)
         result["torch"] = torch_result

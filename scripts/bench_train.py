@@ -23,6 +23,7 @@ import sys
 import time
 
 import click
+import destiny  # noqa: I001 - before NumPy: it sets the thread wait policies NumPy reads
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -246,6 +247,12 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
             json.dump(result, f, indent=2)
 
 
+def torch_env() -> dict:
+    """The environment PyTorch runs in: as its users run it, without the thread wait policies
+    Destiny set for itself when it was imported (``destiny.THREAD_WAIT_DEFAULTS``)."""
+    return {k: v for k, v in os.environ.items() if k not in destiny.SET_BY_DESTINY}
+
+
 def run_torch(data, config, users, batch, optimizer, train_seconds, predict_seconds, workdir,
               device="cpu", tf32="off"):
     out = os.path.join(workdir, "torch.json")
@@ -254,7 +261,7 @@ def run_torch(data, config, users, batch, optimizer, train_seconds, predict_seco
                     "--users", str(users), "--batch", str(batch), "--optimizer", optimizer,
                     "--threads", threads, "--train-seconds", str(train_seconds),
                     "--predict-seconds", str(predict_seconds), "--device", device,
-                    "--tf32", tf32, "--json", out], check=True)
+                    "--tf32", tf32, "--json", out], check=True, env=torch_env())
     with open(out) as f:
         return json.load(f)
 
