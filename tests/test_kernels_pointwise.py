@@ -203,3 +203,19 @@ def test_penalty_and_norms_match_reference(backend):
         outputs[name] = (da, dn, W)
     for got, ref in zip(outputs[backend], outputs["reference"]):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH])
+def test_large_sigmoid_and_tanh_split_by_rows_equal_one_pass(act):
+    # Arrays of >= 1 M values are computed in blocks of rows by several threads.
+    from destiny.kernels.cpu import pointwise as cpu
+
+    z = np.random.default_rng(9).normal(scale=4, size=(129, 8200)).astype(np.float32)
+    assert z.size >= cpu._PARALLEL_MIN
+    split, whole = np.empty_like(z), np.empty_like(z)
+    cpu.activation_forward(split, z, act, SLOPE, ALPHA, LAM)
+    if act == codes.SIGMOID:
+        cpu._numpy_sigmoid(whole, z)
+    else:
+        np.tanh(z, out=whole)
+    np.testing.assert_array_equal(split, whole)

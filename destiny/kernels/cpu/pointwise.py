@@ -100,15 +100,43 @@ def activation_forward(a, z, act, slope, alpha, lam):
     loop, which LLVM cannot vectorise without SVML); the others use the numba kernel.
     """
     if act == SIGMOID:
-        with np.errstate(over="ignore"):  # exp(-z) = inf gives 1 / inf = 0, as it should
-            np.negative(z, out=a)
-            np.exp(a, out=a)
-            np.add(a, 1.0, out=a)
-            np.reciprocal(a, out=a)
+        _by_row_blocks(_numpy_sigmoid, a, z)
     elif act == TANH:
-        np.tanh(z, out=a)
+        _by_row_blocks(np.tanh, z, a)
     else:
         _activation_forward(a, z, act, slope, alpha, lam)
+
+
+def _numpy_sigmoid(a, z):
+    with np.errstate(over="ignore"):  # exp(-z) = inf gives 1 / inf = 0, as it should
+        np.negative(z, out=a)
+        np.exp(a, out=a)
+        np.add(a, 1.0, out=a)
+        np.reciprocal(a, out=a)
+
+
+# NumPy's ufuncs run on one core but release the GIL: a large array is cut into blocks of
+# rows, one per numba thread, computed by a small pool of Python threads.
+_PARALLEL_MIN = 1 << 20
+_pool = None
+
+
+def _by_row_blocks(fn, first, second):
+    """``fn(first, second)`` on blocks of rows of both [B, N] arrays, one per numba thread."""
+    global _pool
+    from numba import get_num_threads
+
+    threads = get_num_threads()
+    if threads == 1 or first.size < _PARALLEL_MIN or first.ndim != 2 or len(first) < threads:
+        fn(first, second)
+        return
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(threads, thread_name_prefix="destiny-ufunc")
+    bounds = np.linspace(0, len(first), threads + 1).astype(int)
+    blocks = [slice(bounds[i], bounds[i + 1]) for i in range(threads)]
+    list(_pool.map(lambda rows: fn(first[rows], second[rows]), blocks))
 
 
 @njit(cache=True, parallel=True)
