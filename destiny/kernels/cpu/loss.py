@@ -21,7 +21,7 @@ from numba import njit, prange
 
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SIGMOID, SMCE,
                                    SOFTMAX, boost_applies, check_loss_activation)
-from destiny.kernels.cpu.pointwise import unit_derivative
+from destiny.kernels.cpu.pointwise import in_row_blocks, unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
 
@@ -230,12 +230,17 @@ def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm
         zero_target, zero_scale = prm.zero_target, prm.zero_scale
     # log(1 - a) as log1p(-a): in float32, 1 - a would round away most digits of a small a.
     # No clamp needed here: 1 - a < EPS only for a == 1, log1p(-1) = -inf, clamped below.
-    np.negative(a, out=delta)
-    with np.errstate(divide="ignore"):
-        np.log1p(delta, out=delta)
+    in_row_blocks(_log1m, delta, a)
     return float(_sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn,
                                         a.dtype.type(zero_target), zero_scale, prm, boost_one,
                                         boost_zero, boosting))
+
+
+def _log1m(out, a):
+    """``out = log(1 - a)`` through NumPy's SIMD log1p (one block of rows)."""
+    np.negative(a, out=out)
+    with np.errstate(divide="ignore"):
+        np.log1p(out, out=out)
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz"})

@@ -100,9 +100,9 @@ def activation_forward(a, z, act, slope, alpha, lam):
     loop, which LLVM cannot vectorise without SVML); the others use the numba kernel.
     """
     if act == SIGMOID:
-        _by_row_blocks(_numpy_sigmoid, a, z)
+        in_row_blocks(_numpy_sigmoid, a, z)
     elif act == TANH:
-        _by_row_blocks(np.tanh, z, a)
+        in_row_blocks(np.tanh, z, a)
     else:
         _activation_forward(a, z, act, slope, alpha, lam)
 
@@ -121,7 +121,7 @@ _PARALLEL_MIN = 1 << 20
 _pool = None
 
 
-def _by_row_blocks(fn, first, second):
+def in_row_blocks(fn, first, second):
     """``fn(first, second)`` on blocks of rows of both [B, N] arrays, one per numba thread."""
     global _pool
     from numba import get_num_threads
