@@ -179,3 +179,14 @@ def test_rank_that_dies_stops_the_job(model, tmp_path):  # noqa: F811
     # mpiexec kills rank 0 outright (SIGKILL): the file is never published, though its hidden
     # temporary (.recs.txt.*.tmp) may stay behind, as after any killed job.
     assert not out.exists()
+
+
+def test_group_command_prints_once(model, tmp_path):  # noqa: F811
+    # `destiny predict` under mpiexec: the same runner as `predict`, one message for all ranks.
+    out = tmp_path / "recs.txt"
+    done = run([MPIEXEC, "-n", 2, BIN / "destiny", "predict",
+                *argv(model, "-s", out)[:-4], "-r", tmp_path / "missing.txt", "-s", out])
+    assert done.returncode == 1 and len(errors(done)) == 1
+    done = run([MPIEXEC, "-n", 2, BIN / "destiny", "predict", "--bogus"])
+    assert done.returncode == 2 and done.stderr.decode().count("No such option") == 1
+    assert os.listdir(tmp_path) == []
