@@ -526,6 +526,3 @@ class Network:
             found = [k for k in self.comm.allgather(bad) if k is not None]
             bad = min(found) if found else None
         return None if bad is None else self.connections[bad].dest.name
-
-
-_EMPTY = np.zeros(0, dtype=np.float32)
