@@ -154,12 +154,13 @@ class TrainData:
     def batch(self, rows: np.ndarray) -> Batch:
         """The minibatch of ``rows``, assembled by the backend from the data it holds."""
         kb = self.kernels
-        on_backend = kb.to_device(np.asarray(rows, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        on_backend = kb.to_device(rows)
 
         def csr(held):
             host_indptr, indptr, indices, values = held
             out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(np.diff(host_indptr)[rows], out=out_indptr[1:])
+            np.cumsum(host_indptr[rows + 1] - host_indptr[rows], out=out_indptr[1:])
             out_indices = kb.empty(int(out_indptr[-1]), np.int32)
             out_values = kb.empty(int(out_indptr[-1]) if len(values) else 0, np.float32)
             out_indptr = kb.to_device(out_indptr)
