@@ -91,8 +91,6 @@ def _run_ranks(command: click.Command, name: str, comm):
         if comm.is_root:
             traceback.print_exc()
         sys.exit(1)
-    except SystemExit as e:  # a group command's own exit (after --help, say): the same on all
-        sys.exit(e.code)
     except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
         traceback.print_exc()
         comm.abort(1)
