@@ -10,10 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from destiny.netdef import WeightInit
-
-
-# Rows drawn at a time: a rank keeping a slice of a huge matrix never holds all of it.
-_BLOCK_VALUES = 1 << 22
+from destiny.shard import block_rows
 
 
 def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, n_in: int,
@@ -28,7 +25,7 @@ def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, 
     r0, r1 = rows or (0, n_in)
     c0, c1 = cols or (0, n_out)
     out = np.empty((r1 - r0, c1 - c0), dtype=dtype)
-    step = max(1, _BLOCK_VALUES // max(n_out, 1))
+    step = block_rows(n_out)  # a rank keeping a slice of a huge matrix never holds all of it
     for start in range(0, n_in, step):
         stop = min(start + step, n_in)
         block = _draw(rng, scheme, scale, n_in, n_out, (stop - start, n_out))

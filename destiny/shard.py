@@ -27,7 +27,7 @@ from destiny.parallel import Comm, agree, failure_message
 
 WHOLE, ROWS, COLS = "whole", "rows", "cols"
 
-# Rows of a matrix sent to rank 0 at a time when a file is written: 4 M values (16 MB).
+# Values per block of rows when a matrix is drawn, sent to rank 0 or read: 4 M (16 MB).
 _BLOCK_VALUES = 1 << 22
 
 
@@ -102,8 +102,8 @@ def _join(pieces, n_rows: int, n_cols: int) -> np.ndarray:
     return out
 
 
-def block_rows(n_rows: int, n_cols: int) -> int:
-    """Rows per block when a matrix of ``n_cols`` columns travels or is read in blocks."""
+def block_rows(n_cols: int) -> int:
+    """Rows per block when a matrix of ``n_cols`` columns is drawn, sent or read in blocks."""
     return max(1, _BLOCK_VALUES // max(n_cols, 1))
 
 

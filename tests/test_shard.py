@@ -45,15 +45,13 @@ def test_larger_side_decides_the_layout(n_in, n_out, expected):
 
 @pytest.mark.parametrize("scheme", list(WeightInit))
 def test_a_block_of_the_initial_weights_is_a_block_of_the_whole_draw(scheme, monkeypatch):
-    import destiny.initialize as init
-
-    monkeypatch.setattr(init, "_BLOCK_VALUES", 40)  # many blocks of rows
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 40)  # many blocks of rows
     whole_rng, part_rng = np.random.default_rng(3), np.random.default_rng(3)
     whole = initial_weights(whole_rng, scheme, 0.5, 23, 9)
     part = initial_weights(part_rng, scheme, 0.5, 23, 9, rows=(5, 17), cols=(2, 7))
     np.testing.assert_array_equal(part, whole[5:17, 2:7])
     assert whole_rng.random() == part_rng.random()  # the next matrix draws the same numbers
-    monkeypatch.setattr(init, "_BLOCK_VALUES", 1 << 22)
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 1 << 22)
     np.testing.assert_array_equal(initial_weights(np.random.default_rng(3), scheme, 0.5, 23, 9),
                                   whole)
 

@@ -164,7 +164,7 @@ def _fill(var, array) -> None:
     from destiny.shard import block_rows
 
     n_rows, n_cols = array.shape
-    step = block_rows(n_rows, n_cols)
+    step = block_rows(n_cols)
     for r0 in range(0, n_rows, step):
         r1 = min(r0 + step, n_rows)
         var[r0 * n_cols:r1 * n_cols] = array.rows(r0, r1).ravel()
@@ -241,7 +241,7 @@ def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[
             return None
         var = nc.variables[name]
         var.set_auto_mask(False)
-        step = block_rows(r1 - r0, n_cols)
+        step = block_rows(n_cols)
         for a in range(r0, r1, step):
             b = min(a + step, r1)
             block = np.asarray(var[a * n_cols:b * n_cols]).reshape(b - a, n_cols)
