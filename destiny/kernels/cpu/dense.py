@@ -96,17 +96,24 @@ def fill(out, value):
     out.fill(value)
 
 
+@njit(cache=True)
+def column_block_sums(x, lo, hi):
+    """Sums of the columns [lo, hi) of ``x`` [B, N] in float64, each in row order."""
+    acc = np.zeros(hi - lo, dtype=np.float64)
+    for r in range(x.shape[0]):
+        row = x[r, lo:hi]  # a contiguous slice: the inner loop vectorizes
+        for k in range(hi - lo):
+            acc[k] += row[k]
+    return acc
+
+
 @njit(cache=True, parallel=True)
 def _column_means(out, x, column_block):
     n_rows, n_cols = x.shape
     for c in prange((n_cols + column_block - 1) // column_block):
         lo = c * column_block
         hi = min(lo + column_block, n_cols)
-        acc = np.zeros(hi - lo, dtype=np.float64)
-        for r in range(n_rows):
-            row = x[r, lo:hi]  # a contiguous slice: the inner loop vectorizes
-            for k in range(hi - lo):
-                acc[k] += row[k]
+        acc = column_block_sums(x, lo, hi)
         for k in range(hi - lo):
             out[lo + k] = acc[k] / n_rows
 

@@ -19,6 +19,7 @@ from numba import njit, prange
 
 from destiny.kernels.codes import (ELU, LINEAR, LRELU, RELU, SELU, SIGMOID, SOFTMAX, SOFTPLUS,
                                    SOFTSIGN, TANH)
+from destiny.kernels.cpu.dense import column_block_sums
 
 
 @njit(cache=True)
@@ -250,10 +251,7 @@ def sparseness_penalty(da, a, p, beta):
     for t in prange((n_units + _TILE - 1) // _TILE):
         lo = t * _TILE
         hi = min(lo + _TILE, n_units)
-        penalty = np.zeros(hi - lo, dtype=np.float64)
-        for r in range(n_rows):
-            for j in range(lo, hi):
-                penalty[j - lo] += a[r, j]
+        penalty = column_block_sums(a, lo, hi)
         for j in range(hi - lo):
             rho = min(max(penalty[j] / max(n_rows, 1), 1e-6), 0.999999)
             penalty[j] = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
