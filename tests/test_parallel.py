@@ -27,6 +27,19 @@ def plain_env(**extra):
     return env
 
 
+# For the tests that run real jobs under MPICH's mpiexec (from the mpich wheel, beside Python).
+needs_mpiexec = pytest.mark.skipif(
+    not MPIEXEC.exists(), reason=f"no {MPIEXEC}: install the extra with pip install -e '.[mpi]'")
+
+
+def rank_env(**extra):
+    """The environment of such a job: one numba and BLAS thread per rank, so that the ranks do
+    not oversubscribe the cores, and no DESTINY_DEBUG tracebacks in place of the messages."""
+    env = plain_env(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", **extra)
+    env.pop("DESTINY_DEBUG", None)
+    return env
+
+
 @pytest.mark.parametrize("n,size,expected", [
     (10, 3, [(0, 4), (4, 7), (7, 10)]),      # the first n % size ranks take one more
     (11, 4, [(0, 3), (3, 6), (6, 9), (9, 11)]),
@@ -162,7 +175,7 @@ MPI_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}: pip install '.[mpi]'")
+@needs_mpiexec
 def test_mpi_collectives_and_failures(tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(MPI_SCRIPT)

@@ -14,17 +14,14 @@ import textwrap
 
 import pytest
 
-from tests.test_parallel import plain_env
+from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
 BIN = pathlib.Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"
 PREDICT = BIN / "predict"
 
-pytestmark = pytest.mark.skipif(
-    not MPIEXEC.exists(), reason=f"no {MPIEXEC}: install the extra with pip install -e '.[mpi]'")
+pytestmark = needs_mpiexec
 
-ENV = plain_env(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-ENV.pop("DESTINY_DEBUG", None)
+ENV = rank_env()
 
 # A test-only launcher: rank FAIL_RANK fails while formatting its second batch (a DestinyError,
 # a bug, or a sudden death), through the real command line; the library has no hook for it.

@@ -18,6 +18,7 @@ from destiny.train import train_config
 
 from .backends import _fast_simulator
 from .conftest import write_sample_data
+from .test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
 NETDEF = {
     "Kind": "FeedForward", "Denoising": {"p": 0.2}, "ErrorFunction": "CrossEntropy",
@@ -101,27 +102,22 @@ main()
 """
 
 
+@needs_mpiexec
 def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
     # Collectives of device arrays go through host memory: the same network as one cpu process.
     import os
-    import pathlib
     import subprocess
     import sys
 
-    from tests.test_parallel import plain_env
-
-    mpiexec = pathlib.Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        pytest.skip("no mpiexec: install the mpi extra")
     script = tmp_path / "train.py"
     script.write_text(FAST_TRAIN)
     args = ["-c", files / "net.json", "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
             "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
-    env = plain_env(OPENBLAS_NUM_THREADS="1", NUMBA_ENABLE_CUDASIM="1")
+    env = rank_env(NUMBA_ENABLE_CUDASIM="1")
     one = subprocess.run([sys.executable, script, *args, "-n", tmp_path / "one.nc", "--backend",
                           "cpu"], env=env, capture_output=True, timeout=300)
     assert one.returncode == 0, one.stderr.decode()
-    two = subprocess.run([mpiexec, "-n", "2", sys.executable, script, *args, "-n",
+    two = subprocess.run([MPIEXEC, "-n", "2", sys.executable, script, *args, "-n",
                           tmp_path / "two.nc", "--backend", "gpu"], env=env, capture_output=True,
                          timeout=300)
     assert two.returncode == 0, two.stderr.decode()

@@ -21,17 +21,13 @@ import pytest
 
 from destiny.io.network_file import read_network
 from tests.conftest import write_sample_data
-from tests.test_parallel import plain_env
+from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
-BIN = pathlib.Path(sys.executable).parent
-MPIEXEC = BIN / "mpiexec"
-TRAIN = BIN / "train"
+TRAIN = pathlib.Path(sys.executable).parent / "train"
 
-pytestmark = pytest.mark.skipif(
-    not MPIEXEC.exists(), reason=f"no {MPIEXEC}: install the extra with pip install -e '.[mpi]'")
+pytestmark = needs_mpiexec
 
-ENV = plain_env(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-ENV.pop("DESTINY_DEBUG", None)
+ENV = rank_env()
 
 NETDEF = {
     "Version": 0.7, "Name": "split", "Kind": "FeedForward", "ShuffleIndices": True,
