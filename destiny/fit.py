@@ -24,7 +24,7 @@ from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
-from destiny.io.dataset import dataset_names, dataset_widths, read_dataset
+from destiny.io.dataset import dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -66,18 +66,14 @@ def fit(
         if comm.is_root:
             _check_outputs(network_path, metrics_path, initial_network, force)
         kernels = get_backend(backend)  # fail fast, before reading the data
-        paths = [input_path, output_path]
-        widths = {}
-        for path in paths:
-            for name, width in dataset_widths(path).items():
-                widths.setdefault(name, width)
-        netdef = load_netdef(config_path, dataset_widths=widths)
+        pool = dataset_pool([input_path, output_path])
+        netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
         with open(config_path, encoding="utf-8") as f:
             netdef_text = json.dumps(json.load(f), separators=(",", ":"))
         if cfg.shuffle is None:
             cfg = replace(cfg, shuffle=netdef.shuffle_indices)
         net = Network(netdef, kernels, comm=comm)
-        data = TrainData(net, read_training_datasets(paths, net))
+        data = TrainData(net, read_training_datasets(pool, net))
         net.initialize(cfg.seed)
         net.init_optimizer(cfg.optimizer_config())
         settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
@@ -140,14 +136,24 @@ def _check_outputs(network_path, metrics_path, initial_network, force: bool) -> 
             atomic.check_writable(path, what)
 
 
-def read_training_datasets(paths, net: Network) -> dict:
-    """The datasets the network's layers read, by name, from the pool of both files (DSSTNE
-    pools them, spec 5.1). A rank of a split network reads only the feature columns its
-    layers need (spec 7); a dataset no layer reads is not read at all."""
-    where = {}
+def dataset_pool(paths) -> dict[str, tuple[str, int]]:
+    """(file, width) of every dataset of the files, by name, without reading the entries.
+
+    DSSTNE pools the datasets of the input and output files (spec 5.1); a name in both is
+    taken from the first file.
+    """
+    pool = {}
     for path in paths:
-        for name in dataset_names(path):
-            where.setdefault(name, path)
+        for name, width in dataset_widths(path).items():
+            pool.setdefault(name, (path, width))
+    return pool
+
+
+def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> dict:
+    """The datasets of ``pool`` (``dataset_pool``) the network's layers read, by name. A rank of
+    a split network reads only the feature columns its layers need (spec 7); a dataset no
+    layer reads is not read at all."""
+    where = {name: path for name, (path, _) in pool.items()}
     needed: dict[str, tuple[int, int]] = {}
     for name in net.inputs + net.outputs:
         layer = net.layers[name]

@@ -90,8 +90,7 @@ def main(ctx, ranks, config, users, batch, steps, workdir, json_path):
 @click.argument("steps", type=int)
 def worker(inp, out, config, batch, steps):
     """One rank: build, read its shard, train ``steps`` batches, report as JSON on rank 0."""
-    from destiny.fit import read_training_datasets
-    from destiny.io.dataset import dataset_widths
+    from destiny.fit import dataset_pool, read_training_datasets
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
     from destiny.network import Network
@@ -100,9 +99,10 @@ def worker(inp, out, config, batch, steps):
 
     comm = get_comm()
     timer = _CollectiveTimer(comm)
-    widths = dataset_widths(inp) | dataset_widths(out)
+    pool = dataset_pool([inp, out])
+    widths = {name: width for name, (_, width) in pool.items()}
     net = Network(load_netdef(config, dataset_widths=widths), get_backend("cpu"), comm=comm)
-    data = TrainData(net, read_training_datasets([inp, out], net))
+    data = TrainData(net, read_training_datasets(pool, net))
     net.initialize(1)
     cfg = train_config("rmsprop", batch=batch)
     opt = cfg.optimizer_config()
