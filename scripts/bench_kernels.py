@@ -7,7 +7,8 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
 
 * ``sparse_fc_weight_grad``: the input layer's weight gradient, K ~ 37k entries x 1024 columns;
 * ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy);
-* ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024.
+* ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024;
+* ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass.
 
 As llm.c's kernel benchmarks do, every kernel is FIRST checked against the NumPy reference
 (``destiny.kernels.reference``) and the script stops unless all results match; then each is
@@ -115,6 +116,23 @@ def backward_case(rng, B, act) -> Case:
     return Case(name, run, [dz], 3 * a.nbytes)
 
 
+def sigmoid_case(rng, B, split: bool) -> Case:
+    """The output layer's Sigmoid; ``split=False`` times one NumPy pass for comparison."""
+    z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
+    a = np.empty_like(z)
+
+    def run(backend):
+        if split:
+            backend.activation_forward(a, z, codes.SIGMOID, *NO_ACT_PARAMS)
+        else:
+            cpu_pointwise._numpy_sigmoid(a, z)  # one thread, whatever the backend
+        return a
+
+    name = (f"activation_forward Sigmoid {B}x{FEATURES}" if split
+            else f"one-pass Sigmoid {B}x{FEATURES} (NumPy, one thread)")
+    return Case(name, run, [a], 2 * a.nbytes)
+
+
 def snapshot(case: Case, backend) -> list[np.ndarray]:
     """The case's outputs after one call of ``backend``, from zeroed accumulators."""
     for out in case.outputs:
@@ -145,10 +163,12 @@ def check(case: Case) -> bool:
 def _module(case: Case, backend: str):
     kind = case.name.split()[0]
     modules = {"reference": {"sparse_fc_weight_grad": ref_sparse, "sparse_loss_delta": ref_loss,
-                             "activation_backward": ref_pointwise},
+                             "activation_backward": ref_pointwise,
+                             "activation_forward": ref_pointwise},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_loss_delta": cpu_loss,
-                       "activation_backward": cpu_pointwise}}
-    return modules[backend][kind]
+                       "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise}}
+    # The comparison case (one-pass) calls NumPy whatever the backend.
+    return modules[backend].get(kind, cpu_pointwise)
 
 
 def time_all(cases: list[Case], repeats: int) -> None:
@@ -184,7 +204,9 @@ def main(argv=None) -> int:
              loss_case(batch_csr, rng, codes.SMCE, SMCE_DEFAULT),
              loss_case(batch_csr, rng, codes.CROSS_ENTROPY, SMCE_DEFAULT),
              backward_case(rng, args.batch, codes.SIGMOID),
-             backward_case(rng, args.batch, codes.TANH)]
+             backward_case(rng, args.batch, codes.TANH),
+             sigmoid_case(rng, args.batch, split=True),
+             sigmoid_case(rng, args.batch, split=False)]
     print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "
           f"({len(batch_csr[1]) / args.batch:.1f} per row)")
     if not all([check(case) for case in cases]):  # every case, so that all mismatches print

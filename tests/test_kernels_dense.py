@@ -91,7 +91,7 @@ def test_cpu_gemm(trans_a, trans_b, alpha, beta):
 
 
 def test_cpu_gemm_long_reduction_against_a_transposed_operand():
-    # The output layer's input delta, dZ @ W.T with K >> M, N, takes another BLAS call.
+    # The output layer's input delta: dZ @ W.T with K >> M, N.
     rng = np.random.default_rng(8)
     dZ, W = rand(rng, (6, 400)), rand(rng, (9, 400))
     out = np.full((6, 9), np.nan, dtype=np.float32)
