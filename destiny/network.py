@@ -235,17 +235,28 @@ class Network:
         bufs = self._buffers[name]
         return bufs["out" if self._dropped.get(name) else "Z"][:batch_size]
 
+    def pre_activations(self, name: str, batch_size: int) -> np.ndarray:
+        """z of the layer of the last ``forward(..., pre_activation=name)``."""
+        return self._buffers[name]["Z"][:batch_size]
+
     # -- forward --------------------------------------------------------------------------
 
     def forward(self, batch: Batch, *, train: bool = False, dropout_key: int | None = None,
-                denoise: dict[str, tuple[CSR, float]] | None = None) -> None:
+                denoise: dict[str, tuple[CSR, float]] | None = None,
+                pre_activation: str | None = None) -> None:
         """Compute every layer's activations for ``batch``.
 
         ``train`` enables dropout, drawn by the counter-based generator under ``dropout_key``
         (one key per batch; each layer mixes in its index, so the mask of a unit does not
         depend on which rank holds it); ``denoise`` maps an input layer to its denoised batch
-        (kept entries only) and q = 1 / (1 - p) (spec 3.9, 5.4).
+        (kept entries only) and q = 1 / (1 - p) (spec 3.9, 5.4). The layer named
+        ``pre_activation``, which no other layer may read, keeps its pre-activations z
+        (``pre_activations``): prediction's top-k applies the activation to a few units only.
         """
+        if pre_activation is not None and (self.outgoing[pre_activation]
+                                           or self.skip_out[pre_activation]):
+            raise ValueError(f"layer {pre_activation!r} feeds other layers: its activations "
+                             "are needed")
         B = batch.size
         self._ensure_capacity(B)
         self._batch, self._denoise = batch, denoise or {}
@@ -261,6 +272,8 @@ class Network:
             self._sum_contributions(Z, name, B)
             for s in layer.skips:
                 kb.add(Z, self.activation(s, B))
+            if name == pre_activation:
+                continue
             act = int(layer.activation)
             kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda)
             if train and layer.p_dropout > 0:

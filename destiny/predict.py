@@ -29,8 +29,11 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int = 1024,
-                  output: str | None = None) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (first row, scores [rows, N]) for each minibatch of the CSR input."""
+                  output: str | None = None,
+                  activate: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (first row, scores [rows, N]) for each minibatch of the CSR input; with
+    ``activate=False`` the output layer's pre-activations z instead (see ``fused_activation``).
+    """
     (input_name,) = net.inputs
     output = output or net.outputs[0]
     rows = len(indptr) - 1
@@ -40,17 +43,54 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
         sub = (indptr[lo:hi + 1] - start, indices[start:end],
                _EMPTY if values is None or len(values) == 0 else values[start:end])
         sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
-        net.forward(Batch(size=hi - lo, inputs={input_name: sub}))
-        yield lo, net.activation(output, hi - lo)
+        batch = Batch(size=hi - lo, inputs={input_name: sub})
+        if activate:
+            net.forward(batch)
+            yield lo, net.activation(output, hi - lo)
+        else:
+            net.forward(batch, pre_activation=output)
+            yield lo, net.pre_activations(output, hi - lo)
+
+
+# top_k_activated evaluates the activation for the items that can be among the K best: those
+# at or above a floor from the maxima of blocks of 32 items. Without enough blocks above K plus
+# the items never returned there is no floor and every item is evaluated, one at a time, which
+# costs more than the vectorized activation pass it replaces; twice as many blocks as that
+# keeps the fused kernel well inside its fast case.
+_FUSED_BLOCKS_PER_RANK = 2
+
+
+def fused_activation(net: Network, layer: str, k: int, n_valid: int,
+                     n_not_allowed: int = 0) -> tuple[int, float, float, float] | None:
+    """The activation ``(code, slope, alpha, lambda)`` for ``top_k(..., activation=)`` to apply
+    while choosing the layer's k best, or None where the activation pass must come first.
+
+    The fused way needs an activation that never decreases as z grows (not SoftMax), a layer
+    that feeds no other, and K small beside the row: enough blocks of 32 items
+    (``kernels.cpu.topk.THRESHOLD_BLOCK``) for a floor.
+    """
+    from destiny.kernels.codes import is_monotone
+    from destiny.kernels.cpu.topk import THRESHOLD_BLOCK
+
+    spec = net.layers[layer]
+    act = (int(spec.activation), spec.relu_slope, spec.elu_alpha, spec.selu_lambda)
+    if not is_monotone(*act) or net.outgoing[layer] or net.skip_out[layer]:
+        return None
+    if n_valid // THRESHOLD_BLOCK < _FUSED_BLOCKS_PER_RANK * (k + n_not_allowed):
+        return None
+    return act
 
 
 def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=None,
-          n_items: int | None = None, allowed=None, kernels=None) -> tuple[np.ndarray, np.ndarray]:
+          n_items: int | None = None, allowed=None, kernels=None,
+          activation: tuple[int, float, float, float] | None = None,
+          ) -> tuple[np.ndarray, np.ndarray]:
     """The k best items of each row (items, scores), best first, equal scores by index.
 
     Items listed for a row in the CSR ``exclude_*`` arrays, items >= ``n_items`` (padding
     units) and items whose ``allowed`` flag is 0 are never returned; missing slots hold item
-    -1 and score -inf.
+    -1 and score -inf. With an ``activation`` (from ``fused_activation``), ``scores`` are
+    pre-activations z and the items are ranked, and their scores given, by f(z).
     """
     if kernels is None:
         from destiny.kernels import get_backend
@@ -67,8 +107,12 @@ def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=No
     if isinstance(scores, np.ndarray):
         scores = np.ascontiguousarray(scores, dtype=np.float32)
     # On a GPU the scores stay there: the filter and the mask go to them, k per row come back.
-    kb.top_k(items, best, kb.to_device(scores), kb.to_device(indptr), kb.to_device(indices),
-             kb.to_device(mask), N if n_items is None else n_items)
+    args = (kb.to_device(scores), kb.to_device(indptr), kb.to_device(indices),
+            kb.to_device(mask), N if n_items is None else n_items)
+    if activation is None:
+        kb.top_k(items, best, *args)
+    else:
+        kb.top_k_activated(items, best, *args, *activation)
     return kb.to_host(items), kb.to_host(best)
 
 
@@ -132,6 +176,7 @@ class Predictor:
         if seen is not None and len(seen) == n_out:
             allowed &= (seen > 0).astype(np.uint8)
         self.allowed = self.kernels.to_device(allowed)
+        self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 
     def read_input(self, path) -> Records:
         records = read_records(input_files(path), self.features, update=False)
@@ -154,8 +199,13 @@ class Predictor:
     def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
                   batch_size: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """Yield (first row, items [rows, k], scores [rows, k]) per minibatch."""
+        n_out = self.net.layers[self.layer].n
+        # DSSTNE's multiplying filter scales the activations: they must exist first.
+        activation = None if multiply else fused_activation(self.net, self.layer, k, n_out,
+                                                            self.n_not_allowed)
         for lo, scores in score_batches(self.net, records.indptr, records.indices,
-                                        batch_size=batch_size, output=self.layer):
+                                        batch_size=batch_size, output=self.layer,
+                                        activate=activation is None):
             hi = lo + len(scores)
             exclude_ptr = exclude_idx = None
             if filter_csr is not None:
@@ -172,7 +222,7 @@ class Predictor:
                 else:
                     exclude_ptr, exclude_idx = sub_ptr, sub_idx
             items, best = top_k(scores, k, exclude_indptr=exclude_ptr, exclude_indices=exclude_idx,
-                                allowed=self.allowed, kernels=self.kernels)
+                                allowed=self.allowed, kernels=self.kernels, activation=activation)
             yield lo, items, best
 
 

@@ -10,7 +10,9 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
 * ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024;
 * ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass;
 * ``top_k``: the 100 best of 256 x 27,392 scores, with and without the batch's own items
-  filtered out (as ``predict`` does);
+  filtered out (as ``predict`` does), and ``top_k_activated`` (the same from the output
+  layer's pre-activations, the Sigmoid evaluated on the candidates only) beside the Sigmoid
+  pass plus ``top_k`` that it replaces;
 * ``update_weights``: RMSProp over the input layer's 27,392 x 1024 weights, beside
   ``update_weight_rows`` over the batch's rows only (the lazy update of ``Network.update``,
   each row one skipped update behind).
@@ -163,6 +165,31 @@ def top_k_case(batch_csr, rng, k: int, filtered: bool) -> Case:
     return Case(name, run, [items, best], scores.nbytes)
 
 
+def top_k_activated_case(batch_csr, rng, k: int, fused: bool) -> Case:
+    """Prediction's top-k from the output layer's pre-activations z, the batch's own items
+    filtered: ``top_k_activated`` (fused), or the Sigmoid pass over z and then ``top_k``."""
+    indptr, indices, _ = batch_csr
+    B = len(indptr) - 1
+    z = rng.normal(-3.0, 2.0, size=(B, FEATURES)).astype(np.float32)
+    scores = np.empty_like(z)
+    items = np.empty((B, k), dtype=np.int32)
+    best = np.empty((B, k), dtype=np.float32)
+    args = (indptr, indices, np.zeros(0, np.uint8), FEATURES)
+
+    def run(backend):
+        if fused:
+            backend.top_k_activated(items, best, z, *args, codes.SIGMOID, *NO_ACT_PARAMS)
+        else:
+            pointwise = ref_pointwise if backend is ref_topk else cpu_pointwise
+            pointwise.activation_forward(scores, z, codes.SIGMOID, *NO_ACT_PARAMS)
+            backend.top_k(items, best, scores, *args)
+        return items
+
+    name = (f"top_k_activated Sigmoid K={k} {B}x{FEATURES} filter" if fused
+            else f"top_k after activation_forward Sigmoid K={k} {B}x{FEATURES} filter")
+    return Case(name, run, [items, best], z.nbytes)
+
+
 def optimizer_case(batch_csr, rng, rows_only: bool) -> Case:
     """RMSProp on the input layer: every row, or only the batch's rows (``update_weight_rows``)."""
     indptr, indices, _ = batch_csr
@@ -229,10 +256,12 @@ def _module(case: Case, backend: str):
     modules = {"reference": {"sparse_fc_weight_grad": ref_sparse, "sparse_loss_delta": ref_loss,
                              "activation_backward": ref_pointwise,
                              "activation_forward": ref_pointwise, "top_k": ref_topk,
+                             "top_k_activated": ref_topk,
                              "update_weights": ref_optim, "update_weight_rows": ref_optim},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_loss_delta": cpu_loss,
                        "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise,
-                       "top_k": cpu_topk, "update_weights": cpu_optim,
+                       "top_k": cpu_topk, "top_k_activated": cpu_topk,
+                       "update_weights": cpu_optim,
                        "update_weight_rows": cpu_optim}}
     # The comparison case (one-pass) calls NumPy whatever the backend.
     return modules[backend].get(kind, cpu_pointwise)
@@ -278,6 +307,8 @@ def main(argv=None) -> int:
              sigmoid_case(rng, args.batch, split=False),
              top_k_case(batch_csr, rng, 100, filtered=True),
              top_k_case(batch_csr, rng, 100, filtered=False),
+             top_k_activated_case(batch_csr, rng, 100, fused=True),
+             top_k_activated_case(batch_csr, rng, 100, fused=False),
              optimizer_case(batch_csr, rng, rows_only=False),
              optimizer_case(batch_csr, rng, rows_only=True)]
     print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "

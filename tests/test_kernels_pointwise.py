@@ -98,6 +98,18 @@ def test_backward_matches_reference_in_place(backend, act):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_nan_stays_nan(backend, act):
+    """f(NaN) is NaN for every activation: a diverged unit stays visible, and the cpu
+    top_k_activated relies on it (a NaN z is never a candidate there)."""
+    z = np.full((2, 3), np.nan, dtype=np.float32)
+    z[1] = 1.0  # SoftMax works per row: a row without NaN stays finite
+    a = forward(backend, z, act)
+    assert np.isnan(a[0]).all()
+    assert np.isfinite(a[1]).all()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_unknown_activation_is_refused(backend):
     z = np.zeros((2, 3), dtype=np.float32)
     with pytest.raises(ValueError):

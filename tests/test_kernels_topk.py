@@ -7,6 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from destiny.kernels import codes
+from destiny.kernels.reference import pointwise as REFERENCE
+
 from .backends import family, tiny
 
 BACKENDS = family("topk")
@@ -266,3 +269,60 @@ def test_multiply_filter_duplicates_and_no_filter(backend):
     BACKENDS[backend].multiply_filter(scores, np.array([0, 0, 1], dtype=np.int64),
                                       np.array([0], dtype=np.int32), NONE_FLOAT32)
     np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [0.0, 2.0, 2.0]])
+
+
+ACTIVATIONS = [  # (code, slope, alpha, lambda): every activation top_k_activated takes
+    (codes.SIGMOID, 0.0, 0.0, 0.0), (codes.TANH, 0.0, 0.0, 0.0), (codes.RELU, 0.0, 0.0, 0.0),
+    (codes.LINEAR, 0.0, 0.0, 0.0), (codes.SOFTPLUS, 0.0, 0.0, 0.0),
+    (codes.SOFTSIGN, 0.0, 0.0, 0.0), (codes.ELU, 0.0, 1.0, 0.0), (codes.LRELU, 0.1, 0.0, 0.0),
+    (codes.SELU, 0.0, 1.6733, 1.0507)]
+
+
+def saturating_scores(rng, rows, items):
+    """Pre-activations with the cases where ranking by z and by f(z) part: runs of z that a
+    Sigmoid or Tanh saturates to one value (ties that go by item, not by z), exact ties, NaN
+    and blocks of z far below the rest."""
+    z = (rng.normal(size=(rows, items)) * 4).astype(np.float32)
+    z[:, 40:90] = rng.uniform(17, 60, size=(rows, 50))  # Sigmoid(z) = 1.0, Tanh(z) = 1.0
+    z[:, 300:330] = rng.uniform(9.0, 9.2, size=(rows, 30))  # 1 - 1e-4: near, not equal
+    z[1] = np.round(z[1])
+    z[2, ::7] = np.nan
+    z[3, :500] = -30.0
+    return z
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=lambda a: codes.ACTIVATION_NAMES[a[0]])
+def test_top_k_activated_equals_top_k_of_the_activations(backend, act):
+    """The floor on z, the bisection to the lowest z that reaches f(floor), the candidates'
+    f alone: the same items and scores as the reference's activation pass and top_k."""
+    rng = np.random.default_rng(5)
+    rows, n_items = (4, 400) if tiny(backend) else (16, 4000)
+    z = saturating_scores(rng, rows, n_items)
+    indptr, indices = random_filter(rng, rows, n_items, max_per_row=60)
+    indices[:5] = 41  # a saturated item filtered out
+    allowed = (rng.random(n_items) < 0.97).astype(np.uint8)
+    scores = np.empty_like(z)
+    REFERENCE.activation_forward(scores, z, *act)
+    for k in (1, 10, 75):
+        for args in ((NONE_INT64, NONE_INT32, NONE_UINT8, n_items),
+                     (indptr, indices, allowed, n_items - 13)):
+            expected = run_top_k("reference", scores, k, *args)
+            items = np.full((rows, k), 12345, dtype=np.int32)
+            values = np.full((rows, k), 7.0, dtype=np.float32)
+            before = z.copy()
+            BACKENDS[backend].top_k_activated(items, values, z, *args, *act)
+            np.testing.assert_array_equal(z, before)  # z is read only
+            np.testing.assert_array_equal(items, expected[0])
+            np.testing.assert_array_equal(values, expected[1])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_top_k_activated_refuses_an_activation_that_can_decrease(backend):
+    z = np.zeros((2, 64), np.float32)
+    out = (np.empty((2, 3), np.int32), np.empty((2, 3), np.float32))
+    for act in [(codes.SOFTMAX, 0.0, 0.0, 0.0), (codes.LRELU, -0.5, 0.0, 0.0),
+                (codes.ELU, 0.0, -1.0, 0.0)]:
+        with pytest.raises(ValueError, match="monotone"):
+            BACKENDS[backend].top_k_activated(*out, z, NONE_INT64, NONE_INT32, NONE_UINT8, 64,
+                                              *act)

@@ -121,3 +121,118 @@ def test_predict_errors(model, tmp_path, args, message):
     result = run(model, "-r", str(model / "ratings.txt"), *args, output=str(out))
     assert result.exit_code in (1, 2) and message in result.output
     assert not out.exists()
+
+
+def wide_network(output_activation="Sigmoid", n_out=3000, extra_layer=False):
+    """An untrained network with a wide output layer whose large weights saturate many
+    Sigmoid units to 1.0 (ties that go by item) and a sparse input batch for it."""
+    import numpy as np
+
+    from destiny.kernels import get_backend
+    from destiny.netdef import parse_netdef
+    from destiny.network import Network
+
+    layers = [{"Name": "Input", "Kind": "Input", "N": 400, "DataSet": "in", "Sparse": True},
+              {"Name": "Hidden", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid"},
+              {"Name": "Output", "Kind": "Output", "N": n_out, "DataSet": "out",
+               "Activation": output_activation}]
+    if extra_layer:  # the hidden layer is also an output: top-k of it cannot skip f
+        layers.append({"Name": "Echo", "Kind": "Output", "N": 8, "DataSet": "echo",
+                       "Source": ["Hidden"], "Activation": "Sigmoid"})
+    nd = parse_netdef({"ErrorFunction": "L2", "Layers": layers})
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(3)
+    rng = np.random.default_rng(3)
+    for c in net.connections:
+        c.W[:] = rng.normal(0, 3.0, c.W.shape)
+        c.b[:] = rng.normal(0, 4.0, c.b.shape)
+    rows = 40
+    indptr = np.arange(0, rows * 6 + 1, 6, dtype=np.int64)
+    indices = rng.integers(0, 400, rows * 6).astype(np.int32)
+    return net, (indptr, indices)
+
+
+def test_top_k_of_pre_activations_equals_top_k_after_the_activation():
+    """Prediction's fused path (z kept, the Sigmoid applied to the candidates inside top-k)
+    returns what the reference's activation and top-k return, saturated ties included. The cpu
+    activation pass (NumPy's float32 exp) rounds a few z near 17 to 1.0 where float64 gives
+    1 - 2^-24: the same scores to 1e-7, the order of such near-ties by item aside."""
+    import numpy as np
+
+    from destiny.kernels.reference.pointwise import activation_forward
+    from destiny.predict import fused_activation, score_batches, top_k
+
+    net, (indptr, indices) = wide_network()
+    exclude = (indptr, indices % 3000)  # some of the wide layer's items filtered out
+    for k in (1, 20):
+        activation = fused_activation(net, "Output", k, 3000)
+        assert activation is not None
+        (_, z), = score_batches(net, indptr, indices, batch_size=64, activate=False)
+        z = z.copy()
+        fused = top_k(z, k, exclude_indptr=exclude[0], exclude_indices=exclude[1],
+                      activation=activation)
+        scores = np.empty_like(z)
+        activation_forward(scores, z, *activation)
+        assert (scores == 1.0).sum() > 40 * k  # more ties at 1.0 than a row's K
+        expected = top_k(scores, k, exclude_indptr=exclude[0], exclude_indices=exclude[1])
+        np.testing.assert_array_equal(fused[0], expected[0])
+        np.testing.assert_array_equal(fused[1], expected[1])
+        (_, plain_scores), = score_batches(net, indptr, indices, batch_size=64)
+        plain = top_k(plain_scores, k, exclude_indptr=exclude[0], exclude_indices=exclude[1])
+        np.testing.assert_allclose(fused[1], plain[1], rtol=0, atol=1.2e-7)
+
+
+def test_fused_top_k_only_where_it_is_exact_and_pays():
+    net, _ = wide_network()
+    assert fused_activation_of(net, k=40) is not None
+    assert fused_activation_of(net, k=1000) is None  # too few blocks of 32 for a floor
+    assert fused_activation_of(net, k=10, n_not_allowed=2900) is None
+    assert fused_activation_of(wide_network("SoftMax")[0], k=10) is None  # not elementwise
+    net, (indptr, indices) = wide_network(extra_layer=True)
+    assert fused_activation_of(net, k=2, layer="Hidden") is None  # Echo reads it
+    with pytest.raises(ValueError, match="feeds other layers"):
+        from destiny.network import Batch
+        net.forward(Batch(size=40, inputs={"Input": (indptr, indices, indices[:0] * 0.0)}),
+                    pre_activation="Hidden")
+
+
+def fused_activation_of(net, k, n_not_allowed=0, layer="Output"):
+    from destiny.predict import fused_activation
+
+    return fused_activation(net, layer, k, net.layers[layer].n, n_not_allowed)
+
+
+def test_recommend_takes_the_fused_path_and_agrees_with_the_plain_one(model, monkeypatch):
+    """``Predictor.recommend`` through top_k_activated (forced on for this 90-item model, where
+    there is no block floor and every item is evaluated) against the activation pass."""
+    import numpy as np
+
+    import destiny.predict as P
+
+    predictor = P.Predictor(model / "gl.nc", model / "features_input", model / "features_output",
+                            dataset=None, backend="cpu")
+    records = predictor.read_input(model / "ratings.txt")
+    filter_csr = predictor.read_filter(model / "ratings.txt", records)
+    results = {}
+    for fused in (True, False):
+        calls = []
+        real = P.fused_activation
+
+        def spy(*args, fused=fused, real=real):
+            calls.append(real(*args) if fused else None)
+            return calls[-1]
+
+        monkeypatch.setattr(P, "_FUSED_BLOCKS_PER_RANK", 0)
+        monkeypatch.setattr(P, "fused_activation", spy)
+        out = list(predictor.recommend(records, 7, filter_csr=filter_csr, batch_size=128))
+        assert calls and all((c is not None) == fused for c in calls)
+        results[fused] = [np.concatenate([o[i] for o in out]) for i in (1, 2)]
+    (items, scores), (plain_items, plain_scores) = results[True], results[False]
+    np.testing.assert_allclose(scores, plain_scores, rtol=0, atol=1e-6)
+    # A slot whose score is more than 1e-6 from both neighbours holds the same item.
+    gap = np.abs(np.diff(plain_scores, axis=1)) > 1e-6
+    clear = np.ones(scores.shape, bool)
+    clear[:, :-1] &= gap
+    clear[:, 1:] &= gap
+    assert clear.mean() > 0.5
+    np.testing.assert_array_equal(items[clear], plain_items[clear])

@@ -30,7 +30,7 @@ KERNELS = {
     "loss": ("sparse_loss_delta", "dense_loss_delta"),
     "optim": ("update_weights", "update_bias", "update_weight_rows", "catch_up_rows",
               "state_arrays_needed"),
-    "topk": ("top_k", "multiply_filter"),
+    "topk": ("top_k", "top_k_activated", "multiply_filter"),
     "rng": ("uniform_fill", "denoise_keep"),
     "batch": ("take_rows",),
     "dense": ("empty", "zeros", "to_device", "to_host", "synchronize", "gemm", "add", "add_bias",

@@ -82,3 +82,20 @@ def boost_applies(err_fn: int, act: int) -> bool:
     Only L1 (any activation), L2 and L2Hinge with Sigmoid, and CrossEntropy with Sigmoid.
     """
     return err_fn == L1 or (err_fn in (L2, L2_HINGE, CROSS_ENTROPY) and act == SIGMOID)
+
+
+def is_monotone(act: int, slope: float, alpha: float, lam: float) -> bool:
+    """Whether the activation never decreases as z grows, so that the best z give the best f(z).
+
+    Every activation but SoftMax (a function of the whole row), with a LReLU slope, an ELU
+    alpha and SELU's lambda and lambda * alpha not negative.
+    """
+    if act == SOFTMAX:
+        return False
+    if act == LRELU:
+        return slope >= 0
+    if act == ELU:
+        return alpha >= 0
+    if act == SELU:
+        return lam >= 0 and lam * alpha >= 0
+    return act in ACTIVATION_NAMES

@@ -22,7 +22,7 @@ def unit_activation(act, z, slope, alpha, lam):
     if act == TANH:
         return math.tanh(z)
     if act == RELU:
-        return z if z > 0.0 else 0.0
+        return z if z > 0.0 or z != z else 0.0  # NaN stays NaN, as NumPy's maximum keeps it
     if act == LRELU:
         return z if z > 0.0 else slope * z
     if act == ELU:

@@ -27,8 +27,10 @@ import numpy as np
 from numba import cuda
 
 from destiny.kernels import unit
+from destiny.kernels.codes import is_monotone
 from destiny.kernels.cuda.csr import row_of
 from destiny.kernels.cuda.launch import ROW_THREADS, THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.pointwise import activation_forward
 
 # The largest K that ``_select`` sorts in shared memory (K keys of 8 bytes and K items of 4).
 SELECT_MAX_K = 1024
@@ -373,6 +375,24 @@ def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowe
         _exclude[blocks_for(exclude_indices.shape[0]), THREADS](keys, exclude_indptr,
                                                                 exclude_indices)
     _select[min(n_rows, 65535), ROW_THREADS](out_items, out_scores, keys, scores)
+
+
+@device_arrays
+def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, allowed, n_valid,
+                    act, slope, alpha, lam):
+    """``top_k`` of the scores f(z), f the activation ``act`` (monotone non-decreasing).
+
+    On the GPU the activation is one pass at memory speed (256 x 27,392 scores are 56 MB read
+    and written, under 20 us at an H100's 3 TB/s), so this is ``activation_forward`` into a
+    scratch array and ``top_k``, where the cpu evaluates f for the few candidates only; the
+    scores are the same (``unit_activation``).
+    """
+    if not is_monotone(act, slope, alpha, lam):
+        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
+                         "(codes.is_monotone); use activation_forward and top_k")
+    scores = cuda.device_array(z.shape, dtype=z.dtype)
+    activation_forward(scores, z, act, slope, alpha, lam)
+    top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
 
 @cuda.jit

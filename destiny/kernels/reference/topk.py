@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from destiny.kernels.codes import is_monotone
+from destiny.kernels.reference.pointwise import activate
+
 
 def _row_entries(indptr, indices, b, n_items):
     """The listed items of CSR row ``b`` that fall inside ``[0, n_items)``, and their positions."""
@@ -62,6 +65,23 @@ def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowe
         order = np.lexsort((items, -row))[:k]
         out_items[b, :len(order)] = items[order]
         out_scores[b, :len(order)] = row[order]
+
+
+def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, allowed, n_valid,
+                    act, slope, alpha, lam):
+    """``top_k`` of the scores f(z), f the activation ``act`` (spec 3.6) in float64 rounded to
+    float32, as ``activation_forward`` computes them.
+
+    Prediction's top-k of an output layer's activations, for an f that never decreases as z
+    grows (``codes.is_monotone``: not SoftMax); the other backends evaluate f for the few
+    items that can be among the K best only. ``z`` [B, N] is read only; the other arguments
+    are ``top_k``'s, and ``slope``, ``alpha``, ``lam`` are ``activation_forward``'s.
+    """
+    if not is_monotone(act, slope, alpha, lam):
+        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
+                         "(codes.is_monotone); use activation_forward and top_k")
+    scores = activate(act, z, slope, alpha, lam).astype(np.float32)
+    top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
 
 def multiply_filter(scores, indptr, indices, values):
