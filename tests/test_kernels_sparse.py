@@ -42,6 +42,23 @@ def test_forward_matches_dense_product(backend, boolean):
     np.testing.assert_allclose(out, X @ W + b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("boolean", [True, False])
+def test_cpu_forward_adds_the_rows_in_order_bit_for_bit(boolean):
+    """The cpu gather adds four rows of W per pass over the output row; the sums must still be
+    the sequential ones, rounding for rounding (rows of 0 to 11 entries: every remainder)."""
+    rng = np.random.default_rng(2)
+    indptr, indices, values = random_batch(rng, 40, 60, boolean)
+    W = rng.normal(size=(60, 33)).astype(np.float32)
+    b = rng.normal(size=33).astype(np.float32)
+    out = np.empty((40, 33), np.float32)
+    BACKENDS["cpu"].sparse_fc_forward(out, indptr, indices, values, W, b)
+    for r in range(40):
+        expected = b.copy()
+        for k in range(indptr[r], indptr[r + 1]):
+            expected = expected + (W[indices[k]] if boolean else values[k] * W[indices[k]])
+        np.testing.assert_array_equal(out[r], expected)
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("boolean", [True, False])
 def test_weight_grad_touches_only_present_rows(backend, boolean):
