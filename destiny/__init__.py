@@ -18,3 +18,14 @@ THREAD_WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT":
 SET_BY_DESTINY = {name for name in THREAD_WAIT_DEFAULTS if name not in _os.environ}
 for _name, _value in THREAD_WAIT_DEFAULTS.items():
     _os.environ.setdefault(_name, _value)
+
+# numba's cache of the compiled kernels goes to a directory named for their source, so that
+# an edit to one module can never leave another module's kernel compiled against its old
+# version (destiny/_numba_cache.py). numba reads the variable when it loads.
+from destiny._numba_cache import choose_cache_dir as _choose_cache_dir  # noqa: E402
+
+_cache_dir = _choose_cache_dir(__import__("pathlib").Path(__file__).parent, _os.environ)
+if _cache_dir is not None:
+    _os.environ["NUMBA_CACHE_DIR"] = _cache_dir
+    if "numba" in __import__("sys").modules:  # loaded before Destiny: tell its config too
+        __import__("numba").core.config.CACHE_DIR = _cache_dir

@@ -1,0 +1,59 @@
+"""The numba cache directory follows the kernels' source (destiny/_numba_cache.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from destiny import _numba_cache as nc
+
+
+def fake_package(root):
+    pkg = root / "destiny"
+    (pkg / "kernels" / "cpu").mkdir(parents=True)
+    (pkg / "kernels" / "unit.py").write_text("def f(z):\n    return z\n")
+    (pkg / "kernels" / "cpu" / "loss.py").write_text("from numba import njit\n")
+    (pkg / "io").mkdir()
+    (pkg / "io" / "scan.py").write_text("import numba\n")
+    (pkg / "cli.py").write_text("print('no compiled code here')\n")
+    return pkg
+
+
+def test_an_edit_to_a_helper_module_moves_the_cache_and_drops_the_old_one(tmp_path):
+    pkg = fake_package(tmp_path)
+    first = nc.choose_cache_dir(pkg, {})
+    assert first.startswith(str(pkg / "__pycache__" / nc.PREFIX))
+    assert nc.choose_cache_dir(pkg, {}) == first  # same source, same cache
+    (pkg / "cli.py").write_text("print('edited: no compiled code here either')\n")
+    assert nc.choose_cache_dir(pkg, {}) == first
+    # The bug this prevents: a kernel's cache was kept when only the helper it calls changed.
+    (pkg / "kernels" / "unit.py").write_text("def f(z):\n    return z if z == z else z\n")
+    second = nc.choose_cache_dir(pkg, {})
+    assert second != first
+    assert not os.path.exists(first) and os.path.isdir(second)
+    (pkg / "io" / "scan.py").write_text("import numba  # a module outside kernels/ too\n")
+    assert nc.choose_cache_dir(pkg, {}) != second
+
+
+def test_the_users_choice_is_kept_and_a_read_only_install_uses_the_user_cache(tmp_path):
+    pkg = fake_package(tmp_path)
+    assert nc.choose_cache_dir(pkg, {"NUMBA_CACHE_DIR": "/somewhere"}) is None
+    (pkg / "__pycache__").mkdir()
+    os.chmod(pkg / "__pycache__", 0o500)
+    try:
+        if os.access(pkg / "__pycache__", os.W_OK):  # root ignores the mode bits
+            return
+        chosen = nc.choose_cache_dir(pkg, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        assert chosen.startswith(str(tmp_path / "xdg" / "destiny" / nc.PREFIX))
+    finally:
+        os.chmod(pkg / "__pycache__", 0o700)
+
+
+def test_numba_compiles_into_the_chosen_directory():
+    code = ("import destiny, os, numba.core.config as c; "
+            "print(os.environ['NUMBA_CACHE_DIR'] == c.CACHE_DIR, c.CACHE_DIR)")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "True" and nc.PREFIX in out[1]
