@@ -269,13 +269,24 @@ class Network:
                 continue
             bufs = self._buffers[name]
             Z = bufs["Z"][:B]
-            self._sum_contributions(Z, name, B)
+            incoming = self.incoming[name]
+            bias = None
+            if (len(incoming) == 1 and not layer.skips and name != pre_activation
+                    and incoming[0].layout != shard.ROWS
+                    and incoming[0].source.kind != LayerKind.Input):
+                # One dense product: its bias goes into the activation's first pass (the same
+                # sums; one pass over the batch fewer).
+                self._contribution(Z, incoming[0], B, bias=False)
+                bias = incoming[0].b
+            else:
+                self._sum_contributions(Z, name, B)
             for s in layer.skips:
                 kb.add(Z, self.activation(s, B))
             if name == pre_activation:
                 continue
             act = int(layer.activation)
-            kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda)
+            kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda,
+                                  bias)
             if train and layer.p_dropout > 0:
                 r = bufs["r"][:B]
                 kb.uniform_fill(r, stream_key(dropout_key, layer.index), 0, self.units[name][0])
@@ -314,8 +325,9 @@ class Network:
             for b, q in row_biases:
                 kb.add_bias(Z, b, q)
 
-    def _contribution(self, out: np.ndarray, c: Connection, B: int) -> None:
-        """out = b + (input of c) @ W for one connection (whole, or split by columns)."""
+    def _contribution(self, out: np.ndarray, c: Connection, B: int, bias: bool = True) -> None:
+        """out = b + (input of c) @ W for one connection (whole, or split by columns); without
+        ``bias`` the product alone (for a source that is not an input layer)."""
         source = c.source
         if source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(source.name)
@@ -329,7 +341,8 @@ class Network:
         else:
             self.backend.gemm(out, self._source_activation(c, B), c.owner.W,
                               trans_b=c.transposed)
-            self.backend.add_bias(out, c.b)
+            if bias:
+                self.backend.add_bias(out, c.b)
 
     def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
         """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the

@@ -99,6 +99,36 @@ def test_backward_matches_reference_in_place(backend, act):
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
+def test_a_bias_is_added_bit_for_bit_as_add_bias_adds_it(backend, act):
+    """f(z + b) in one kernel equals add_bias and then f, exactly (the network folds a dense
+    product's bias into its activation), in place and not, without a bias as before."""
+    dense = family("dense")[backend]
+    rng = np.random.default_rng(9)
+    z = random_pre_activations(rng, shape(backend, 6, 40))
+    b = rng.normal(scale=3.0, size=z.shape[1]).astype(np.float32)
+    expected = z.copy()
+    dense.add_bias(expected, b)
+    BACKENDS[backend].activation_forward(expected, expected, act, SLOPE, ALPHA, LAM)
+    got = np.empty_like(z)
+    BACKENDS[backend].activation_forward(got, z, act, SLOPE, ALPHA, LAM, b)
+    np.testing.assert_array_equal(got, expected)
+    in_place = z.copy()
+    BACKENDS[backend].activation_forward(in_place, in_place, act, SLOPE, ALPHA, LAM, b)
+    np.testing.assert_array_equal(in_place, expected)
+    for none in (None, np.zeros(0, np.float32)):
+        np.testing.assert_array_equal(
+            forward(backend, z, act),
+            _with_bias(backend, z, act, none))
+
+
+def _with_bias(backend, z, act, bias):
+    a = np.empty_like(z)
+    BACKENDS[backend].activation_forward(a, z, act, SLOPE, ALPHA, LAM, bias)
+    return a
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS)
 def test_nan_stays_nan(backend, act):
     """f(NaN) is NaN for every activation: a diverged unit stays visible, and the cpu
     top_k_activated relies on it (a NaN z is never a candidate there)."""

@@ -23,6 +23,7 @@ from destiny.kernels import unit
 from destiny.kernels.codes import ELU, SELU, SIGMOID, SOFTMAX, check_activation
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
                                          device_arrays)
+from destiny.kernels.cuda.dense import add_bias, copy
 from destiny.kernels.reference.pointwise import alpha_dropout_constants
 
 
@@ -79,13 +80,15 @@ def _row_launch(n_rows):
 
 
 @cuda.jit
-def _activation_forward(a, z, act, slope, alpha, lam):
+def _activation_forward(a, z, b, act, slope, alpha, lam):
     n_units = z.shape[1]
+    has_bias = b.shape[0] != 0
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, z.shape[0] * n_units, stride):
         r = i // n_units
         j = i - r * n_units
-        a[r, j] = unit_activation(act, np.float64(z[r, j]), slope, alpha, lam)
+        x = z[r, j] + b[j] if has_bias else z[r, j]  # in z's precision, as add_bias adds it
+        a[r, j] = unit_activation(act, np.float64(x), slope, alpha, lam)
 
 
 @cuda.jit
@@ -111,16 +114,27 @@ def _softmax_forward(a, z):
 
 
 @device_arrays
-def activation_forward(a, z, act, slope, alpha, lam):
-    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z``. SoftMax works per row (spec 3.6)."""
+def activation_forward(a, z, act, slope, alpha, lam, bias=None):
+    """``a[B, N] = f(z[B, N] + bias)``; ``a`` may be ``z``. SoftMax works per row (spec 3.6).
+
+    The bias is added in the activation's own kernel: one launch and one pass fewer than
+    ``add_bias`` before it, the same arithmetic.
+    """
     check_activation(act)
     if z.size == 0:
         return
+    has_bias = bias is not None and bias.shape[0] != 0
     if act == SOFTMAX:
+        if has_bias:
+            if a is not z:
+                copy(a, z)
+            add_bias(a, bias)
+            z = a
         _softmax_forward[_row_launch(z.shape[0])](a, z)
     else:
-        _activation_forward[_flat_launch(z.size)](a, z, int(act), float(slope), float(alpha),
-                                                  float(lam))
+        b = bias if has_bias else z[0, :0]  # an empty row: no bias
+        _activation_forward[_flat_launch(z.size)](a, z, b, int(act), float(slope),
+                                                  float(alpha), float(lam))
 
 
 @cuda.jit

@@ -87,8 +87,8 @@ def softmax_vjp(a, g):
     return a * (g - (g * a).sum(axis=1, keepdims=True))
 
 
-def activation_forward(a, z, act, slope, alpha, lam):
-    """``a[B, N] = f(z[B, N])``; ``a`` may be ``z`` (spec 3.6).
+def activation_forward(a, z, act, slope, alpha, lam, bias=None):
+    """``a[B, N] = f(z[B, N] + bias)``; ``a`` may be ``z`` (spec 3.6).
 
     Parameters
     ----------
@@ -99,7 +99,12 @@ def activation_forward(a, z, act, slope, alpha, lam):
         maximum subtracted.
     slope, alpha, lam : float
         LReLU slope, ELU/SELU alpha, SELU lambda.
+    bias : float array [N], optional
+        Added to every row of z first, in z's dtype (as ``add_bias`` adds it); None or
+        empty for none.
     """
+    if bias is not None and len(bias):
+        z = z + np.asarray(bias, dtype=z.dtype)
     a[...] = activate(act, z, slope, alpha, lam).astype(a.dtype)
 
 
