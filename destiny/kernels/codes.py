@@ -99,3 +99,10 @@ def is_monotone(act: int, slope: float, alpha: float, lam: float) -> bool:
     if act == SELU:
         return lam >= 0 and lam * alpha >= 0
     return act in ACTIVATION_NAMES
+
+
+def check_monotone(act: int, slope: float, alpha: float, lam: float) -> None:
+    """Raise ``ValueError`` unless ``is_monotone``: what ``top_k_activated`` needs."""
+    if not is_monotone(act, slope, alpha, lam):
+        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
+                         "(codes.is_monotone); use activation_forward and top_k")

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from destiny.kernels import unit
-from destiny.kernels.codes import LINEAR, is_monotone
+from destiny.kernels.codes import LINEAR, check_monotone
 
 
 _ranks_below = njit(cache=True, inline="always")(unit.ranks_below)  # shared with cuda
@@ -120,9 +120,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     go by item, as in ``top_k`` of the activated scores; the scores are f's as
     ``unit_activation`` computes it (in float64, rounded to float32), as the reference's are.
     """
-    if not is_monotone(act, slope, alpha, lam):
-        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
-                         "(codes.is_monotone); use activation_forward and top_k")
+    check_monotone(act, slope, alpha, lam)
     _top_k_rows(out_items, out_scores, z, exclude_indptr, exclude_indices, allowed, n_valid,
                 act, slope, alpha, lam)
 

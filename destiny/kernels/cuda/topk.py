@@ -27,7 +27,7 @@ import numpy as np
 from numba import cuda
 
 from destiny.kernels import unit
-from destiny.kernels.codes import is_monotone
+from destiny.kernels.codes import check_monotone
 from destiny.kernels.cuda.csr import row_of
 from destiny.kernels.cuda.launch import ROW_THREADS, THREADS, blocks_for, device_arrays
 from destiny.kernels.cuda.pointwise import activation_forward
@@ -387,9 +387,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     scratch array and ``top_k``, where the cpu evaluates f for the few candidates only; the
     scores are the same (``unit_activation``).
     """
-    if not is_monotone(act, slope, alpha, lam):
-        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
-                         "(codes.is_monotone); use activation_forward and top_k")
+    check_monotone(act, slope, alpha, lam)
     scores = cuda.device_array(z.shape, dtype=z.dtype)
     activation_forward(scores, z, act, slope, alpha, lam)
     top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)

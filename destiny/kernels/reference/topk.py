@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from destiny.kernels.codes import is_monotone
+from destiny.kernels.codes import check_monotone
 from destiny.kernels.reference.pointwise import activate
 
 
@@ -77,9 +77,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     items that can be among the K best only. ``z`` [B, N] is read only; the other arguments
     are ``top_k``'s, and ``slope``, ``alpha``, ``lam`` are ``activation_forward``'s.
     """
-    if not is_monotone(act, slope, alpha, lam):
-        raise ValueError("top_k_activated needs a monotone non-decreasing activation "
-                         "(codes.is_monotone); use activation_forward and top_k")
+    check_monotone(act, slope, alpha, lam)
     scores = activate(act, z, slope, alpha, lam).astype(np.float32)
     top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
