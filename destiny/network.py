@@ -235,6 +235,10 @@ class Network:
         bufs = self._buffers[name]
         return bufs["out" if self._dropped.get(name) else "Z"][:batch_size]
 
+    def feeds_others(self, name: str) -> bool:
+        """Whether another layer reads this layer's activations (as a source or a skip)."""
+        return bool(self.outgoing[name] or self.skip_out[name])
+
     def pre_activations(self, name: str, batch_size: int) -> np.ndarray:
         """z of the layer of the last ``forward(..., pre_activation=name)``."""
         return self._buffers[name]["Z"][:batch_size]
@@ -253,8 +257,7 @@ class Network:
         ``pre_activation``, which no other layer may read, keeps its pre-activations z
         (``pre_activations``): prediction's top-k applies the activation to a few units only.
         """
-        if pre_activation is not None and (self.outgoing[pre_activation]
-                                           or self.skip_out[pre_activation]):
+        if pre_activation is not None and self.feeds_others(pre_activation):
             raise ValueError(f"layer {pre_activation!r} feeds other layers: its activations "
                              "are needed")
         B = batch.size

@@ -43,13 +43,18 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
         sub = (indptr[lo:hi + 1] - start, indices[start:end],
                _EMPTY if values is None or len(values) == 0 else values[start:end])
         sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
-        batch = Batch(size=hi - lo, inputs={input_name: sub})
-        if activate:
-            net.forward(batch)
-            yield lo, net.activation(output, hi - lo)
-        else:
-            net.forward(batch, pre_activation=output)
-            yield lo, net.pre_activations(output, hi - lo)
+        yield lo, forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
+                                 fused=not activate)
+
+
+def forward_scores(net: Network, batch: Batch, output: str, fused: bool) -> np.ndarray:
+    """Run ``batch`` forward; the output layer's activations, or with ``fused`` its
+    pre-activations, for ``top_k(..., activation=fused_activation(...))``."""
+    if fused:
+        net.forward(batch, pre_activation=output)
+        return net.pre_activations(output, batch.size)
+    net.forward(batch)
+    return net.activation(output, batch.size)
 
 
 # top_k_activated evaluates the activation for the items that can be among the K best: those
@@ -74,7 +79,7 @@ def fused_activation(net: Network, layer: str, k: int, n_valid: int,
 
     spec = net.layers[layer]
     act = (int(spec.activation), spec.relu_slope, spec.elu_alpha, spec.selu_lambda)
-    if not is_monotone(*act) or net.outgoing[layer] or net.skip_out[layer]:
+    if not is_monotone(*act) or net.feeds_others(layer):
         return None
     if n_valid // THRESHOLD_BLOCK < _FUSED_BLOCKS_PER_RANK * (k + n_not_allowed):
         return None

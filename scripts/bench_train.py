@@ -139,7 +139,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
     from destiny.network import Network
-    from destiny.predict import fused_activation, top_k
+    from destiny.predict import forward_scores, fused_activation, top_k
     from destiny.train import TrainData, train_config
 
     if quick:
@@ -203,12 +203,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         with_top_k = i % 2 == 1
         t0 = time.perf_counter()
         sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
-        if with_top_k and fused:
-            net.forward(Batch(size=hi - lo, inputs={input_name: sub}), pre_activation=output)
-            scores = net.pre_activations(output, hi - lo)
-        else:
-            net.forward(Batch(size=hi - lo, inputs={input_name: sub}))
-            scores = net.activation(output, hi - lo)
+        scores = forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
+                                fused=with_top_k and fused is not None)
         kb.synchronize()
         t1 = time.perf_counter()
         if with_top_k:

@@ -53,7 +53,7 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk):
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
     from destiny.network import Batch, Network
-    from destiny.predict import fused_activation, top_k
+    from destiny.predict import forward_scores, fused_activation, top_k
     from destiny.train import TrainData, train_config
 
     os.makedirs(workdir, exist_ok=True)
@@ -79,15 +79,16 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk):
     (inputs,) = net.inputs
     seen = data.inputs[inputs]
 
+    output = net.outputs[0]
+    fused = fused_activation(net, output, topk, net.layers[output].n) if topk else None
+
     def predict_step(s):  # as scripts/bench_train.py times prediction
         lo = s * batch % max(data.examples - batch, 1)
         ptr = seen.indptr[lo:lo + batch + 1] - seen.indptr[lo]
         idx = seen.indices[seen.indptr[lo]:seen.indptr[lo + batch]]
         sub = tuple(kb.to_device(x) for x in (ptr, idx, np.zeros(0, np.float32)))
-        output = net.outputs[0]
-        fused = fused_activation(net, output, topk, net.layers[output].n)
-        net.forward(Batch(size=batch, inputs={inputs: sub}), pre_activation=fused and output)
-        scores = net.pre_activations(output, batch) if fused else net.activation(output, batch)
+        scores = forward_scores(net, Batch(size=batch, inputs={inputs: sub}), output,
+                                fused=fused is not None)
         top_k(scores, topk, exclude_indptr=ptr, exclude_indices=idx, kernels=kb,
               activation=fused)
 
