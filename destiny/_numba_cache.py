@@ -22,25 +22,17 @@ from pathlib import Path
 PREFIX = "numba-"
 
 
-def kernel_sources(package: Path) -> list[Path]:
-    """The modules whose change must invalidate the cache: all of ``kernels/`` and every
-    other module that mentions numba."""
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        if "kernels" in path.relative_to(package).parts[:-1]:
-            found.append(path)
-        elif b"numba" in path.read_bytes():
-            found.append(path)
-    return found
-
-
 def source_digest(package: Path) -> str:
+    """A hash of the modules whose change must invalidate the cache: all of ``kernels/`` and
+    every other module that mentions numba (each file read once)."""
     h = hashlib.sha256()
-    for path in kernel_sources(package):
-        h.update(str(path.relative_to(package)).encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_bytes()
+        if "kernels" in path.relative_to(package).parts[:-1] or b"numba" in text:
+            h.update(str(path.relative_to(package)).encode())
+            h.update(b"\0")
+            h.update(text)
+            h.update(b"\0")
     return h.hexdigest()[:16]
 
 
