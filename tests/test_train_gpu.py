@@ -8,6 +8,7 @@ data: the same shuffle, the same counter-based dropout and denoising masks on bo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,9 +94,14 @@ def test_gpu_predicts_what_the_cpu_predicts(files, multiply):
 
 # Under mpiexec each rank runs this: the simulator's launches are ~10x faster with a short
 # thread switch interval (see tests/backends.py), then the real command line.
+# The ranks run in their own processes: they need the simulator's shared-array fix that
+# tests/backends.py applies in this one (without it, a block's threads can get different shared
+# arrays: one wrong prefix sum in the sparse gradient, one weight off, now and then).
 FAST_TRAIN = """
 import sys
 sys.setswitchinterval(5e-5)
+sys.path.insert(0, {root!r})
+import tests.backends  # noqa: F401  (the simulator fix)
 from destiny.cli.train import main
 sys.argv[0] = "train"
 main()
@@ -110,7 +116,7 @@ def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
     import sys
 
     script = tmp_path / "train.py"
-    script.write_text(FAST_TRAIN)
+    script.write_text(FAST_TRAIN.format(root=str(Path(__file__).resolve().parents[1])))
     args = ["-c", files / "net.json", "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
             "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
     env = rank_env(NUMBA_ENABLE_CUDASIM="1")
