@@ -249,10 +249,12 @@ def test_penalty_and_norms_match_reference(backend):
 
 @pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH])
 def test_large_sigmoid_and_tanh_split_by_rows_equal_one_pass(act):
-    # Arrays of >= 1 M values are computed in blocks of rows by several threads.
+    # Arrays of >= 1 M values are computed in blocks of rows by several threads (a float32
+    # Sigmoid is one numba pass, tests/test_vecmath.py; a float64 one takes the NumPy path).
     from destiny.kernels.cpu import pointwise as cpu
 
-    z = np.random.default_rng(9).normal(scale=4, size=(129, 8200)).astype(np.float32)
+    dtype = np.float64 if act == codes.SIGMOID else np.float32
+    z = np.random.default_rng(9).normal(scale=4, size=(129, 8200)).astype(dtype)
     assert z.size >= cpu._PARALLEL_MIN
     split, whole = np.empty_like(z), np.empty_like(z)
     cpu.activation_forward(split, z, act, SLOPE, ALPHA, LAM)

@@ -22,6 +22,7 @@ from numba import njit, prange
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SIGMOID, SMCE,
                                    SOFTMAX, boost_applies, check_loss_activation)
 from destiny.kernels.cpu.pointwise import in_row_blocks, unit_derivative
+from destiny.kernels.cpu.vecmath import LOOP_FLAGS, log1m32
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
 
@@ -208,9 +209,10 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
 # (spec 5.5): delta = zeroScale * a and e = -zeroScale * log(max(EPS, 1 - a)) where a is above
 # zeroTarget, nothing elsewhere (CrossEntropy: zeroScale 1, every unit). Evaluated by the generic
 # per-unit helper it costs a scalar log per unit of the whole [B, N] block, which dominates the
-# step. The fast path takes the logs from NumPy's SIMD log1p (several times faster than numba's
-# scalar loop, which LLVM cannot vectorise without SVML), sums and writes the delta in a
-# vectorised numba pass, and then corrects the few listed entries with the generic helper.
+# step. The fast path writes each row's logs into its delta row (float32: ``vecmath.log1m32``,
+# which vectorises; float64: NumPy's log1p, in one pass before the kernel), sums them and writes
+# the delta in a vectorised pass while the row is still in cache, and then corrects the few
+# listed entries with the generic helper.
 
 
 def _sigmoid_fast_path_applies(delta, a, err_fn, act):
@@ -230,10 +232,12 @@ def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm
         zero_target, zero_scale = prm.zero_target, prm.zero_scale
     # log(1 - a) as log1p(-a): in float32, 1 - a would round away most digits of a small a.
     # No clamp needed here: 1 - a < EPS only for a == 1, log1p(-1) = -inf, clamped below.
-    in_row_blocks(_log1m, delta, a)
+    logs_in_kernel = a.dtype == np.float32 and delta.dtype == np.float32
+    if not logs_in_kernel:
+        in_row_blocks(_log1m, delta, a)
     return float(_sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn,
                                         a.dtype.type(zero_target), zero_scale, prm, boost_one,
-                                        boost_zero, boosting))
+                                        boost_zero, boosting, logs_in_kernel))
 
 
 def _log1m(out, a):
@@ -241,6 +245,13 @@ def _log1m(out, a):
     np.negative(a, out=out)
     with np.errstate(divide="ignore"):
         np.log1p(out, out=out)
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _log1m_row(out, a):
+    """``out = log(1 - a)`` for one float32 row, vectorised (see ``vecmath``)."""
+    for j in range(len(a)):
+        out[j] = log1m32(a[j])
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz"})
@@ -284,12 +295,15 @@ def _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm):
 
 @njit(cache=True, parallel=True)
 def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, zero_target,
-                           zero_scale, prm, boost_one, boost_zero, boosting):
-    # On entry delta holds log(1 - a); each row is read as logs and then overwritten.
+                           zero_scale, prm, boost_one, boost_zero, boosting, logs_in_kernel):
+    # Each delta row first holds log(1 - a) (written here, or on entry if not logs_in_kernel),
+    # is read as logs and then overwritten.
     n_rows = a.shape[0]
     row_err = np.zeros(n_rows, dtype=np.float64)
     for r in prange(n_rows):
         drow, arow = delta[r], a[r]
+        if logs_in_kernel:
+            _log1m_row(drow, arow)
         err = -zero_scale * _active_log_sum(drow, arow, zero_target)
         _active_delta(drow, arow, zero_target, zero_scale)
         lo, hi = indptr[r], indptr[r + 1]
