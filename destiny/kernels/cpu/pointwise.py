@@ -66,7 +66,11 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
     """
     has_bias = bias is not None and len(bias) != 0
     if act == SIGMOID and a.dtype == np.float32 and z.dtype == np.float32:
-        _sigmoid32_rows(a, z, bias if has_bias else z[:0, 0])
+        b = bias if has_bias else z[:0, 0]
+        if a.ctypes.data == z.ctypes.data and a.strides == z.strides:
+            _sigmoid32_in_place(a, b)
+        else:
+            _sigmoid32_rows(a, z, b)
     elif act == SIGMOID:
         if has_bias:
             minus_b = np.negative(bias)
@@ -104,6 +108,21 @@ def _sigmoid32_rows(a, z, b):
         else:
             for j in range(len(zrow)):
                 arow[j] = sigmoid32(zrow[j])
+
+
+@njit(cache=True, parallel=True, **LOOP_FLAGS)
+def _sigmoid32_in_place(a, b):
+    # Its own kernel: with a passed as both input and output, LLVM's runtime overlap check
+    # fails and every row takes the scalar loop (8x slower, measured in a training step).
+    has_bias = len(b) != 0
+    for r in prange(a.shape[0]):
+        arow = a[r]
+        if has_bias:
+            for j in range(len(arow)):
+                arow[j] = sigmoid32(arow[j] + b[j])
+        else:
+            for j in range(len(arow)):
+                arow[j] = sigmoid32(arow[j])
 
 
 # NumPy's ufuncs run on one core but release the GIL: a large array is cut into blocks of
