@@ -204,6 +204,37 @@ def test_cpu_block_floor_skips_nothing_it_should_not():
             np.testing.assert_array_equal(got[1], expected[1])
 
 
+@pytest.mark.parametrize("kind", ["normal", "few values", "mostly -inf", "tiny and signed zeros",
+                                  "ascending"])
+def test_cpu_kth_largest_selects_exactly(kind):
+    """The cpu floor's radix select against a sort: ties, -inf, subnormals, -0.0 and 0.0, inf,
+    and every rank."""
+    from destiny.kernels.cpu.topk import _block_maxima, _kth_largest
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 300, 856):
+        v = {"normal": lambda: rng.normal(size=n),
+             "few values": lambda: rng.integers(0, 4, n),
+             "mostly -inf": lambda: np.where(rng.random(n) < 0.7, -np.inf, rng.normal(size=n)),
+             "tiny and signed zeros": lambda: np.where(rng.random(n) < 0.3, -0.0,
+                                                       rng.normal(size=n) * 1e-40),
+             "ascending": lambda: np.sort(rng.normal(size=n))}[kind]().astype(np.float32)
+        if kind == "tiny and signed zeros":
+            v[::11] = np.inf
+        ascending = np.sort(v)
+        for rank in range(1, n + 1):
+            assert _kth_largest(v, rank) == ascending[n - rank]
+    # The block maxima ignore NaN, and a block of NaN only has -inf.
+    row = rng.normal(size=4 * 32).astype(np.float32)
+    row[5] = np.nan
+    row[32:64] = np.nan
+    row[64:96] = -np.inf
+    maxima = np.empty(4, np.float32)
+    _block_maxima(row.view(np.int32), 4, maxima.view(np.int32))
+    want = [np.nanmax(row[:32]), -np.inf, -np.inf, row[96:].max()]
+    np.testing.assert_array_equal(maxima, want)
+
+
 def test_cuda_heap_kernel_for_k_beyond_shared_memory(monkeypatch):
     """K above SELECT_MAX_K takes the one-thread-per-row heap kernel: same results."""
     from destiny.kernels.cuda import topk
