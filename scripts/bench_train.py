@@ -237,6 +237,11 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         "ceiling_gflops": ceiling, "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_samples_per_s": batch / floor_step,
         "breakdown_ms": {k: 1e3 * statistics.median(v) for k, v in phases.items()},
+        # The 10th and 90th percentiles of the samples/s behind each median: a run whose
+        # median sits far from its neighbours' shows here whether all of it was slow.
+        "percentiles_10_90": {name: [float(np.percentile(v, 10)), float(np.percentile(v, 90))]
+                              for name, v in (("train", window), ("predict", pred),
+                                              ("predict_topk", pred_topk))},
     }
     print(f"destiny train: {train_sps:,.0f} samples/s, {result['gflops']['train']:.1f} GFLOP/s "
           f"({100 * result['gflops']['train'] / ceiling:.0f}% of the {ceiling:.0f} GFLOP/s "
@@ -245,6 +250,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     print("  per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result["breakdown_ms"].items()))
     print(f"destiny predict: {result['predict_samples_per_s']:,.0f} samples/s; with top-{topk} "
           f"and filters {result['predict_topk_samples_per_s']:,.0f} samples/s")
+    print("  10th-90th percentiles (samples/s): " + ", ".join(
+        f"{name} {lo:,.0f}-{hi:,.0f}" for name, (lo, hi) in result["percentiles_10_90"].items()))
     if with_torch:
         result["torch"] = run_torch(inp, config, users, batch, optimizer, train_seconds,
                                     predict_seconds, workdir,
