@@ -44,15 +44,17 @@ def test_forward_matches_dense_product(backend, boolean):
 
 @pytest.mark.parametrize("boolean", [True, False])
 def test_cpu_forward_adds_the_rows_in_order_bit_for_bit(boolean):
-    """The cpu gather adds four rows of W per pass over the output row; the sums must still be
-    the sequential ones, rounding for rounding (rows of 0 to 11 entries: every remainder)."""
+    """The cpu gather adds eight, then four rows of W per pass over the output row; the sums
+    must still be the sequential ones, rounding for rounding (rows of 0 to 23 entries: every
+    remainder after each)."""
     rng = np.random.default_rng(2)
-    indptr, indices, values = random_batch(rng, 40, 60, boolean)
+    indptr, indices, values = random_batch(rng, 80, 60, boolean, max_per_row=24)
     W = rng.normal(size=(60, 33)).astype(np.float32)
     b = rng.normal(size=33).astype(np.float32)
-    out = np.empty((40, 33), np.float32)
+    out = np.empty((80, 33), np.float32)
     BACKENDS["cpu"].sparse_fc_forward(out, indptr, indices, values, W, b)
-    for r in range(40):
+    assert set(np.diff(indptr)) >= set(range(24)) - {0}  # every length up to 23 occurs
+    for r in range(80):
         expected = b.copy()
         for k in range(indptr[r], indptr[r + 1]):
             expected = expected + (W[indices[k]] if boolean else values[k] * W[indices[k]])

@@ -18,11 +18,12 @@ from numba import njit, prange
 def sparse_fc_forward(out, indptr, indices, values, W, b):
     """``out[B, O] = b + sum over a row's entries of values[k] * W[indices[k]]``.
 
-    Four rows of W are added in one pass over the output row, left to right, which is the
-    same float arithmetic as four passes (no reassociation, no contraction: fastmath off) but
-    keeps four streams from memory in flight instead of one: the gather is bound by fetching
-    the rows of W (a batch of 256 MovieLens users reads 41 k rows of 4 KB), and this took it
-    from 6.2-6.6 to 4.1-4.3 ms with the caches flushed (``scripts/bench_kernels.py``).
+    Eight (then four) rows of W are added in one pass over the output row, left to right,
+    which is the same float arithmetic as one pass per row (no reassociation, no contraction:
+    fastmath off) but keeps eight streams from memory in flight instead of one: the gather is
+    bound by fetching the rows of W (a batch of 256 MovieLens users reads 41 k rows of 4 KB).
+    Four streams took it from 6.2-6.6 to 4.1-4.3 ms with the caches flushed, eight from
+    5.7 to 4.4-4.9 ms on a busier machine (``scripts/bench_kernels.py``, alternating runs).
     """
     n_rows = len(indptr) - 1
     n_out = W.shape[1]
@@ -32,6 +33,21 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
         for j in range(n_out):
             row[j] = b[j]
         k, end = indptr[r], indptr[r + 1]
+        while k + 8 <= end:
+            w1, w2, w3, w4 = W[indices[k]], W[indices[k + 1]], W[indices[k + 2]], W[indices[k + 3]]
+            w5, w6 = W[indices[k + 4]], W[indices[k + 5]]
+            w7, w8 = W[indices[k + 6]], W[indices[k + 7]]
+            if boolean:
+                for j in range(n_out):
+                    row[j] = (row[j] + w1[j] + w2[j] + w3[j] + w4[j] + w5[j] + w6[j] + w7[j]
+                              + w8[j])
+            else:
+                v1, v2, v3, v4 = values[k], values[k + 1], values[k + 2], values[k + 3]
+                v5, v6, v7, v8 = values[k + 4], values[k + 5], values[k + 6], values[k + 7]
+                for j in range(n_out):
+                    row[j] = (row[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j] + v4 * w4[j]
+                              + v5 * w5[j] + v6 * w6[j] + v7 * w7[j] + v8 * w8[j])
+            k += 8
         while k + 4 <= end:
             w1, w2, w3, w4 = W[indices[k]], W[indices[k + 1]], W[indices[k + 2]], W[indices[k + 3]]
             if boolean:
