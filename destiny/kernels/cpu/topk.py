@@ -64,34 +64,48 @@ def _sift_up(heap_scores, heap_items, pos):
 THRESHOLD_BLOCK = 32
 
 
-_NEG_INF_KEY = np.int32(-0x7F800001)  # _float_key of -inf
+# Order keys: the int32 bits b of a float32 map to an integer that orders as the floats do
+# (-0.0 just below 0.0), b itself for a positive float and b with the magnitude bits flipped
+# for a negative one. The map is its own inverse. Branch-free, so loops over it vectorise.
 
 
 @njit(cache=True, inline="always")
-def _float_key(b):
-    """int32 bits of a float32 -> an int32 that orders as the floats do; NaN -> -inf's key.
+def _order_key(b):
+    """int32 bits of a float32 -> its order key (an int64)."""
+    b = np.int64(b)
+    return b ^ ((b >> 31) & 0x7FFFFFFF)
 
-    (-0.0 orders just below 0.0: the same as floats for every comparison made with a maximum.)
-    """
-    key = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
-    nan = (b & np.int32(0x7FFFFFFF)) > np.int32(0x7F800000)
-    return _NEG_INF_KEY if nan else key
+
+@njit(cache=True, inline="always")
+def _bits_of_key(key):
+    """An order key -> the int32 bits of its float32."""
+    return np.int32(key ^ ((key >> 31) & 0x7FFFFFFF))
+
+
+@njit(cache=True, inline="always")
+def _float_of_key(key):
+    return _bits_of_key(key).view(np.float32)
+
+
+_NEG_INF_KEY = -0x7F800001  # the order key of -inf
 
 
 @njit(cache=True)
-def _block_maxima(bits, n_blocks, out_bits):
-    """``out_bits[blk]`` = the bits of the largest non-NaN float of block ``blk`` (-inf if none).
+def _block_maxima(bits, n_blocks, out):
+    """``out[blk]`` = the largest non-NaN float of block ``blk`` (-inf if none), from the
+    row's int32 ``bits``.
 
     On the floats' order keys: an integer maximum vectorises, where a float one does not (LLVM
     needs fast-math's no-NaN promise to vectorise a float max, and NaN must never win here).
-    The key map is its own inverse.
     """
     for blk in range(n_blocks):
         m = _NEG_INF_KEY
         base = blk * THRESHOLD_BLOCK
         for q in range(THRESHOLD_BLOCK):
-            m = max(m, _float_key(bits[base + q]))
-        out_bits[blk] = m ^ ((m >> 31) & np.int32(0x7FFFFFFF))
+            b = bits[base + q]
+            nan = (b & 0x7FFFFFFF) > 0x7F800000
+            m = max(m, _NEG_INF_KEY if nan else _order_key(b))
+        out[blk] = _float_of_key(m)
 
 
 @njit(cache=True)
@@ -109,7 +123,7 @@ def _floor_of_top_k(row, n_scan, rank, maxima, filtered, excluded):
     n_blocks = n_scan // THRESHOLD_BLOCK
     if n_blocks < rank:
         return -np.inf
-    _block_maxima(row.view(np.int32), n_blocks, maxima.view(np.int32))
+    _block_maxima(row.view(np.int32), n_blocks, maxima)
     for e in range(len(excluded)):
         i = excluded[e]
         if 0 <= i < n_blocks * THRESHOLD_BLOCK and row[i] >= maxima[i // THRESHOLD_BLOCK]:
@@ -138,8 +152,7 @@ def _kth_largest(values, rank):
     bits = values.view(np.int32)
     keys = np.empty(n, np.int64)
     for i in range(n):
-        b = bits[i]
-        keys[i] = np.int64(b ^ ((b >> 31) & np.int32(0x7FFFFFFF))) + 0x80000000  # unsigned
+        keys[i] = _order_key(bits[i]) + 0x80000000  # unsigned: the digits read as written
     hist = np.empty(1 << 11, np.int32)
     need = rank  # the wanted value's rank among those still in the running
     for shift, width in ((21, 11), (10, 11), (0, 10)):
@@ -157,8 +170,7 @@ def _kth_largest(values, rank):
                 keys[kept] = keys[i]
                 kept += 1
         n = kept
-    key = np.int32(keys[0] - 0x80000000)  # every key left is the same
-    return np.int32(key ^ ((key >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
+    return _float_of_key(keys[0] - 0x80000000)  # every key left is the same
 
 
 def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid):
@@ -194,39 +206,20 @@ def _score(act, z, slope, alpha, lam):
 
 
 @njit(cache=True)
-def _lowest_reaching(target, high, act, slope, alpha, lam, value, bits):
+def _lowest_reaching(target, high, act, slope, alpha, lam):
     """The lowest float32 z with f(z) >= ``target``, given f(``high``) >= target and f
-    monotone non-decreasing: a bisection over the float32 values in their order, as integers.
-    ``value`` and ``bits`` are a float32 [1] scratch array and its int32 view."""
+    monotone non-decreasing: a bisection over the float32 values in their order, as integers."""
     if _score(act, -np.inf, slope, alpha, lam) >= target:
         return np.float32(-np.inf)
-    value[0] = -np.inf
-    lo = _order_key(bits[0])   # f(lo) < target
-    value[0] = high
-    hi = _order_key(bits[0])   # f(hi) >= target
+    lo = _NEG_INF_KEY  # f(lo) < target
+    hi = _order_key(np.float32(high).view(np.int32))  # f(hi) >= target
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        bits[0] = _bits_of_key(mid)
-        if _score(act, value[0], slope, alpha, lam) >= target:
+        if _score(act, _float_of_key(mid), slope, alpha, lam) >= target:
             hi = mid
         else:
             lo = mid
-    bits[0] = _bits_of_key(hi)
-    return value[0]
-
-
-@njit(cache=True, inline="always")
-def _order_key(b):
-    # int32 bits of a float32 -> an int64 that sorts as the floats do (-0.0 just below 0.0).
-    b = np.int64(b)
-    return b if b >= 0 else -(b & 0x7FFFFFFF) - 1
-
-
-@njit(cache=True, inline="always")
-def _bits_of_key(key):
-    if key >= 0:
-        return np.int32(key)
-    return np.int32((-key - 1) - 0x80000000)  # the magnitude with the sign bit set
+    return _float_of_key(hi)
 
 
 @njit(cache=True, parallel=True)
@@ -268,9 +261,8 @@ def _top_k_rows(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
         n_blocks = len(maxima) if floor > -np.inf else 0
         low = floor
         if n_blocks and act != LINEAR:
-            scratch = np.empty(1, np.float32)
             low = _lowest_reaching(_score(act, floor, slope, alpha, lam), floor, act, slope,
-                                   alpha, lam, scratch, scratch.view(np.int32))
+                                   alpha, lam)
         first_unblocked = n_blocks * THRESHOLD_BLOCK
         for blk in range(n_blocks + 1):
             if blk < n_blocks:
