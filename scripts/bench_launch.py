@@ -5,9 +5,10 @@ A training step of the benchmark network launches about 50 kernels; on an H100 t
 about 3 ms of a 10 ms step, so the host's cost per launch decides the step. This times a kernel
 that does almost nothing (so the host's side is all there is), with 1, 4 and 8 array arguments:
 
-- ``dispatch``: ``kernel[grid, block](*args)``, as every wrapper in destiny.kernels.cuda does;
+- ``dispatch``: numba's ``kernel[grid, block](*args)``;
 - ``configured``: the ``kernel[grid, block]`` object made once and called;
-- ``overload``: the compiled kernel's own ``launch`` (numba's typing and dispatch skipped);
+- ``destiny``: ``destiny.kernels.cuda.launch``'s launcher, which every Destiny kernel uses on a
+  GPU (the arguments packed into one buffer, one cuLaunchKernel through ctypes);
 - ``cupy-args``: dispatch with CuPy arrays (numba wraps each through __cuda_array_interface__);
 - ``cupy-raw``: the same kernel as a CuPy RawKernel, for the floor of a Python launch.
 
@@ -21,6 +22,8 @@ import time
 
 import numpy as np
 from numba import cuda
+
+from destiny.kernels.cuda.launch import _Launcher
 
 
 @cuda.jit
@@ -76,9 +79,8 @@ def main():
         rows.append((f"dispatch, {n_args} arrays", per_launch_us(lambda: k[1, 32](*args))))
         configured = k[1, 32]
         rows.append((f"configured, {n_args} arrays", per_launch_us(lambda: configured(*args))))
-        (compiled,) = k.overloads.values()
-        rows.append((f"overload, {n_args} arrays",
-                     per_launch_us(lambda: compiled.launch(args, (1, 1, 1), (32, 1, 1), 0, 0))))
+        fast = _Launcher(k)
+        rows.append((f"destiny, {n_args} arrays", per_launch_us(lambda: fast[1, 32](*args))))
     try:
         import cupy
     except ImportError:

@@ -41,11 +41,15 @@ sys.path.insert(0, HERE)
 @click.option("--batch", type=int, default=256, show_default=True)
 @click.option("--steps", type=int, default=20, show_default=True)
 @click.option("--top", type=int, default=15, show_default=True, help="Functions to list.")
+@click.option("--sort", type=click.Choice(["tottime", "cumulative"]), default="tottime",
+              show_default=True, help="Order of the list: own time, or time with callees.")
+@click.option("--only", default="", help="List only functions whose file path contains this "
+              "(e.g. destiny/ with --sort cumulative: which of Destiny's calls cost the most).")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--backend", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--predict", "topk", type=int, default=0,
               help="Profile prediction with top-K and the seen-item filter instead of training.")
-def main(config, optimizer, users, batch, steps, top, workdir, backend, topk):
+def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, sort, only):
     from bench_train import dataset_files
 
     from destiny import synthetic
@@ -105,7 +109,8 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk):
     print(f"{(time.perf_counter() - start) / steps * 1e3:.1f} ms per step (mean of {steps}, "
           f"under cProfile); OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')!r}, "
           f"OPENBLAS_THREAD_TIMEOUT={os.environ.get('OPENBLAS_THREAD_TIMEOUT')!r}")
-    pstats.Stats(profile).sort_stats("tottime").print_stats(top)
+    restrictions = (only, top) if only else (top,)
+    pstats.Stats(profile).sort_stats(sort).print_stats(*restrictions)
     if backend == "gpu":
         gpu_kernel_times(step, 3 + steps, steps, top)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
 
 
-@cuda.jit
+@kernel
 def _take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows, analog):
     for r in range(cuda.grid(1), rows.size, cuda.gridsize(1)):
         src = indptr[rows[r]]

@@ -17,7 +17,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
@@ -61,42 +61,42 @@ def _flat(x):
 # -- elementwise --------------------------------------------------------------------------
 
 
-@cuda.jit
+@kernel
 def _add(out, x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] += x[i]
 
 
-@cuda.jit
+@kernel
 def _multiply(out, x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] *= x[i]
 
 
-@cuda.jit
+@kernel
 def _copy(out, x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] = x[i]
 
 
-@cuda.jit
+@kernel
 def _scale(out, factor):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] *= factor
 
 
-@cuda.jit
+@kernel
 def _fill(out, value):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] = value
 
 
-@cuda.jit
+@kernel
 def _add_bias(out, b, s):
     n_cols = out.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -148,7 +148,7 @@ def fill(out, value):
     _elementwise(_fill, out, out.dtype.type(value))
 
 
-@cuda.jit
+@kernel
 def _column_mean(out, x):
     n_rows = x.shape[0]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -166,7 +166,7 @@ def column_mean(out, x):
         _column_mean[blocks_for(x.shape[1]), THREADS](out, x)
 
 
-@cuda.jit
+@kernel
 def _zero_rows(x, rows):
     n_cols = x.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -188,7 +188,7 @@ def zero_rows(x, rows):
 _SQUARES, _ABSOLUTE = 0, 1
 
 
-@cuda.jit
+@kernel
 def _partial_sums(block_sums, x, kind):
     # Each thread sums its grid-stride share in float64 into its own slot; the host adds them.
     t = cuda.threadIdx.x
@@ -200,7 +200,7 @@ def _partial_sums(block_sums, x, kind):
     block_sums[cuda.blockIdx.x, t] = acc
 
 
-@cuda.jit
+@kernel
 def _any_not_finite(flag, x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, x.shape[0], stride):

@@ -14,10 +14,19 @@ several simulated threads are inside that call at once.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import os
+import struct
 
+import numpy as np
 from numba import config, cuda
+
+try:
+    from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
+except ImportError:  # the simulator's stand-in module (where no _Launcher is made)
+    DeviceNDArrayBase = ()
 
 SIMULATED = bool(config.ENABLE_CUDASIM)
 
@@ -37,9 +46,10 @@ def blocks_for(n: int, threads: int = THREADS) -> int:
 def _as_device(x):
     # numba device arrays (and the simulator's) pass through; CuPy arrays and other owners of
     # __cuda_array_interface__ become numba views of the same memory (no copy).
-    if hasattr(x, "__cuda_array_interface__") and not hasattr(x, "copy_to_host"):
-        return cuda.as_cuda_array(x)
-    return x
+    # (copy_to_host is asked first: on a numba array, __cuda_array_interface__ builds a dict.)
+    if hasattr(x, "copy_to_host") or not hasattr(x, "__cuda_array_interface__"):
+        return x
+    return cuda.as_cuda_array(x)
 
 
 def device_arrays(fn):
@@ -49,3 +59,158 @@ def device_arrays(fn):
         return fn(*(_as_device(a) for a in args),
                   **{name: _as_device(a) for name, a in kwargs.items()})
     return wrapper
+
+
+# -- launching ------------------------------------------------------------------------------
+#
+# numba's own launch (``kernel[grid, block](*args)``) costs the host 20 us plus about 8 us per
+# array argument: it types every argument, wraps every array again and converts every field
+# through cuda.core. A training step makes about 40 launches and the GPU works 3.7 ms of a
+# 12.7 ms step (docs/benchmarks.md), so on a real GPU the kernels are launched by ``_Launcher``:
+# numba still types and compiles each kernel (once per argument signature), but the launch packs
+# the arguments into one buffer laid out as numba's kernel expects them and calls the driver's
+# cuLaunchKernel once. Arrays that are not plainly C-contiguous take numba's path, so a kernel
+# never runs with a layout it was not compiled for.
+
+_SCALARS = {int: "q", float: "d", bool: "?", np.int64: "q", np.uint64: "Q", np.int32: "i",
+            np.uint32: "I", np.float32: "f", np.float64: "d", np.bool_: "?"}
+# numba's kernel ABI for an array (numba.cuda.dispatcher._Kernel._prepare_args): meminfo and
+# parent (both null here), the item count, the item size, the data pointer, then the shape and
+# the strides in bytes.
+_ARRAY_HEAD = "PPqqP"
+_CODES = {"int64": "q", "uint64": "Q", "int32": "i", "uint32": "I", "float32": "f",
+          "float64": "d", "bool": "?"}
+_NO_DICT: dict = {}
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+
+
+def _array_fields(a):
+    """(key, kernel arguments) of a numba device array that numba types as C-contiguous
+    (strides exactly C's, or empty), or None."""
+    if not isinstance(a, DeviceNDArrayBase):
+        return None
+    shape, strides, itemsize = a.shape, a.strides, a.dtype.itemsize
+    if a.size:
+        expected = itemsize
+        for n, s in zip(reversed(shape), reversed(strides)):
+            if s != expected:
+                return None
+            expected *= n
+    fields = ((a.dtype, len(shape)),
+              (0, 0, a.size, itemsize, a.device_ctypes_pointer.value or 0) + shape + strides)
+    a.__dict__["_destiny_launch"] = fields  # a device array's shape and memory never change
+    return fields
+
+
+def _is_array(numba_type):
+    # By its attributes: numba-cuda has its own copy of numba's type classes.
+    return hasattr(numba_type, "layout") and hasattr(numba_type, "ndim")
+
+
+def param_layout(argtypes):
+    """The ``struct`` format of a kernel's flattened arguments, and each one's byte offset.
+
+    Every argument sits at an offset aligned to its size, as ``struct``'s native mode and C
+    both place them; the offsets only locate each argument in the buffer, since
+    cuLaunchKernel is given one pointer per argument.
+    """
+    codes = "".join(_ARRAY_HEAD + "q" * (2 * t.ndim) if _is_array(t) else _CODES[str(t)]
+                    for t in argtypes)
+    offsets, prefix = [], "@"
+    for code in codes:
+        offsets.append(struct.calcsize(prefix + code) - struct.calcsize("@" + code))
+        prefix += code
+    return "@" + codes, offsets
+
+
+class _Compiled:
+    """One compiled signature of a kernel: its driver handle and its argument buffer."""
+
+    __slots__ = ("handle", "format", "buffer", "params")
+
+    def __init__(self, kernel, argtypes):
+        self.format, offsets = param_layout(argtypes)
+        # cuLaunchKernel copies the arguments when it is called, so the buffer is reused.
+        self.buffer = ctypes.create_string_buffer(max(struct.calcsize(self.format), 8))
+        base = ctypes.addressof(self.buffer)
+        self.params = (ctypes.c_void_p * len(offsets))(*(base + o for o in offsets))
+        handle = kernel._codelibrary.get_cufunc().handle
+        self.handle = int(getattr(handle, "value", handle))  # ctypes or cuda-python binding
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_launch():
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _dim3(d):
+    if isinstance(d, (tuple, list)):
+        return tuple(int(n) for n in d) + (1,) * (3 - len(d))
+    return int(d), 1, 1
+
+
+class _Launcher:
+    """A numba.cuda kernel, launched as ``kernel[grid, block](*args)`` with less host work."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+        self._compiled = {}  # argument key -> _Compiled, or None: numba's own launch
+        functools.update_wrapper(self, dispatcher.py_func)
+
+    def __getattr__(self, name):  # the dispatcher's attributes (overloads, ...) as they are
+        return getattr(self.dispatcher, name)
+
+    def __getitem__(self, config):
+        grid, block = config
+        return functools.partial(self._launch, _dim3(grid), _dim3(block))
+
+    def _launch(self, grid, block, *args):
+        key, values = [], []
+        for a in args:
+            code = _SCALARS.get(type(a))
+            if code is not None:
+                key.append(type(a))
+                values.append(a)
+                continue
+            fields = getattr(a, "__dict__", _NO_DICT).get("_destiny_launch") or _array_fields(a)
+            if fields is None:
+                return self.dispatcher[grid, block](*args)
+            key.append(fields[0])
+            values.extend(fields[1])
+        key = tuple(key)
+        compiled = self._compiled.get(key, False)
+        if compiled is False:
+            compiled = self._compiled[key] = self._compile(args)
+        if compiled is None:
+            return self.dispatcher[grid, block](*args)
+        struct.pack_into(compiled.format, compiled.buffer, 0, *values)
+        err = _driver_launch()(compiled.handle, *grid, *block, 0, None, compiled.params, None)
+        if err == _INVALID_CONTEXT:  # a thread that has not used the device yet: numba makes
+            cuda.current_context()   # the context current on it, then launch again
+            err = _driver_launch()(compiled.handle, *grid, *block, 0, None, compiled.params,
+                                   None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel of {self.dispatcher.py_func.__name__} failed "
+                               f"with CUresult {err}")
+
+    def _compile(self, args):
+        argtypes = tuple(self.dispatcher.typeof_pyval(a) for a in args)
+        if any(_is_array(t) and t.layout != "C" for t in argtypes):
+            return None
+        kernel = self.dispatcher.compile(argtypes)
+        return _Compiled(kernel, argtypes)
+
+
+def kernel(fn):
+    """``cuda.jit`` for a kernel; on a real GPU it is launched through ``_Launcher``.
+
+    ``DESTINY_CUDA_LAUNCH=numba`` keeps numba's own launch (to compare the two).
+    """
+    dispatcher = cuda.jit(fn)
+    if SIMULATED or os.environ.get("DESTINY_CUDA_LAUNCH", "") == "numba":
+        return dispatcher
+    return _Launcher(dispatcher)

@@ -30,7 +30,7 @@ from numba import cuda
 
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
                                    boost_applies, check_loss_activation)
-from destiny.kernels.cuda.launch import MAX_BLOCKS, ROW_THREADS, device_arrays
+from destiny.kernels.cuda.launch import MAX_BLOCKS, ROW_THREADS, device_arrays, kernel
 from destiny.kernels.cuda.pointwise import unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
@@ -145,7 +145,7 @@ def _block_sum(shared, value):
     return total
 
 
-@cuda.jit
+@kernel
 def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn, act, prm,
                    boost_one, boost_zero, boosting):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
@@ -195,7 +195,7 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
         block_err[cuda.blockIdx.x] = err
 
 
-@cuda.jit
+@kernel
 def _dense_kernel(delta, block_err, a, target, weights, err_fn, act, prm):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x

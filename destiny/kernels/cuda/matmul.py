@@ -19,7 +19,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import SIMULATED, device_arrays
+from destiny.kernels.cuda.launch import SIMULATED, device_arrays, kernel
 
 # Tile edge of the fallback: a block is TILE x TILE threads, each computing one output element.
 TILE = 2 if SIMULATED else 16
@@ -118,7 +118,7 @@ def _pointer(x) -> int:
     return x.__cuda_array_interface__["data"][0]
 
 
-@cuda.jit
+@kernel
 def _tiled(out, a, b, trans_a, trans_b, alpha, beta, k_total):
     tile_a = cuda.shared.array((TILE, TILE), np.float64)
     tile_b = cuda.shared.array((TILE, TILE), np.float64)

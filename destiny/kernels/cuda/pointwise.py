@@ -22,7 +22,7 @@ from numba import cuda
 from destiny.kernels import unit
 from destiny.kernels.codes import ELU, SELU, SIGMOID, SOFTMAX, check_activation
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
-                                         device_arrays)
+                                         device_arrays, kernel)
 from destiny.kernels.cuda.dense import add_bias, copy
 from destiny.kernels.reference.pointwise import alpha_dropout_constants
 
@@ -79,7 +79,7 @@ def _row_launch(n_rows):
     return min(n_rows, MAX_BLOCKS), ROW_THREADS
 
 
-@cuda.jit
+@kernel
 def _activation_forward(a, z, b, act, slope, alpha, lam):
     n_units = z.shape[1]
     has_bias = b.shape[0] != 0
@@ -91,7 +91,7 @@ def _activation_forward(a, z, b, act, slope, alpha, lam):
         a[r, j] = unit_activation(act, np.float64(x), slope, alpha, lam)
 
 
-@cuda.jit
+@kernel
 def _softmax_forward(a, z):
     # A block per row: the row maximum (subtracted, so every exponent is <= 0), then the sum.
     # Each thread reads and writes only its own units, so ``a`` may be ``z``.
@@ -137,7 +137,7 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
                                                   float(alpha), float(lam))
 
 
-@cuda.jit
+@kernel
 def _activation_backward(dz, da, a, act, slope, alpha, lam):
     n_units = a.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -148,7 +148,7 @@ def _activation_backward(dz, da, a, act, slope, alpha, lam):
         dz[r, j] = np.float64(da[r, j]) * fprime
 
 
-@cuda.jit
+@kernel
 def _softmax_backward(dz, da, a):
     # dz = a * (da - sum_j da_j a_j) per row; the sum is complete before any dz is written,
     # so ``dz`` may be ``da``.
@@ -180,7 +180,7 @@ def activation_backward(dz, da, a, act, slope, alpha, lam):
                                                    float(alpha), float(lam))
 
 
-@cuda.jit
+@kernel
 def _dropout(out, mask, a, r, p, gain, shift, dropped_value):
     n_units = a.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -217,7 +217,7 @@ def dropout_forward(out, mask, a, r, p, act, alpha, lam):
                                        float(dropped_value))
 
 
-@cuda.jit
+@kernel
 def _sparseness_penalty(da, a, p, beta):
     n_rows = a.shape[0]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -241,7 +241,7 @@ def sparseness_penalty(da, a, p, beta):
         _sparseness_penalty[_flat_launch(a.shape[1])](da, a, float(p), float(beta))
 
 
-@cuda.jit
+@kernel
 def _delta_norm(d, limit):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x
@@ -265,7 +265,7 @@ def delta_norm(d, limit):
         _delta_norm[_row_launch(d.shape[0])](d, float(limit))
 
 
-@cuda.jit
+@kernel
 def _weight_norm(W, limit):
     n_in = W.shape[0]
     start, stride = cuda.grid(1), cuda.gridsize(1)

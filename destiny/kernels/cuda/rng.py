@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from destiny.kernels.counter_rng import MUL1, MUL2, UNIFORM_SCALE, UNIFORM_SHIFT
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
 
 _U = np.uint64
 _LOW = _U(0xFFFFFFFF)
@@ -53,7 +53,7 @@ def uniform(key, row, col):
     return np.float64(h >> _SHIFT) * UNIFORM_SCALE
 
 
-@cuda.jit
+@kernel
 def _fill(out, key, row_offset, col_offset):
     n_cols = out.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -70,7 +70,7 @@ def uniform_fill(out, key, row_offset, col_offset):
         _fill[blocks_for(out.size), THREADS](out, _U(key), int(row_offset), int(col_offset))
 
 
-@cuda.jit
+@kernel
 def _keep(keep, indptr, indices, key, row_offset, col_offset, p):
     # One thread per row of the CSR matrix: a row's entries are few and contiguous.
     start, stride = cuda.grid(1), cuda.gridsize(1)

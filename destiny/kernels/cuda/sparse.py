@@ -20,14 +20,14 @@ import numpy as np
 from numba import cuda
 
 from destiny.kernels.cuda.csr import row_of
-from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, THREADS,
-                                         blocks_for, device_arrays)
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, THREADS, blocks_for,
+                                         device_arrays, kernel)
 
 # Threads of the one block that scans the feature counts (a prefix sum over I features).
 SCAN_THREADS = 4 if SIMULATED else 512
 
 
-@cuda.jit
+@kernel
 def _forward(out, indptr, indices, values, W, b):
     n_out = out.shape[1]
     boolean = values.shape[0] == 0
@@ -54,21 +54,21 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
         _forward[blocks_for(out.size), THREADS](out, indptr, indices, values, W, b)
 
 
-@cuda.jit
+@kernel
 def _zero(x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, x.shape[0], stride):
         x[i] = 0
 
 
-@cuda.jit
+@kernel
 def _count(count, indices):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for k in range(start, indices.shape[0], stride):
         cuda.atomic.add(count, indices[k], 1)
 
 
-@cuda.jit
+@kernel
 def _scan(count, start, features, n_present):
     """Exclusive prefix sums of ``count`` into ``start``, and the present features, in order.
 
@@ -114,7 +114,7 @@ def _scan(count, start, features, n_present):
         count[i] = 0
 
 
-@cuda.jit
+@kernel
 def _place(cursor, start, indptr, indices, entry, entry_row):
     # One thread per entry (its batch row found by binary search in indptr); the atomics hand
     # out the slots of each feature's segment, in an arbitrary order.
@@ -126,7 +126,7 @@ def _place(cursor, start, indptr, indices, entry, entry_row):
         entry_row[slot] = row_of(indptr, k)
 
 
-@cuda.jit
+@kernel
 def _sort_segments(features, n_present, start, entry, entry_row, sorted_entry, sorted_row):
     """Each feature's entries in entry order, into ``sorted_*``: a block per feature.
 
@@ -149,7 +149,7 @@ def _sort_segments(features, n_present, start, entry, entry_row, sorted_entry, s
             sorted_row[rank] = entry_row[p]
 
 
-@cuda.jit
+@kernel
 def _feature_grad(dW, features, n_present, start, entry, entry_row, values, delta, scale):
     """``dW[f, j] += scale * sum of values[e] * delta[row, j]`` over feature f's entries.
 

@@ -29,7 +29,7 @@ from numba import cuda
 from destiny.kernels import unit
 from destiny.kernels.codes import check_monotone
 from destiny.kernels.cuda.csr import row_of
-from destiny.kernels.cuda.launch import ROW_THREADS, THREADS, blocks_for, device_arrays
+from destiny.kernels.cuda.launch import ROW_THREADS, THREADS, blocks_for, device_arrays, kernel
 from destiny.kernels.cuda.pointwise import activation_forward
 
 # The largest K that ``_select`` sorts in shared memory (K keys of 8 bytes and K items of 4).
@@ -120,7 +120,7 @@ def _contains(x, lo, hi, item):
     return lo < end and x[lo] == item
 
 
-@cuda.jit
+@kernel
 def _heap_top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, excluded, allowed,
            n_valid):
     n_items = scores.shape[1]
@@ -179,7 +179,7 @@ def _heap_top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
             heap_items[slot] = -1
 
 
-@cuda.jit
+@kernel
 def _keys(keys, bits, allowed, n_valid):
     """``keys[b, j]``: the order key of score ``bits[b, j]`` (its float32 bits), 0 if the item
     may not be returned. Larger keys rank first; NaN is 1, below every number (-inf included).
@@ -202,7 +202,7 @@ def _keys(keys, bits, allowed, n_valid):
         keys[b, j] = key
 
 
-@cuda.jit
+@kernel
 def _exclude(keys, indptr, indices):
     # A thread per filter entry (its row by binary search in indptr). Entries outside [0, N)
     # are ignored; duplicates write the same 0.
@@ -215,7 +215,7 @@ def _exclude(keys, indptr, indices):
             keys[row_of(indptr, e), i] = 0
 
 
-@cuda.jit
+@kernel
 def _select(out_items, out_scores, keys, scores):
     """A block per row: the K largest keys, best first, equal keys by ascending item."""
     hist = cuda.shared.array(RADIX, np.int32)
@@ -393,7 +393,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
 
-@cuda.jit
+@kernel
 def _multiply_filter(scores, indptr, indices, values):
     # One thread per row, its entries in order: duplicates multiply twice, as on the cpu.
     n_items = scores.shape[1]
