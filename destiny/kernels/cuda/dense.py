@@ -17,7 +17,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, flat, kernel
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
@@ -53,9 +53,6 @@ def to_host(array):
         return cuda.as_cuda_array(array).copy_to_host()
     return np.asarray(array)
 
-
-def _flat(x):
-    return x.reshape(x.size)
 
 
 # -- elementwise --------------------------------------------------------------------------
@@ -108,13 +105,13 @@ def _add_bias(out, b, s):
 
 def _elementwise(kernel, out, *args):
     if out.size:
-        kernel[blocks_for(out.size), THREADS](_flat(out), *args)
+        kernel[blocks_for(out.size), THREADS](flat(out), *args)
 
 
 @device_arrays
 def add(out, x):
     """``out += x`` (same shapes)."""
-    _elementwise(_add, out, _flat(x))
+    _elementwise(_add, out, flat(x))
 
 
 @device_arrays
@@ -127,7 +124,7 @@ def add_bias(out, b, scale=1.0):
 @device_arrays
 def multiply(out, x):
     """``out *= x`` elementwise (same shapes)."""
-    _elementwise(_multiply, out, _flat(x))
+    _elementwise(_multiply, out, flat(x))
 
 
 @device_arrays
@@ -139,7 +136,7 @@ def scale(out, factor):
 @device_arrays
 def copy(out, x):
     """``out[...] = x`` (same shapes)."""
-    _elementwise(_copy, out, _flat(x))
+    _elementwise(_copy, out, flat(x))
 
 
 @device_arrays
@@ -214,7 +211,7 @@ def _reduce(x, kind):
         return 0.0
     blocks = blocks_for(x.size)
     block_sums = cuda.device_array((blocks, THREADS), dtype=np.float64)
-    _partial_sums[blocks, THREADS](block_sums, _flat(x), kind)
+    _partial_sums[blocks, THREADS](block_sums, flat(x), kind)
     return float(block_sums.copy_to_host().sum())
 
 
@@ -236,5 +233,5 @@ def all_finite(x) -> bool:
     if x.size == 0:
         return True
     flag = cuda.to_device(np.zeros(1, dtype=np.int32))
-    _any_not_finite[blocks_for(x.size), THREADS](flag, _flat(x))
+    _any_not_finite[blocks_for(x.size), THREADS](flag, flat(x))
     return not bool(flag.copy_to_host()[0])

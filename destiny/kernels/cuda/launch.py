@@ -1,4 +1,5 @@
-"""What every CUDA kernel module shares: launch sizes and argument conversion.
+"""What every CUDA kernel module shares: launch sizes, argument conversion, scratch arrays and
+the launcher of the kernels.
 
 Launch sizes are module constants because block-wide reductions size their shared memory by
 them at compile time. Under numba's simulator every thread is a Python thread (about 0.15 ms
@@ -41,6 +42,39 @@ ROW_THREADS = 2 if SIMULATED else 256
 def blocks_for(n: int, threads: int = THREADS) -> int:
     """Blocks for ``n`` items of a grid-stride kernel: enough to cover them, at most MAX_BLOCKS."""
     return max(1, min(math.ceil(n / threads), MAX_BLOCKS))
+
+
+_SCRATCH: dict = {}
+
+
+def scratch(name: str, n: int, dtype, *, exact: bool = False):
+    """A 1-D device array for a kernel wrapper's temporaries, kept for the next call that asks
+    for ``name``: ``n`` elements with ``exact``, else at least ``n``. Its contents are whatever
+    the last call left.
+
+    All kernels here run on one stream, so a call's kernels run after the previous call's and
+    handing it the same memory is safe; it saves the host the 20 us or so that making a numba
+    device array costs (several per sparse layer and step).
+    """
+    key = (name, np.dtype(dtype).str, n if exact else None)
+    a = _SCRATCH.get(key)
+    if a is None or a.shape[0] < n:
+        if len(_SCRATCH) > 256:  # many shapes (the tests): start again rather than grow
+            _SCRATCH.clear()
+        size = n if exact else n + n // 4  # room for the next batch's few more entries
+        a = _SCRATCH[key] = cuda.device_array(max(size, 1), dtype=dtype)
+    return a
+
+
+def flat(x):
+    """``x`` as a 1-D array of its ``size`` elements (C-contiguous ``x``), made once per array."""
+    cache = getattr(x, "__dict__", None)
+    if cache is None:
+        return x.reshape(x.size)
+    view = cache.get("_destiny_flat")
+    if view is None:
+        view = cache["_destiny_flat"] = x.reshape(x.size)
+    return view
 
 
 def _as_device(x):

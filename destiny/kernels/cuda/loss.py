@@ -30,7 +30,8 @@ from numba import cuda
 
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
                                    boost_applies, check_loss_activation)
-from destiny.kernels.cuda.launch import MAX_BLOCKS, ROW_THREADS, device_arrays, kernel
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, device_arrays, kernel,
+                                         scratch)
 from destiny.kernels.cuda.pointwise import unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
@@ -228,7 +229,8 @@ def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
 def _launch(kernel, n_rows):
     """(kernel configured for n_rows rows, its per-block error array)."""
     n_blocks = min(n_rows, MAX_BLOCKS)
-    return kernel[n_blocks, ROW_THREADS], cuda.device_array(n_blocks, dtype=np.float64)
+    return kernel[n_blocks, ROW_THREADS], scratch("loss.block_err", n_blocks, np.float64,
+                                                  exact=True)
 
 
 def _summed(block_err):

@@ -19,7 +19,8 @@ from numba import cuda
 
 from destiny.kernels import unit
 from destiny.kernels.cuda.dense import fill
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
+from destiny.kernels.cuda.launch import (THREADS, blocks_for, device_arrays, flat, kernel,
+                                         scratch)
 from destiny.kernels.reference.optim import (
     ADADELTA,
     ADAGRAD,
@@ -138,9 +139,6 @@ def _check_state(param, s1, s2, mode):
                              f"got {s.size}")
 
 
-def _flat(x):
-    return x.reshape(x.size)
-
 
 def _constants(dtype, mode, t, mu, mu1):
     """The rates, the floor and Adam's constants, cast to the parameters' dtype."""
@@ -165,7 +163,7 @@ def update_weights(W, G, s1, s2, t, mode, alpha, lam, lam1, mu, mu1):
         return
     ty = W.dtype.type
     _update_weights[blocks_for(W.size), THREADS](
-        _flat(W), _flat(G), _flat(s1), _flat(s2), int(mode), ty(alpha), ty(lam), ty(lam1),
+        flat(W), flat(G), flat(s1), flat(s2), int(mode), ty(alpha), ty(lam), ty(lam1),
         *_constants(W.dtype, mode, t, mu, mu1))
 
 
@@ -180,7 +178,7 @@ def update_bias(b, beta, s1, s2, t, mode, alpha, mu, mu1):
     if b.size == 0:
         return
     _update_bias[blocks_for(b.size), THREADS](
-        _flat(b), _flat(beta), _flat(s1), _flat(s2), int(mode), b.dtype.type(alpha),
+        flat(b), flat(beta), flat(s1), flat(s2), int(mode), b.dtype.type(alpha),
         *_constants(b.dtype, mode, t, mu, mu1))
 
 
@@ -272,9 +270,10 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     n = rows.shape[0]
     if n == 0 or W.size == 0:
         return
-    out_rows = cuda.device_array(n, dtype=np.int64)
-    out_steps = cuda.device_array(n, dtype=np.int64)
-    count = cuda.to_device(np.zeros(1, dtype=np.int64))
+    out_rows = scratch("update_weight_rows.rows", n, np.int64)
+    out_steps = scratch("update_weight_rows.steps", n, np.int64)
+    count = scratch("update_weight_rows.count", 1, np.int64)
+    fill(count, 0)
     _claim_rows[blocks_for(n), THREADS](rows, current, int(t), out_rows, out_steps, count)
     ty = W.dtype.type
     _update_rows[blocks_for(n * W.shape[1]), THREADS](

@@ -21,7 +21,7 @@ from numba import cuda
 
 from destiny.kernels.cuda.csr import row_of
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, THREADS, blocks_for,
-                                         device_arrays, kernel)
+                                         device_arrays, kernel, scratch)
 
 # Threads of the one block that scans the feature counts (a prefix sum over I features).
 SCAN_THREADS = 4 if SIMULATED else 512
@@ -186,14 +186,15 @@ def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
         return
     # Scratch: counts (then cursors), segment starts, the present features and their number,
     # and the grouped entries with their batch rows.
-    count = cuda.device_array(n_features, dtype=np.int32)
-    start = cuda.device_array(n_features + 1, dtype=np.int64)
-    features = cuda.device_array(min(n_entries, n_features), dtype=np.int32)
-    n_present = cuda.device_array(1, dtype=np.int64)
-    entry = cuda.device_array(n_entries, dtype=np.int64)
-    entry_row = cuda.device_array(n_entries, dtype=np.int64)
-    sorted_entry = cuda.device_array(n_entries, dtype=np.int64)
-    sorted_row = cuda.device_array(n_entries, dtype=np.int64)
+    # (count and start are exactly n_features long: _scan scans all of count.)
+    count = scratch("weight_grad.count", n_features, np.int32, exact=True)
+    start = scratch("weight_grad.start", n_features + 1, np.int64, exact=True)
+    features = scratch("weight_grad.features", min(n_entries, n_features), np.int32)
+    n_present = scratch("weight_grad.n_present", 1, np.int64)
+    entry = scratch("weight_grad.entry", n_entries, np.int64)
+    entry_row = scratch("weight_grad.entry_row", n_entries, np.int64)
+    sorted_entry = scratch("weight_grad.sorted_entry", n_entries, np.int64)
+    sorted_row = scratch("weight_grad.sorted_row", n_entries, np.int64)
 
     _zero[blocks_for(n_features), THREADS](count)
     _count[blocks_for(n_entries), THREADS](count, indices)
