@@ -134,6 +134,7 @@ class Network:
                 self.skip_out[s].append(layer.name)
         self._buffers: dict[str, dict[str, np.ndarray]] = {}
         self._capacity = 0
+        self._views: dict = {}  # (layer, buffer, batch size) -> that many rows of the buffer
         self._full: dict[str, np.ndarray] = {}  # all-gathered activations and deltas of a batch
         self._no_weights = backend.empty(0, self.dtype)  # the loss's per-example weights: none
 
@@ -229,11 +230,20 @@ class Network:
             shape = (batch_size, self.local_n(name))
             names = ["Z", "dZ", "dA", "tmp"] + (["out", "mask", "r"] if layer.p_dropout > 0 else [])
             self._buffers[name] = {n: self.backend.empty(shape, self.dtype) for n in names}
+        self._views = {}
+
+    def _rows(self, name: str, buffer: str, batch_size: int):
+        """The first ``batch_size`` rows of one of a layer's buffers, sliced once per batch size:
+        on the GPU a slice is a new numba device array, which costs the host about 20 us."""
+        key = (name, buffer, batch_size)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self._buffers[name][buffer][:batch_size]
+        return view
 
     def activation(self, name: str, batch_size: int) -> np.ndarray:
         """The (post-dropout) activations of a non-input layer for the last forward pass."""
-        bufs = self._buffers[name]
-        return bufs["out" if self._dropped.get(name) else "Z"][:batch_size]
+        return self._rows(name, "out" if self._dropped.get(name) else "Z", batch_size)
 
     def feeds_others(self, name: str) -> bool:
         """Whether another layer reads this layer's activations (as a source or a skip)."""
@@ -241,7 +251,7 @@ class Network:
 
     def pre_activations(self, name: str, batch_size: int) -> np.ndarray:
         """z of the layer of the last ``forward(..., pre_activation=name)``."""
-        return self._buffers[name]["Z"][:batch_size]
+        return self._rows(name, "Z", batch_size)
 
     # -- forward --------------------------------------------------------------------------
 
@@ -270,8 +280,7 @@ class Network:
             layer = self.layers[name]
             if layer.kind == LayerKind.Input:
                 continue
-            bufs = self._buffers[name]
-            Z = bufs["Z"][:B]
+            Z = self._rows(name, "Z", B)
             incoming = self.incoming[name]
             bias = None
             if (len(incoming) == 1 and not layer.skips and name != pre_activation
@@ -291,10 +300,10 @@ class Network:
             kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda,
                                   bias)
             if train and layer.p_dropout > 0:
-                r = bufs["r"][:B]
+                r = self._rows(name, "r", B)
                 kb.uniform_fill(r, stream_key(dropout_key, layer.index), 0, self.units[name][0])
-                kb.dropout_forward(bufs["out"][:B], bufs["mask"][:B], Z, r, layer.p_dropout, act,
-                                   layer.elu_alpha, layer.selu_lambda)
+                kb.dropout_forward(self._rows(name, "out", B), self._rows(name, "mask", B), Z, r,
+                                   layer.p_dropout, act, layer.elu_alpha, layer.selu_lambda)
                 self._dropped[name] = True
 
     def _sum_contributions(self, Z: np.ndarray, name: str, B: int) -> None:
@@ -314,7 +323,7 @@ class Network:
                     kb.add(partial, product)
                 row_biases.append((c.b, q))
                 continue
-            target = Z if first else self._buffers[name]["tmp"][:B]
+            target = Z if first else self._rows(name, "tmp", B)
             self._contribution(target, c, B)
             if not first:
                 kb.add(Z, target)
@@ -375,7 +384,7 @@ class Network:
         """dZ of layer ``name`` over all its units (all-gathered once per batch)."""
         key = ("dZ", name)
         if key not in self._full:
-            self._full[key] = self._allgather(self._buffers[name]["dZ"][:B], name)
+            self._full[key] = self._allgather(self._rows(name, "dZ", B), name)
         return self._full[key]
 
     # The collectives of a split network. MPI reads and writes host memory: a device backend's
@@ -412,26 +421,25 @@ class Network:
             layer = self.layers[name]
             if layer.kind == LayerKind.Input:
                 continue
-            bufs = self._buffers[name]
-            dZ = bufs["dZ"][:B]
+            dZ = self._rows(name, "dZ", B)
             act = int(layer.activation)
             if layer.kind == LayerKind.Output:
                 indptr, indices, values = self._batch.targets[name]
                 s, d = net.smce, net.delta_boost
                 total += kb.sparse_loss_delta(
-                    dZ, bufs["Z"][:B], indptr, indices, values, self._no_weights,
+                    dZ, self._rows(name, "Z", B), indptr, indices, values, self._no_weights,
                     int(net.error_function),
                     act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda, s.one_target,
                     s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero)
             else:
-                dA = bufs["dA"][:B]
+                dA = self._rows(name, "dA", B)
                 self._gather_delta(dA, name, B)
                 penalty = self._sparseness(layer)
                 if penalty is not None:
                     kb.sparseness_penalty(dA, self.activation(name, B), *penalty)
                 if self._dropped.get(name):
-                    kb.multiply(dA, bufs["mask"][:B])
-                kb.activation_backward(dZ, dA, bufs["Z"][:B], act, layer.relu_slope,
+                    kb.multiply(dA, self._rows(name, "mask", B))
+                kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act, layer.relu_slope,
                                        layer.elu_alpha, layer.selu_lambda)
             if layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
@@ -448,7 +456,7 @@ class Network:
         first, partial = True, None
         for c in self.outgoing[name]:
             if c.layout == shard.COLS:
-                dZ_dest = self._buffers[c.dest.name]["dZ"][:B]
+                dZ_dest = self._rows(c.dest.name, "dZ", B)
                 if partial is None:
                     partial = kb.empty((B, self.layers[name].n), self.dtype)
                     kb.gemm(partial, dZ_dest, c.W, trans_b=True)
@@ -456,12 +464,12 @@ class Network:
                     kb.gemm(partial, dZ_dest, c.W, trans_b=True, beta=1.0)
                 continue
             dZ_dest = (self._full_delta(c.dest.name, B) if c.layout == shard.ROWS
-                       else self._buffers[c.dest.name]["dZ"][:B])
+                       else self._rows(c.dest.name, "dZ", B))
             # dZ_dest @ matrix.T, where matrix is W, or W.T for a transposed shared matrix
             kb.gemm(dA, dZ_dest, c.owner.W, trans_b=not c.transposed, beta=0.0 if first else 1.0)
             first = False
         for dest in self.skip_out[name]:
-            dZ_dest = self._buffers[dest]["dZ"][:B]
+            dZ_dest = self._rows(dest, "dZ", B)
             if first:
                 kb.copy(dA, dZ_dest)
                 first = False

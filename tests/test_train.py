@@ -89,6 +89,34 @@ def test_backends_agree_over_training(files):
         np.testing.assert_allclose(cpu, ref, rtol=2e-4, atol=2e-5)
 
 
+def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
+    """The network slices its buffers once per batch size; a larger batch reallocates them,
+    and a smaller batch after it must read the new buffers, not the old ones."""
+    from destiny.io.dataset import read_dataset
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
+
+    def output_of(net, data, rows):
+        net.forward(data.batch(np.asarray(rows)))
+        return net.to_host(net.activation("Output", len(rows))).copy()
+
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(7)
+    data = TrainData(net, datasets)
+    first = output_of(net, data, range(5))
+    output_of(net, data, range(20, 29))  # grows the buffers
+    again = output_of(net, data, range(40, 45))
+    fresh = Network(nd, get_backend("cpu"))
+    fresh.initialize(7)
+    np.testing.assert_array_equal(first, output_of(fresh, TrainData(fresh, datasets), range(5)))
+    np.testing.assert_array_equal(again, output_of(fresh, TrainData(fresh, datasets),
+                                                   range(40, 45)))
+    assert not np.array_equal(first, again)
+    # and the views are of the new buffers (the old ones are free to go)
+    assert np.shares_memory(net.activation("Output", 5), net._buffers["Output"]["Z"])
+
+
 def _train_small(files, backend, optimizer, epochs, *, net=None, state=None):
     from destiny.io.dataset import read_dataset
 

@@ -61,20 +61,27 @@ def scratch(name: str, n: int, dtype, *, exact: bool = False):
     if a is None or a.shape[0] < n:
         if len(_SCRATCH) > 256:  # many shapes (the tests): start again rather than grow
             _SCRATCH.clear()
-        size = n if exact else n + n // 4  # room for the next batch's few more entries
-        a = _SCRATCH[key] = cuda.device_array(max(size, 1), dtype=dtype)
+        size = n if exact else max(n + n // 4, 1)  # room for the next batch's few more
+        a = _SCRATCH[key] = cuda.device_array(size, dtype=dtype)
     return a
 
 
-def flat(x):
-    """``x`` as a 1-D array of its ``size`` elements (C-contiguous ``x``), made once per array."""
+def reshaped(x, shape: tuple):
+    """``x.reshape(shape)`` (C-contiguous ``x``), made once per array and shape: on a GPU a
+    reshape is a new numba device array, which costs the host about 20 us."""
     cache = getattr(x, "__dict__", None)
     if cache is None:
-        return x.reshape(x.size)
-    view = cache.get("_destiny_flat")
+        return x.reshape(shape)
+    views = cache.setdefault("_destiny_views", {})
+    view = views.get(shape)
     if view is None:
-        view = cache["_destiny_flat"] = x.reshape(x.size)
+        view = views[shape] = x.reshape(shape)
     return view
+
+
+def flat(x):
+    """``x`` as a 1-D array of its ``size`` elements (see `reshaped`)."""
+    return reshaped(x, (x.size,))
 
 
 def _as_device(x):

@@ -20,7 +20,7 @@ from numba import cuda
 from destiny.kernels import unit
 from destiny.kernels.cuda.dense import fill
 from destiny.kernels.cuda.launch import (THREADS, blocks_for, device_arrays, flat, kernel,
-                                         scratch)
+                                         reshaped, scratch)
 from destiny.kernels.reference.optim import (
     ADADELTA,
     ADAGRAD,
@@ -34,7 +34,6 @@ from destiny.kernels.reference.optim import (
     SQUARE_FLOOR,
     check_lazy_mode,
     state_arrays_needed,
-    state_rows,
     step_size,
 )
 
@@ -257,6 +256,11 @@ def _catch_up(s1, s2, current, t, mode, m):
             s2[r, j] = _decayed(s2[r, j], steps, m)
 
 
+def _state_rows(s, W):
+    # reference.optim.state_rows, each view made once (see launch.reshaped)
+    return reshaped(s, tuple(W.shape) if s.size else (0, W.shape[1]))
+
+
 @device_arrays
 def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     """Update ``t`` of the listed rows of a sparse layer's ``W``, the others left for later;
@@ -277,7 +281,7 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     _claim_rows[blocks_for(n), THREADS](rows, current, int(t), out_rows, out_steps, count)
     ty = W.dtype.type
     _update_rows[blocks_for(n * W.shape[1]), THREADS](
-        W, G, state_rows(s1, W), state_rows(s2, W), out_rows, out_steps, count, int(mode),
+        W, G, _state_rows(s1, W), _state_rows(s2, W), out_rows, out_steps, count, int(mode),
         ty(alpha), ty(0.0), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
 
 
