@@ -17,14 +17,22 @@ import math
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, flat, kernel
+from destiny.kernels.cuda.launch import (THREADS, blocks_for, device_arrays, flat, kernel,
+                                         reshaped, scratch)
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
 
 
 def empty(shape, dtype=np.float32):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if 0 in shape:  # nothing to hold: one shared array per dtype and shape (an indicator
+        return _nothing(shape, dtype)  # dataset's values, every batch)
     return cuda.device_array(shape, dtype=dtype)
+
+
+def _nothing(shape, dtype):
+    return reshaped(scratch("empty", 0, dtype, exact=True), tuple(int(n) for n in shape))
 
 
 def zeros(shape, dtype=np.float32):
@@ -37,6 +45,9 @@ def to_device(array):
     """A device copy of a host array (device arrays are returned as they are)."""
     if hasattr(array, "copy_to_host") or hasattr(array, "__cuda_array_interface__"):
         return array
+    array = np.asarray(array)
+    if array.size == 0:
+        return _nothing(array.shape, array.dtype)
     return cuda.to_device(np.ascontiguousarray(array))
 
 

@@ -49,18 +49,17 @@ _SCRATCH: dict = {}
 
 def scratch(name: str, n: int, dtype, *, exact: bool = False):
     """A 1-D device array for a kernel wrapper's temporaries, kept for the next call that asks
-    for ``name``: ``n`` elements with ``exact``, else at least ``n``. Its contents are whatever
-    the last call left.
+    for ``name``: ``n`` elements with ``exact`` (a call with another ``n`` makes a new one),
+    else at least ``n``. Its contents are whatever the last call left.
 
     All kernels here run on one stream, so a call's kernels run after the previous call's and
     handing it the same memory is safe; it saves the host the 20 us or so that making a numba
-    device array costs (several per sparse layer and step).
+    device array costs (several per sparse layer and step). One array per name and dtype, so
+    the memory kept is bounded.
     """
-    key = (name, np.dtype(dtype).str, n if exact else None)
+    key = (name, np.dtype(dtype).str)
     a = _SCRATCH.get(key)
-    if a is None or a.shape[0] < n:
-        if len(_SCRATCH) > 256:  # many shapes (the tests): start again rather than grow
-            _SCRATCH.clear()
+    if a is None or (a.shape[0] != n if exact else a.shape[0] < n):
         size = n if exact else max(n + n // 4, 1)  # room for the next batch's few more
         a = _SCRATCH[key] = cuda.device_array(size, dtype=dtype)
     return a
@@ -76,6 +75,19 @@ def reshaped(x, shape: tuple):
     view = views.get(shape)
     if view is None:
         view = views[shape] = x.reshape(shape)
+    return view
+
+
+def viewed(x, dtype):
+    """``x.view(dtype)``, made once per array and dtype (see `reshaped`)."""
+    cache = getattr(x, "__dict__", None)
+    if cache is None:
+        return x.view(dtype)
+    views = cache.setdefault("_destiny_views", {})
+    key = np.dtype(dtype).str
+    view = views.get(key)
+    if view is None:
+        view = views[key] = x.view(dtype)
     return view
 
 

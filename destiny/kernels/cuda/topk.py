@@ -29,7 +29,8 @@ from numba import cuda
 from destiny.kernels import unit
 from destiny.kernels.codes import check_monotone
 from destiny.kernels.cuda.csr import row_of
-from destiny.kernels.cuda.launch import ROW_THREADS, THREADS, blocks_for, device_arrays, kernel
+from destiny.kernels.cuda.launch import (ROW_THREADS, THREADS, blocks_for, device_arrays, kernel,
+                                         reshaped, scratch, viewed)
 from destiny.kernels.cuda.pointwise import activation_forward
 
 # The largest K that ``_select`` sorts in shared memory (K keys of 8 bytes and K items of 4).
@@ -369,8 +370,8 @@ def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowe
                                                  exclude_indices, excluded, allowed,
                                                  int(n_valid))
         return
-    keys = cuda.device_array(scores.shape, dtype=np.uint32)
-    _keys[blocks_for(keys.size), THREADS](keys, scores.view(np.uint32), allowed, int(n_valid))
+    keys = reshaped(scratch("top_k.keys", scores.size, np.uint32, exact=True), scores.shape)
+    _keys[blocks_for(keys.size), THREADS](keys, viewed(scores, np.uint32), allowed, int(n_valid))
     if has_filter and exclude_indices.shape[0]:
         _exclude[blocks_for(exclude_indices.shape[0]), THREADS](keys, exclude_indptr,
                                                                 exclude_indices)
@@ -388,7 +389,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     scores are the same (``unit_activation``).
     """
     check_monotone(act, slope, alpha, lam)
-    scores = cuda.device_array(z.shape, dtype=z.dtype)
+    scores = reshaped(scratch("top_k_activated.scores", z.size, z.dtype, exact=True), z.shape)
     activation_forward(scores, z, act, slope, alpha, lam)
     top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
