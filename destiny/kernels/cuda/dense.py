@@ -17,8 +17,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import (THREADS, blocks_for, device_arrays, flat, kernel,
-                                         reshaped, scratch)
+from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, flat, kernel
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
@@ -31,8 +30,15 @@ def empty(shape, dtype=np.float32):
     return cuda.device_array(shape, dtype=dtype)
 
 
+_EMPTY: dict = {}
+
+
 def _nothing(shape, dtype):
-    return reshaped(scratch("empty", 0, dtype, exact=True), tuple(int(n) for n in shape))
+    key = (np.dtype(dtype).str, tuple(int(n) for n in shape))
+    a = _EMPTY.get(key)
+    if a is None:
+        a = _EMPTY[key] = cuda.device_array(key[1], dtype=dtype)
+    return a
 
 
 def zeros(shape, dtype=np.float32):
