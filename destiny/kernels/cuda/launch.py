@@ -200,6 +200,13 @@ def _driver_launch():
     return fn
 
 
+def _error_name(code: int) -> str:
+    name = ctypes.c_char_p()
+    if ctypes.CDLL("libcuda.so.1").cuGetErrorName(code, ctypes.byref(name)) == 0 and name.value:
+        return f"{name.value.decode()} ({code})"
+    return f"CUresult {code}"
+
+
 def _dim3(d):
     if isinstance(d, (tuple, list)):
         return tuple(int(n) for n in d) + (1,) * (3 - len(d))
@@ -207,7 +214,11 @@ def _dim3(d):
 
 
 class _Launcher:
-    """A numba.cuda kernel, launched as ``kernel[grid, block](*args)`` with less host work."""
+    """A numba.cuda kernel, launched as ``kernel[grid, block](*args)`` with less host work.
+
+    Launches from one thread at a time: each compiled signature packs its arguments into one
+    buffer (Destiny's training and prediction launch from their main thread only).
+    """
 
     def __init__(self, dispatcher):
         self.dispatcher = dispatcher
@@ -247,8 +258,8 @@ class _Launcher:
             err = _driver_launch()(compiled.handle, *grid, *block, 0, None, compiled.params,
                                    None)
         if err:
-            raise RuntimeError(f"cuLaunchKernel of {self.dispatcher.py_func.__name__} failed "
-                               f"with CUresult {err}")
+            raise RuntimeError(f"cuLaunchKernel of {self.dispatcher.py_func.__name__} (grid "
+                               f"{grid}, block {block}) failed: {_error_name(err)}")
 
     def _compile(self, args):
         argtypes = tuple(self.dispatcher.typeof_pyval(a) for a in args)
