@@ -7,8 +7,11 @@
 #   OUT=build/gpu STEPS="env test bench" scripts/gpu_check.sh
 #
 # Steps: env, test-gpu (the kernel tests and the GPU training tests), bench (tf32 off and on),
-# test (the whole suite). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks
-# its settings ("off on"), PYTEST_ARGS go to the whole-suite run.
+# test (the whole suite), and, when named, profile (where a training step and a prediction
+# batch go, host functions and GPU kernels, and what one launch costs the host, numba's and
+# Destiny's). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings
+# ("off on"), PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
+# an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu}
@@ -59,6 +62,12 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
                 --tf32 $tf32 --train-seconds "$TRAIN_SECONDS" --predict-seconds "$PREDICT_SECONDS" \
                 --json "$OUT/bench-tf32-$tf32.json"
         done ;;
+    profile)
+        run_step profile-train 240 $PY scripts/profile_step.py --backend gpu --users 20000 \
+            --steps 50 --top 30
+        run_step profile-predict 240 $PY scripts/profile_step.py --backend gpu --users 20000 \
+            --steps 50 --top 30 --predict 100
+        run_step launch 120 $PY scripts/bench_launch.py ;;
     test)
         run_step test "${TEST_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     *)
