@@ -125,8 +125,10 @@ def device_arrays(fn):
 # cuLaunchKernel once. Arrays that are not plainly C-contiguous take numba's path, so a kernel
 # never runs with a layout it was not compiled for.
 
-_SCALARS = {int: "q", float: "d", bool: "?", np.int64: "q", np.uint64: "Q", np.int32: "i",
-            np.uint32: "I", np.float32: "f", np.float64: "d", np.bool_: "?"}
+# The scalar types the kernels are given; numba types each one by its type alone (a Python int
+# as int64, a float as float64), so the type is the key of a scalar argument.
+_SCALARS = frozenset({int, float, bool, np.int64, np.uint64, np.int32, np.uint32, np.float32,
+                      np.float64, np.bool_})
 # numba's kernel ABI for an array (numba.cuda.dispatcher._Kernel._prepare_args): meminfo and
 # parent (both null here), the item count, the item size, the data pointer, then the shape and
 # the strides in bytes.
@@ -235,8 +237,7 @@ class _Launcher:
     def _launch(self, grid, block, *args):
         key, values = [], []
         for a in args:
-            code = _SCALARS.get(type(a))
-            if code is not None:
+            if type(a) in _SCALARS:
                 key.append(type(a))
                 values.append(a)
                 continue
