@@ -115,7 +115,15 @@ _GEMM = {np.dtype(np.float32): "sgemm", np.dtype(np.float64): "dgemm"}
 
 
 def _pointer(x) -> int:
-    return x.__cuda_array_interface__["data"][0]
+    # Kept on the array: a numba array's __cuda_array_interface__ builds a dict on every read,
+    # and an array's memory never moves.
+    cache = getattr(x, "__dict__", None)
+    if cache is None:
+        return x.__cuda_array_interface__["data"][0]
+    pointer = cache.get("_destiny_pointer")
+    if pointer is None:
+        pointer = cache["_destiny_pointer"] = x.__cuda_array_interface__["data"][0]
+    return pointer
 
 
 @kernel
