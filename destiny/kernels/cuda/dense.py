@@ -12,12 +12,14 @@ made once per epoch), so the result does not depend on timing.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, flat, kernel
+from destiny.kernels.cuda.launch import (SIMULATED, THREADS, blocks_for, device_arrays, flat,
+                                         kernel)
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
@@ -48,13 +50,28 @@ def zeros(shape, dtype=np.float32):
 
 
 def to_device(array):
-    """A device copy of a host array (device arrays are returned as they are)."""
+    """A device copy of a host array (device arrays are returned as they are).
+
+    On a GPU the copy is queued on the default stream without waiting. A synchronous copy
+    from pageable memory first waits for every kernel already queued, so each batch's upload
+    held the host until the previous step's update had run on the GPU. An asynchronous copy
+    from pageable memory is staged before the call returns (CUDA's API synchronization
+    rules), so the host array may change or go at once: Destiny's host arrays are NumPy's,
+    never page-locked.
+    """
     if hasattr(array, "copy_to_host") or hasattr(array, "__cuda_array_interface__"):
         return array
-    array = np.asarray(array)
+    array = np.ascontiguousarray(array)
     if array.size == 0:
         return _nothing(array.shape, array.dtype)
-    return cuda.to_device(np.ascontiguousarray(array))
+    if SIMULATED:
+        return cuda.to_device(array)
+    return cuda.to_device(array, stream=_default_stream())
+
+
+@functools.lru_cache(maxsize=1)
+def _default_stream():
+    return cuda.default_stream()  # the legacy default stream, where every kernel here runs
 
 
 def synchronize():
