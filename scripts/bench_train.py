@@ -128,10 +128,12 @@ def flops_per_sample(net, nnz_per_sample: float) -> tuple[float, float]:
               help="gpu: the CUDA backend, beside torch_reference.py --device cuda.")
 @click.option("--tf32", type=click.Choice(["off", "on"]), default="off", show_default=True,
               help="PyTorch's TF32 matmuls on the GPU (Destiny's products are fp32).")
+@click.option("--window-steps", type=int, default=None,
+              help="Training steps per timed window [default: 1 on the cpu, 10 on a GPU].")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--json", "json_path", default=None)
 def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, predict_seconds,
-         topk, quick, with_torch, backend, tf32, workdir, json_path):
+         topk, quick, with_torch, backend, tf32, window_steps, workdir, json_path):
     """Time Destiny's training and prediction on the benchmark network."""
     import numba
 
@@ -158,30 +160,57 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     E = data.examples
     phases = {"data": [], "forward": [], "backward": [], "update": []}
     window, pos, step = [], 0, 0
-    deadline = None
-    while True:
-        t0 = time.perf_counter()
+    # A GPU queues its work, so the phases of a step can be timed only by waiting for the
+    # device after each, which stops the host from running ahead of it. The samples/s come
+    # from windows of steps run as train_epochs runs them (the device synchronized at the
+    # window's end only; backward's loss read is in every step, as in training), and the
+    # breakdown from one more step after each window, synchronized phase by phase.
+    # torch_reference.py times its windows the same way. On the cpu a window is one step and
+    # is timed phase by phase (synchronize() does nothing there).
+    if window_steps is None:
+        window_steps = 1 if backend == "cpu" else 10
+
+    def train_step(timed: bool):
+        """One step as train_epochs runs it; with ``timed``, the seconds of its four phases."""
+        nonlocal pos, step
+        marks = [time.perf_counter()]
+
+        def mark():
+            if timed:
+                kb.synchronize()
+                marks.append(time.perf_counter())
+
         rows = np.arange(pos, min(pos + batch, E))
         b = data.batch(rows)
-        kb.synchronize()  # a GPU queues its work: time each phase to its end
-        t1 = time.perf_counter()
+        mark()
         net.forward(b, train=True, dropout_key=step)
-        kb.synchronize()
-        t2 = time.perf_counter()
+        mark()
         net.backward()
-        kb.synchronize()
-        t3 = time.perf_counter()
+        mark()
         step += 1
         net.update(cfg.alpha, step, cfg.optimizer_config())
-        kb.synchronize()
-        t4 = time.perf_counter()
+        mark()
         pos = 0 if pos + batch >= E else pos + batch
-        if step <= 2:  # warm-up: compilation, first-touch of buffers
+        return len(rows), np.diff(marks)
+
+    deadline = None
+    while True:
+        kb.synchronize()
+        t0 = time.perf_counter()
+        samples, first_step = 0, step + 1
+        for _ in range(window_steps):
+            n, times = train_step(timed=window_steps == 1)
+            samples += n
+        kb.synchronize()
+        t1 = time.perf_counter()
+        if first_step <= 2:  # warm-up (compilation, first touch of the buffers): steps 1-2
             deadline = time.perf_counter() + train_seconds
             continue
-        for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        window.append(samples / (t1 - t0))
+        if window_steps > 1:
+            _, times = train_step(timed=True)
+        for name, dt in zip(phases, times):
             phases[name].append(dt)
-        window.append(len(rows) / (t4 - t0))
         if time.perf_counter() > deadline:
             break
     train_sps = statistics.median(window)
