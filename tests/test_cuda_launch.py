@@ -1,10 +1,13 @@
-"""The CUDA kernels' own launcher (destiny.kernels.cuda.launch): its argument layout here, and
-on a real GPU that it computes what numba's launch computes, falling back to numba's launch
-for arrays it does not pack itself."""
+"""The CUDA kernels' own launcher (destiny.kernels.cuda.launch). Here: its argument layout,
+and what it would hand the driver, with stand-ins for numba's dispatcher, its device arrays
+and cuLaunchKernel. On a real GPU: that it computes what numba's launch computes, falling
+back to numba's launch for arrays it does not pack itself."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
+import types as pytypes
 
 import numpy as np
 import pytest
@@ -55,3 +58,111 @@ def test_launcher_matches_numbas_launch_and_falls_back_for_strided_arrays():
         np.testing.assert_array_equal(out_array.copy_to_host(), expected.copy_to_host())
     # One signature compiled by the launcher; the strided call went through numba's launch.
     assert len(fast._compiled) == 1 and None not in fast._compiled.values()
+
+
+class _FakeArray:
+    """Stands in for a numba device array: what the launcher reads of one."""
+
+    def __init__(self, shape, dtype, pointer, strides=None):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(shape))
+        c_strides = np.empty(shape, dtype).strides if self.size else (0,) * len(shape)
+        self.strides = tuple(strides) if strides is not None else c_strides
+        self.device_ctypes_pointer = ctypes.c_size_t(pointer)
+
+
+class _FakeDispatcher:
+    """Stands in for numba's dispatcher: types arguments, compiles, launches by itself."""
+
+    def __init__(self):
+        self.compiled, self.fallbacks = [], []
+
+        def kernel_body(a, b):  # the py_func the launcher names in its errors
+            pass
+        self.py_func = kernel_body
+
+    def typeof_pyval(self, value):
+        if isinstance(value, _FakeArray):
+            c = value.strides == np.empty(value.shape, value.dtype).strides
+            return types.Array(types.float32 if value.dtype == np.float32 else types.int64,
+                               len(value.shape), "C" if c or not value.size else "A")
+        return {int: types.int64, float: types.float64, bool: types.boolean,
+                np.float32: types.float32, np.uint64: types.uint64}[type(value)]
+
+    def compile(self, argtypes):
+        self.compiled.append(argtypes)
+        cufunc = pytypes.SimpleNamespace(handle=ctypes.c_void_p(0xC0DE))
+        return pytypes.SimpleNamespace(
+            _codelibrary=pytypes.SimpleNamespace(get_cufunc=lambda: cufunc))
+
+    def __getitem__(self, config):
+        return lambda *args: self.fallbacks.append((config, args))
+
+
+def _recorder(calls):
+    """A stand-in for cuLaunchKernel that keeps what each launch was given: its arguments as
+    the bytes from the first one's address to the end of the last (an 8-byte one in these
+    tests), and each one's offset in them."""
+    def cu_launch_kernel(handle, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        base = params[0]
+        offsets = [p - base for p in params]
+        calls.append((handle, (gx, gy, gz), (bx, by, bz),
+                      (ctypes.string_at(base, offsets[-1] + 8), offsets)))
+        return 0
+    return lambda: cu_launch_kernel
+
+
+def test_launcher_packs_numbas_kernel_abi_and_compiles_once(monkeypatch):
+    """Without a GPU: the arguments the driver would get, read back from the pointers."""
+    monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
+    calls = []
+    monkeypatch.setattr(launch, "_driver_launch", _recorder(calls))
+    dispatcher = _FakeDispatcher()
+    fast = launch._Launcher(dispatcher)
+    W = _FakeArray((5, 3), np.float32, 0x1000)
+    rows = _FakeArray((4,), np.int64, 0x2000)
+    fast[7, (32, 2)](W, rows, np.float32(0.5), True, -3, np.uint64(2**64 - 1))
+    fast[1, 32](W, rows, np.float32(0.25), False, 9, np.uint64(1))
+    assert len(dispatcher.compiled) == 1 and not dispatcher.fallbacks
+    (handle, grid, block, first), (_, _, _, second) = calls
+    assert handle == 0xC0DE and grid == (7, 1, 1) and block == (32, 2, 1)
+
+    def read(index, ctype, launch=first):
+        data, offsets = launch
+        return ctype.from_buffer_copy(data, offsets[index]).value
+
+    q, f, b, u = ctypes.c_int64, ctypes.c_float, ctypes.c_bool, ctypes.c_uint64
+    # W: meminfo, parent, size, itemsize, data, shape (5, 3), strides (12, 4)
+    assert [read(i, q) for i in range(9)] == [0, 0, 15, 4, 0x1000, 5, 3, 12, 4]
+    # rows: size 4, itemsize 8, data, shape (4,), strides (8,)
+    assert [read(i, q) for i in range(9, 16)] == [0, 0, 4, 8, 0x2000, 4, 8]
+    assert read(16, f) == 0.5 and read(17, b) is True and read(18, q) == -3
+    assert read(19, u) == 2**64 - 1
+    assert read(16, f, second) == 0.25 and read(17, b, second) is False
+    assert read(18, q, second) == 9 and read(19, u, second) == 1
+
+
+def test_launcher_leaves_strided_and_foreign_arrays_to_numba(monkeypatch):
+    monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
+    calls = []
+    monkeypatch.setattr(launch, "_driver_launch", _recorder(calls))
+    dispatcher = _FakeDispatcher()
+    fast = launch._Launcher(dispatcher)
+    strided = _FakeArray((4, 2), np.float32, 0x3000, strides=(16, 4))
+    fast[1, 32](strided, 1)
+    fast[1, 32](np.zeros(3, np.float32), 1)  # a host array: numba copies it
+    empty = _FakeArray((0, 2), np.float32, 0)
+    fast[1, 32](empty, 1)  # empty: numba types it C-contiguous, the launcher packs it
+    assert len(dispatcher.fallbacks) == 2 and len(calls) == 1
+    assert dispatcher.compiled == [(types.Array(types.float32, 2, "C"), types.int64)]
+
+
+def test_launcher_reports_the_drivers_error(monkeypatch):
+    monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
+    monkeypatch.setattr(launch, "_driver_launch",
+                        lambda: lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
+    monkeypatch.setattr(launch, "_error_name", lambda code: f"CUDA_ERROR_INVALID_VALUE ({code})")
+    fast = launch._Launcher(_FakeDispatcher())
+    with pytest.raises(RuntimeError, match=r"kernel_body \(grid \(1, 1, 1\), block \(32, 1, "
+                                           r"1\)\) failed: CUDA_ERROR_INVALID_VALUE \(1\)"):
+        fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
