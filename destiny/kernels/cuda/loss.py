@@ -6,7 +6,11 @@ reference's) explains the "pre-delta" ``p`` and the SoftMax row Jacobian
 line-for-line mirror of the cpu helper, computed in float64.
 
 A SoftMax row is coupled, so both kernels give one block to each row (grid-stride over the
-rows). For sparse targets the block makes the two passes of spec 5.5 without a dense target:
+rows). Other activations are per unit, so the sparse kernel splits a wide row by column range
+over several blocks (the grid's y), each taking its range's units and listed entries: a batch
+of 256 rows is otherwise 256 blocks, too few to fill a GPU (on an H100 that kernel ran at a
+thirteenth of the memory's speed). For sparse targets a block makes the two passes of spec 5.5
+without a dense target:
 
 1. every unit as a zero target: its delta ``p0`` and error ``e0``;
 2. the row's listed entries, one per thread: the error gains ``e1 - e0`` (twice for an index
@@ -18,7 +22,8 @@ rows). For sparse targets the block makes the two passes of spec 5.5 without a d
 
 Each thread sums the weighted errors of its units over the block's rows; the block reduces them
 in shared memory (a fixed tree) and writes one number, and the host sums those (the one small
-device-to-host copy of a step). The grid depends only on B, so the result is deterministic.
+device-to-host copy of a step). The grid depends only on B and the row's width, so the result
+is deterministic.
 """
 
 from __future__ import annotations
@@ -30,13 +35,17 @@ from numba import cuda
 
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
                                    boost_applies, check_loss_activation)
-from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, device_arrays, kernel,
-                                         scratch)
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, device_arrays,
+                                         kernel, scratch)
 from destiny.kernels.cuda.pointwise import unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
 
 EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
+# Units of a row per block of the sparse kernel (four per thread), and the most blocks a row
+# is split over. Under the simulator a few units, so that the tests' tiny rows are split.
+PART_UNITS = 4 if SIMULATED else 4 * ROW_THREADS
+MAX_PARTS = 64
 
 
 @cuda.jit(device=True)
@@ -114,11 +123,11 @@ def _is_last(indices, k, hi):
 
 
 @cuda.jit(device=True)
-def _finish_row(delta, a, r, act, factor, total):
-    """``delta[r] = (p - a * total) * factor`` (SoftMax) or ``p * factor``, over the units."""
+def _finish_row(delta, a, r, act, factor, total, c0, c1):
+    """``delta[r] = (p - a * total) * factor`` (SoftMax) or ``p * factor``, units c0 to c1."""
     if act != SOFTMAX and factor == 1.0:
         return
-    for j in range(cuda.threadIdx.x, a.shape[1], ROW_THREADS):
+    for j in range(c0 + cuda.threadIdx.x, c1, ROW_THREADS):
         d = np.float64(delta[r, j])
         if act == SOFTMAX:
             d -= np.float64(a[r, j]) * total
@@ -152,18 +161,24 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x
     n_units = a.shape[1]
+    # This block's units of each row: part blockIdx.y of gridDim.y (the whole row for SoftMax)
+    width = (n_units + cuda.gridDim.y - 1) // cuda.gridDim.y
+    c0 = min(cuda.blockIdx.y * width, n_units)
+    c1 = min(c0 + width, n_units)
     boolean = values.shape[0] == 0
     err = 0.0  # this thread's share of the block's weighted error
     for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
         lo, hi = indptr[r], indptr[r + 1]
         w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
         row_err = 0.0
-        for j in range(t, n_units, ROW_THREADS):  # 1. every unit as a zero target ...
+        for j in range(c0 + t, c1, ROW_THREADS):  # 1. every unit as a zero target ...
             e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
             delta[r, j] = p
             row_err += e
         cuda.syncthreads()
         for k in range(lo + t, hi, ROW_THREADS):  # 2. ... then correct the listed entries
+            if indices[k] < c0 or indices[k] >= c1:  # (another block's units)
+                continue
             x = np.float64(a[r, indices[k]])
             v = 1.0 if boolean else np.float64(values[k])
             e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo), True,
@@ -175,15 +190,15 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
         cuda.syncthreads()
         total = 0.0
         if act == SOFTMAX:  # 3. the row Jacobian, DeltaBoost and the example weight
-            for j in range(t, n_units, ROW_THREADS):
+            for j in range(c0 + t, c1, ROW_THREADS):  # (c0, c1 = the whole row here)
                 total += np.float64(delta[r, j])
             total = _block_sum(shared, total)
-        _finish_row(delta, a, r, act, w * boost_zero if boosting else w, total)
+        _finish_row(delta, a, r, act, w * boost_zero if boosting else w, total, c0, c1)
         if boosting:
             cuda.syncthreads()
             for k in range(lo + t, hi, ROW_THREADS):
                 j = indices[k]
-                if _is_last(indices, k, hi):
+                if c0 <= j < c1 and _is_last(indices, k, hi):
                     x = np.float64(a[r, j])
                     v = 1.0 if boolean else np.float64(values[k])
                     p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
@@ -193,7 +208,7 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
                     delta[r, j] = p1 * boost_one * w
     err = _block_sum(shared, err)
     if t == 0:
-        block_err[cuda.blockIdx.x] = err
+        block_err[cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x] = err
 
 
 @kernel
@@ -215,7 +230,7 @@ def _dense_kernel(delta, block_err, a, target, weights, err_fn, act, prm):
         err += w * row_err
         if act == SOFTMAX:
             total = _block_sum(shared, total)
-        _finish_row(delta, a, r, act, w, total)
+        _finish_row(delta, a, r, act, w, total, 0, n_units)
     err = _block_sum(shared, err)
     if t == 0:
         block_err[cuda.blockIdx.x] = err
@@ -226,11 +241,12 @@ def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
             float(one_scale), float(zero_scale))
 
 
-def _launch(kernel, n_rows):
-    """(kernel configured for n_rows rows, its per-block error array)."""
+def _launch(kernel, n_rows, n_parts=1):
+    """(kernel configured for n_rows rows, each split in n_parts, its per-block errors)."""
     n_blocks = min(n_rows, MAX_BLOCKS)
-    return kernel[n_blocks, ROW_THREADS], scratch("loss.block_err", n_blocks, np.float64,
-                                                  exact=True)
+    return kernel[(n_blocks, n_parts), ROW_THREADS], scratch("loss.block_err",
+                                                             n_blocks * n_parts, np.float64,
+                                                             exact=True)
 
 
 def _summed(block_err):
@@ -251,7 +267,8 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     n_rows = a.shape[0]
     if n_rows == 0:
         return 0.0
-    kernel, block_err = _launch(_sparse_kernel, n_rows)
+    n_parts = 1 if act == SOFTMAX else max(1, min(a.shape[1] // PART_UNITS, MAX_PARTS))
+    kernel, block_err = _launch(_sparse_kernel, n_rows, n_parts)
     kernel(delta, block_err, a, indptr, indices, values, weights, int(err_fn), int(act), prm,
            float(boost_one), float(boost_zero), boosting)
     return _summed(block_err)
