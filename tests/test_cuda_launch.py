@@ -112,13 +112,19 @@ def _recorder(calls):
     return lambda: cu_launch_kernel
 
 
-def test_launcher_packs_numbas_kernel_abi_and_compiles_once(monkeypatch):
-    """Without a GPU: the arguments the driver would get, read back from the pointers."""
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """(a launcher of a stand-in dispatcher, that dispatcher, the recorded launches)."""
     monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
     calls = []
     monkeypatch.setattr(launch, "_driver_launch", _recorder(calls))
     dispatcher = _FakeDispatcher()
-    fast = launch._Launcher(dispatcher)
+    return launch._Launcher(dispatcher), dispatcher, calls
+
+
+def test_launcher_packs_numbas_kernel_abi_and_compiles_once(stand_ins):
+    """Without a GPU: the arguments the driver would get, read back from the pointers."""
+    fast, dispatcher, calls = stand_ins
     W = _FakeArray((5, 3), np.float32, 0x1000)
     rows = _FakeArray((4,), np.int64, 0x2000)
     fast[7, (32, 2)](W, rows, np.float32(0.5), True, -3, np.uint64(2**64 - 1))
@@ -142,12 +148,8 @@ def test_launcher_packs_numbas_kernel_abi_and_compiles_once(monkeypatch):
     assert read(18, q, second) == 9 and read(19, u, second) == 1
 
 
-def test_launcher_leaves_strided_and_foreign_arrays_to_numba(monkeypatch):
-    monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
-    calls = []
-    monkeypatch.setattr(launch, "_driver_launch", _recorder(calls))
-    dispatcher = _FakeDispatcher()
-    fast = launch._Launcher(dispatcher)
+def test_launcher_leaves_strided_and_foreign_arrays_to_numba(stand_ins):
+    fast, dispatcher, calls = stand_ins
     strided = _FakeArray((4, 2), np.float32, 0x3000, strides=(16, 4))
     fast[1, 32](strided, 1)
     fast[1, 32](np.zeros(3, np.float32), 1)  # a host array: numba copies it
@@ -157,12 +159,11 @@ def test_launcher_leaves_strided_and_foreign_arrays_to_numba(monkeypatch):
     assert dispatcher.compiled == [(types.Array(types.float32, 2, "C"), types.int64)]
 
 
-def test_launcher_reports_the_drivers_error(monkeypatch):
-    monkeypatch.setattr(launch, "DeviceNDArrayBase", _FakeArray)
+def test_launcher_reports_the_drivers_error(stand_ins, monkeypatch):
+    fast = stand_ins[0]
     monkeypatch.setattr(launch, "_driver_launch",
                         lambda: lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
     monkeypatch.setattr(launch, "_error_name", lambda code: f"CUDA_ERROR_INVALID_VALUE ({code})")
-    fast = launch._Launcher(_FakeDispatcher())
     with pytest.raises(RuntimeError, match=r"kernel_body \(grid \(1, 1, 1\), block \(32, 1, "
                                            r"1\)\) failed: CUDA_ERROR_INVALID_VALUE \(1\)"):
         fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
