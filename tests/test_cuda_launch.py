@@ -1,7 +1,10 @@
-"""The CUDA kernels' own launcher (destiny.kernels.cuda.launch). Here: its argument layout,
-and what it would hand the driver, with stand-ins for numba's dispatcher, its device arrays
-and cuLaunchKernel. On a real GPU: that it computes what numba's launch computes, falling
-back to numba's launch for arrays it does not pack itself."""
+"""The CUDA backend's host side, which the simulator does not run: the kernels' own launcher
+(destiny.kernels.cuda.launch) and the staged uploads of ``to_device``.
+
+Here, with stand-ins for numba's dispatcher, its device arrays and the driver: the launcher's
+argument layout and what it would hand cuLaunchKernel, and the uploads' staging slots. On a
+real GPU: that the launcher computes what numba's launch computes, falling back to numba's
+launch for arrays it does not pack itself."""
 
 from __future__ import annotations
 
@@ -167,3 +170,48 @@ def test_launcher_reports_the_drivers_error(stand_ins, monkeypatch):
     with pytest.raises(RuntimeError, match=r"kernel_body \(grid \(1, 1, 1\), block \(32, 1, "
                                            r"1\)\) failed: CUDA_ERROR_INVALID_VALUE \(1\)"):
         fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
+
+
+def test_uploads_stage_in_page_locked_slots_and_wait_before_reusing_one(monkeypatch):
+    """``to_device``'s staging (cuda/dense.py ``_Uploads``), with stand-ins for numba.cuda."""
+    from destiny.kernels.cuda import dense
+
+    log = []
+
+    class Event:
+        def __init__(self, timing):
+            self.number = sum(1 for entry in log if entry[0] == "event")
+            log.append(("event", self.number))
+
+        def record(self, stream):
+            log.append(("record", self.number, stream))
+
+        def synchronize(self):
+            log.append(("wait", self.number))
+
+    class DeviceArray:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, dtype
+
+        def copy_to_device(self, host, stream):
+            self.source, self.data, self.stream = host, host.copy(), stream
+
+    monkeypatch.setattr(dense, "cuda", pytypes.SimpleNamespace(
+        pinned_array=lambda n, dtype: np.zeros(n, dtype), event=Event,
+        default_stream=lambda: "legacy", device_array=DeviceArray))
+    monkeypatch.setattr(dense._Uploads, "SLOTS", 2)
+    uploads = dense._Uploads()
+    del log[:]
+    rows = np.arange(5, dtype=np.int64)
+    first = uploads.copy(rows)
+    second = uploads.copy(np.array([[1, 2], [3, 4]], dtype=np.int32))
+    rows[:] = -1  # the host array may change once the copy is queued: it was staged
+    third = uploads.copy(np.array([7, 8], dtype=np.int64))
+    assert first.data.tolist() == [0, 1, 2, 3, 4] and first.stream == "legacy"
+    assert second.data.tolist() == [[1, 2], [3, 4]] and second.data.dtype == np.int32
+    assert third.data.tolist() == [7, 8]
+    for out in (first, second, third):  # each copied from the page-locked memory
+        assert np.shares_memory(out.source, uploads.host)
+    # slot 0 is used again only after its first copy is done
+    assert log == [("record", 0, "legacy"), ("record", 1, "legacy"), ("wait", 0),
+                   ("record", 0, "legacy")]

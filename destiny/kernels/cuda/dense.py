@@ -52,26 +52,60 @@ def zeros(shape, dtype=np.float32):
 def to_device(array):
     """A device copy of a host array (device arrays are returned as they are).
 
-    On a GPU the copy is queued on the default stream without waiting. A synchronous copy
-    from pageable memory first waits for every kernel already queued, so each batch's upload
-    held the host until the previous step's update had run on the GPU. An asynchronous copy
-    from pageable memory is staged before the call returns (CUDA's API synchronization
-    rules), so the host array may change or go at once: Destiny's host arrays are NumPy's,
-    never page-locked.
+    On a GPU, arrays of up to ``_Uploads.SLOT_BYTES`` (a batch's row numbers and offsets) go
+    through page-locked staging memory and are queued without waiting (see ``_Uploads``);
+    larger ones (a dataset, once) are copied at once.
     """
     if hasattr(array, "copy_to_host") or hasattr(array, "__cuda_array_interface__"):
         return array
     array = np.ascontiguousarray(array)
     if array.size == 0:
         return _nothing(array.shape, array.dtype)
-    if SIMULATED:
+    if SIMULATED or array.nbytes > _Uploads.SLOT_BYTES:
         return cuda.to_device(array)
-    return cuda.to_device(array, stream=_default_stream())
+    return _uploads().copy(array)
+
+
+class _Uploads:
+    """Host-to-device copies that do not wait for the GPU.
+
+    A copy from pageable memory (NumPy's) first waits for every kernel already queued (or
+    may, in CUDA's API synchronization rules), so each batch's three uploads held the host
+    until the previous step's update had run on the GPU. A copy from page-locked memory is
+    queued like a kernel. So an array is first copied on the host into one of SLOTS
+    page-locked slots, taken in turn, and the slot is used again only after its last copy is
+    done (an event recorded after it); the GPU runs at most about one step behind the host
+    (the loss is read every step), so that wait does not happen in training.
+    """
+
+    SLOTS = 8
+    SLOT_BYTES = 1 << 20
+
+    def __init__(self):
+        self.host = cuda.pinned_array(self.SLOTS * self.SLOT_BYTES, dtype=np.uint8)
+        self.done = [cuda.event(timing=False) for _ in range(self.SLOTS)]
+        self.used = [False] * self.SLOTS
+        self.next = 0
+        self.stream = cuda.default_stream()  # the legacy default stream, as every kernel here
+
+    def copy(self, array):
+        i = self.next
+        self.next = (i + 1) % self.SLOTS
+        if self.used[i]:
+            self.done[i].synchronize()
+        start = i * self.SLOT_BYTES
+        staged = self.host[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+        staged[...] = array
+        out = cuda.device_array(array.shape, dtype=array.dtype)
+        out.copy_to_device(staged, stream=self.stream)
+        self.done[i].record(self.stream)
+        self.used[i] = True
+        return out
 
 
 @functools.lru_cache(maxsize=1)
-def _default_stream():
-    return cuda.default_stream()  # the legacy default stream, where every kernel here runs
+def _uploads() -> _Uploads:
+    return _Uploads()
 
 
 def synchronize():
