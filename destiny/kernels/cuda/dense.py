@@ -122,7 +122,6 @@ def to_host(array):
     return np.asarray(array)
 
 
-
 # -- elementwise --------------------------------------------------------------------------
 
 

@@ -65,30 +65,28 @@ def scratch(name: str, n: int, dtype, *, exact: bool = False):
     return a
 
 
-def reshaped(x, shape: tuple):
-    """``x.reshape(shape)`` (C-contiguous ``x``), made once per array and shape: on a GPU a
-    reshape is a new numba device array, which costs the host about 20 us."""
+def kept(x, key, make):
+    """``make(x)``, made once and kept on the array ``x`` under ``key``: a numba device array's
+    shape and memory never change, and on a GPU each reshape or view is a new numba device
+    array, which costs the host about 20 us. Objects without a ``__dict__`` get a new one."""
     cache = getattr(x, "__dict__", None)
     if cache is None:
-        return x.reshape(shape)
-    views = cache.setdefault("_destiny_views", {})
-    view = views.get(shape)
-    if view is None:
-        view = views[shape] = x.reshape(shape)
-    return view
+        return make(x)
+    values = cache.setdefault("_destiny_kept", {})
+    value = values.get(key)
+    if value is None:
+        value = values[key] = make(x)
+    return value
+
+
+def reshaped(x, shape: tuple):
+    """``x.reshape(shape)`` (C-contiguous ``x``), made once per array and shape (`kept`)."""
+    return kept(x, ("reshape", shape), lambda a: a.reshape(shape))
 
 
 def viewed(x, dtype):
-    """``x.view(dtype)``, made once per array and dtype (see `reshaped`)."""
-    cache = getattr(x, "__dict__", None)
-    if cache is None:
-        return x.view(dtype)
-    views = cache.setdefault("_destiny_views", {})
-    key = np.dtype(dtype).str
-    view = views.get(key)
-    if view is None:
-        view = views[key] = x.view(dtype)
-    return view
+    """``x.view(dtype)``, made once per array and dtype (`kept`)."""
+    return kept(x, ("view", np.dtype(dtype).str), lambda a: a.view(dtype))
 
 
 def flat(x):

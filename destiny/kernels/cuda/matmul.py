@@ -19,7 +19,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import SIMULATED, device_arrays, kernel
+from destiny.kernels.cuda.launch import SIMULATED, device_arrays, kept, kernel
 
 # Tile edge of the fallback: a block is TILE x TILE threads, each computing one output element.
 TILE = 2 if SIMULATED else 16
@@ -115,15 +115,8 @@ _GEMM = {np.dtype(np.float32): "sgemm", np.dtype(np.float64): "dgemm"}
 
 
 def _pointer(x) -> int:
-    # Kept on the array: a numba array's __cuda_array_interface__ builds a dict on every read,
-    # and an array's memory never moves.
-    cache = getattr(x, "__dict__", None)
-    if cache is None:
-        return x.__cuda_array_interface__["data"][0]
-    pointer = cache.get("_destiny_pointer")
-    if pointer is None:
-        pointer = cache["_destiny_pointer"] = x.__cuda_array_interface__["data"][0]
-    return pointer
+    # Kept on the array: a numba array's __cuda_array_interface__ builds a dict on every read.
+    return kept(x, "pointer", lambda a: a.__cuda_array_interface__["data"][0])
 
 
 @kernel

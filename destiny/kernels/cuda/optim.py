@@ -138,7 +138,6 @@ def _check_state(param, s1, s2, mode):
                              f"got {s.size}")
 
 
-
 def _constants(dtype, mode, t, mu, mu1):
     """The rates, the floor and Adam's constants, cast to the parameters' dtype."""
     ty = dtype.type

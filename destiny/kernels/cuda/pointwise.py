@@ -22,8 +22,8 @@ from numba import cuda
 from destiny.kernels import unit
 from destiny.kernels.codes import ELU, SELU, SIGMOID, SOFTMAX, check_activation
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
-                                         device_arrays, kernel, scratch)
-from destiny.kernels.cuda.dense import add_bias, copy
+                                         device_arrays, kernel)
+from destiny.kernels.cuda.dense import add_bias, copy, empty
 from destiny.kernels.reference.pointwise import alpha_dropout_constants
 
 
@@ -132,7 +132,7 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
             z = a
         _softmax_forward[_row_launch(z.shape[0])](a, z)
     else:
-        b = bias if has_bias else scratch("activation.no_bias", 0, z.dtype, exact=True)
+        b = bias if has_bias else empty(0, z.dtype)  # no bias: the shared empty array
         _activation_forward[_flat_launch(z.size)](a, z, b, int(act), float(slope),
                                                   float(alpha), float(lam))
 
