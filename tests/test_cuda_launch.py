@@ -45,19 +45,19 @@ def test_param_layout_of_a_one_dimensional_array_and_scalars():
 def test_launcher_matches_numbas_launch_and_falls_back_for_strided_arrays():
     from numba import cuda
 
-    def fill(out, x, scale, flag, shift):
+    def fill(out, x, scale, flag, shift, pair):
         i = cuda.grid(1)
         if i < out.shape[0]:
-            out[i] = x[i, 0] * scale + (shift if flag else 0)
+            out[i] = x[i, 0] * scale + (shift if flag else 0) + pair[0] * pair[1]
 
     fast = launch._Launcher(cuda.jit(fill))
     plain = cuda.jit(fill)
     x = cuda.to_device(np.arange(128, dtype=np.float32).reshape(64, 2))
     for out_array, src in ((cuda.device_array(32, np.float32), x[:32]),
                            (cuda.device_array(32, np.float32), x[::2])):  # strided rows
-        fast[1, 32](out_array, src, np.float32(2), True, 3)
+        fast[1, 32](out_array, src, np.float32(2), True, 3, (0.5, 3))
         expected = cuda.device_array(32, np.float32)
-        plain[1, 32](expected, src, np.float32(2), True, 3)
+        plain[1, 32](expected, src, np.float32(2), True, 3, (0.5, 3))
         np.testing.assert_array_equal(out_array.copy_to_host(), expected.copy_to_host())
     # One signature compiled by the launcher; the strided call went through numba's launch.
     assert len(fast._compiled) == 1 and None not in fast._compiled.values()
@@ -89,6 +89,8 @@ class _FakeDispatcher:
             c = value.strides == np.empty(value.shape, value.dtype).strides
             return types.Array(types.float32 if value.dtype == np.float32 else types.int64,
                                len(value.shape), "C" if c or not value.size else "A")
+        if isinstance(value, tuple):
+            return types.Tuple([self.typeof_pyval(v) for v in value])
         return {int: types.int64, float: types.float64, bool: types.boolean,
                 np.float32: types.float32, np.uint64: types.uint64}[type(value)]
 
@@ -149,6 +151,26 @@ def test_launcher_packs_numbas_kernel_abi_and_compiles_once(stand_ins):
     assert read(19, u) == 2**64 - 1
     assert read(16, f, second) == 0.25 and read(17, b, second) is False
     assert read(18, q, second) == 9 and read(19, u, second) == 1
+
+
+def test_launcher_passes_a_tuple_of_scalars_as_its_items(stand_ins):
+    """numba flattens a tuple argument into one kernel parameter per item (the loss kernel's
+    parameters are one): the launcher packs them in turn instead of leaving it to numba."""
+    fast, dispatcher, calls = stand_ins
+    x = _FakeArray((3,), np.float32, 0x4000)
+    fast[1, 32](x, True, (1.5, 2.5, 7))
+    fast[1, 32](x, False, (0.5, -1.0, 8))
+    assert not dispatcher.fallbacks and len(dispatcher.compiled) == 1
+    fmt, _ = launch.param_layout(dispatcher.compiled[0])
+    assert fmt == "@PPqqPqq" + "?" + "ddq"
+    for (_, _, _, (data, offsets)), expected in zip(calls, [(True, 1.5, 2.5, 7),
+                                                             (False, 0.5, -1.0, 8)]):
+        items = [c.from_buffer_copy(data, offsets[7 + i]).value
+                 for i, c in enumerate((ctypes.c_bool, ctypes.c_double, ctypes.c_double,
+                                        ctypes.c_int64))]
+        assert items == list(expected)
+    fast[1, 32](x, True, (1.5, x))  # a tuple holding an array: numba's own launch
+    assert len(dispatcher.fallbacks) == 1
 
 
 def test_launcher_leaves_strided_and_foreign_arrays_to_numba(stand_ins):

@@ -160,6 +160,16 @@ def _is_array(numba_type):
     return hasattr(numba_type, "layout") and hasattr(numba_type, "ndim")
 
 
+def _codes(numba_type) -> str:
+    """The ``struct`` codes of one argument as numba flattens it: an array's fields, a tuple's
+    items one after another (numba passes each as its own kernel parameter), a scalar."""
+    if _is_array(numba_type):
+        return _ARRAY_HEAD + "q" * (2 * numba_type.ndim)
+    if hasattr(numba_type, "types"):  # UniTuple, Tuple
+        return "".join(_codes(t) for t in numba_type.types)
+    return _CODES[str(numba_type)]
+
+
 def param_layout(argtypes):
     """The ``struct`` format of a kernel's flattened arguments, and each one's byte offset.
 
@@ -167,8 +177,7 @@ def param_layout(argtypes):
     both place them; the offsets only locate each argument in the buffer, since
     cuLaunchKernel is given one pointer per argument.
     """
-    codes = "".join(_ARRAY_HEAD + "q" * (2 * t.ndim) if _is_array(t) else _CODES[str(t)]
-                    for t in argtypes)
+    codes = "".join(_codes(t) for t in argtypes)
     offsets, prefix = [], "@"
     for code in codes:
         offsets.append(struct.calcsize(prefix + code) - struct.calcsize("@" + code))
@@ -238,6 +247,10 @@ class _Launcher:
             if type(a) in _SCALARS:
                 key.append(type(a))
                 values.append(a)
+                continue
+            if type(a) is tuple and all(type(x) in _SCALARS for x in a):
+                key.append((tuple, *map(type, a)))  # a tuple of scalars: its items, in turn
+                values.extend(a)
                 continue
             fields = getattr(a, "__dict__", _NO_DICT).get("_destiny_launch") or _array_fields(a)
             if fields is None:
