@@ -228,7 +228,7 @@ class Network:
             if layer.kind == LayerKind.Input:
                 continue
             shape = (batch_size, self.local_n(name))
-            names = ["Z", "dZ", "dA", "tmp"] + (["out", "mask", "r"] if layer.p_dropout > 0 else [])
+            names = ["Z", "dZ", "dA", "tmp"] + (["out", "mask"] if layer.p_dropout > 0 else [])
             self._buffers[name] = {n: self.backend.empty(shape, self.dtype) for n in names}
         self._views = {}
 
@@ -297,14 +297,17 @@ class Network:
             if name == pre_activation:
                 continue
             act = int(layer.activation)
-            kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda,
-                                  bias)
             if train and layer.p_dropout > 0:
-                r = self._rows(name, "r", B)
-                kb.uniform_fill(r, stream_key(dropout_key, layer.index), 0, self.units[name][0])
-                kb.dropout_forward(self._rows(name, "out", B), self._rows(name, "mask", B), Z, r,
-                                   layer.p_dropout, act, layer.elu_alpha, layer.selu_lambda)
+                # Z keeps the activations (the backward pass reads its derivative from them),
+                # "out" the dropped-out ones; unit j of this rank draws as unit j of the layer.
+                kb.activation_dropout_forward(
+                    self._rows(name, "out", B), self._rows(name, "mask", B), Z, Z, act,
+                    layer.relu_slope, layer.elu_alpha, layer.selu_lambda, bias,
+                    stream_key(dropout_key, layer.index), 0, self.units[name][0], layer.p_dropout)
                 self._dropped[name] = True
+            else:
+                kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha,
+                                      layer.selu_lambda, bias)
 
     def _sum_contributions(self, Z: np.ndarray, name: str, B: int) -> None:
         """Z = the sum over incoming connections of b + X @ W (this rank's columns of it).
@@ -437,10 +440,9 @@ class Network:
                 penalty = self._sparseness(layer)
                 if penalty is not None:
                     kb.sparseness_penalty(dA, self.activation(name, B), *penalty)
-                if self._dropped.get(name):
-                    kb.multiply(dA, self._rows(name, "mask", B))
+                mask = self._rows(name, "mask", B) if self._dropped.get(name) else None
                 kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act, layer.relu_slope,
-                                       layer.elu_alpha, layer.selu_lambda)
+                                       layer.elu_alpha, layer.selu_lambda, mask)
             if layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
             self._weight_gradients(name, dZ, B)

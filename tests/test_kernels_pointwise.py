@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from destiny.kernels import codes
+from destiny.kernels.counter_rng import DROPOUT, stream_key
 from .backends import family, tiny
 
 BACKENDS = family("pointwise")
@@ -146,9 +147,20 @@ def test_unknown_activation_is_refused(backend):
         BACKENDS[backend].activation_forward(z.copy(), z, 8, SLOPE, ALPHA, LAM)  # RELUMax
 
 
-def run_dropout(backend, a, r, p, act):
+KEY = stream_key(12134, DROPOUT, 3, 1)  # a key as training draws them
+
+
+def draws(shape, key=KEY, row_offset=0, col_offset=0):
+    """The uniforms a dropout of ``shape`` compares with p (the reference generator's)."""
+    r = np.empty(shape, dtype=np.float64)
+    family("rng")["reference"].uniform_fill(r, key, row_offset, col_offset)
+    return r
+
+
+def run_dropout(backend, a, p, act, key=KEY, row_offset=0, col_offset=0):
     out, mask = np.empty_like(a), np.empty_like(a)
-    BACKENDS[backend].dropout_forward(out, mask, a, r, p, act, ALPHA, LAM)
+    BACKENDS[backend].dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, ALPHA,
+                                      LAM)
     return out, mask
 
 
@@ -158,9 +170,8 @@ def test_dropout_rules(backend, act):
     rng = np.random.default_rng(40 + act)
     p = 0.3
     a = rng.uniform(-1, 1, size=shape(backend, 400, 500)).astype(np.float32)
-    r = rng.random(a.shape).astype(np.float32)
-    out, mask = run_dropout(backend, a, r, p, act)
-    dropped = r < p
+    out, mask = run_dropout(backend, a, p, act, row_offset=7, col_offset=(1 << 33) + 5)
+    dropped = draws(a.shape, row_offset=7, col_offset=(1 << 33) + 5) < p
     assert 0 < dropped.sum() < dropped.size
     assert tiny(backend) or abs(dropped.mean() - p) < 0.01
     if act == codes.SIGMOID:
@@ -183,22 +194,96 @@ def test_dropout_rules(backend, act):
 def test_dropout_matches_reference_in_place(backend, act):
     rng = np.random.default_rng(50 + act)
     a = rng.normal(size=shape(backend, 31, 17)).astype(np.float32)
-    r = rng.random(a.shape).astype(np.float32)
-    expected_out, expected_mask = run_dropout("reference", a, r, 0.25, act)
+    expected_out, expected_mask = run_dropout("reference", a, 0.25, act)
     mask = np.empty_like(a)
-    BACKENDS[backend].dropout_forward(a, mask, a, r, 0.25, act, ALPHA, LAM)  # out is a
+    BACKENDS[backend].dropout_forward(a, mask, a, KEY, 0, 0, 0.25, act, ALPHA, LAM)  # out is a
     np.testing.assert_allclose(a, expected_out, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(mask, expected_mask, rtol=1e-6)
+    np.testing.assert_array_equal(mask, expected_mask)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_dropout_of_a_block_of_units_is_that_block_of_the_layers_dropout(backend):
+    """A rank holding units 3.. of a layer drops what one process drops there (spec 7)."""
+    a = np.random.default_rng(2).normal(size=shape(backend, 8, 12)).astype(np.float32)
+    whole_out, whole_mask = run_dropout(backend, a, 0.5, codes.RELU)
+    out, mask = run_dropout(backend, np.ascontiguousarray(a[:, 3:]), 0.5, codes.RELU,
+                            col_offset=3)
+    np.testing.assert_array_equal(out, whole_out[:, 3:])
+    np.testing.assert_array_equal(mask, whole_mask[:, 3:])
+    other_key, _ = run_dropout(backend, a, 0.5, codes.RELU, key=KEY + 1)
+    assert not np.array_equal(other_key, whole_out)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_dropout_probability_zero_keeps_everything_and_one_is_refused(backend):
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    out, mask = run_dropout(backend, a, np.zeros_like(a), 0.0, codes.RELU)
+    out, mask = run_dropout(backend, a, 0.0, codes.RELU)
     np.testing.assert_array_equal(out, a)
     np.testing.assert_array_equal(mask, np.ones_like(a))
-    with pytest.raises(ValueError):
-        run_dropout(backend, a, np.zeros_like(a), 1.0, codes.RELU)
+    for p in (1.0, -0.1):
+        with pytest.raises(ValueError):
+            run_dropout(backend, a, p, codes.RELU)
+        with pytest.raises(ValueError):
+            BACKENDS[backend].activation_dropout_forward(
+                np.empty_like(a), np.empty_like(a), a.copy(), a, codes.RELU, SLOPE, ALPHA, LAM,
+                None, KEY, 0, 0, p)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_activation_dropout_forward_is_the_activation_then_the_dropout(backend, act):
+    """The training forward of a layer in one call: bit for bit ``activation_forward`` (with
+    the bias) and then ``dropout_forward`` on the stored activations, in place as the network
+    calls it (a is z) and into another array."""
+    k = BACKENDS[backend]
+    rng = np.random.default_rng(60 + act)
+    z = random_pre_activations(rng, shape(backend, 9, 40))
+    b = rng.normal(size=z.shape[1]).astype(np.float32)
+    for bias in (b, None):
+        a = np.empty_like(z)
+        k.activation_forward(a, z, act, SLOPE, ALPHA, LAM, bias)
+        out, mask = np.empty_like(z), np.empty_like(z)
+        k.dropout_forward(out, mask, a, KEY, 2, 5, 0.4, act, ALPHA, LAM)
+        got_a, got_out, got_mask = z.copy(), np.empty_like(z), np.empty_like(z)
+        k.activation_dropout_forward(got_out, got_mask, got_a, got_a, act, SLOPE, ALPHA, LAM,
+                                     bias, KEY, 2, 5, 0.4)
+        np.testing.assert_array_equal(got_a, a)
+        np.testing.assert_array_equal(got_out, out)
+        np.testing.assert_array_equal(got_mask, mask)
+        other = np.empty_like(z)
+        k.activation_dropout_forward(got_out, got_mask, other, z, act, SLOPE, ALPHA, LAM, bias,
+                                     KEY, 2, 5, 0.4)
+        np.testing.assert_array_equal(other, a)
+        np.testing.assert_array_equal(got_out, out)
+    if backend != "reference":
+        expected = [np.empty_like(z) for _ in range(3)]
+        BACKENDS["reference"].activation_dropout_forward(*expected[1:], expected[0], z, act,
+                                                         SLOPE, ALPHA, LAM, b, KEY, 2, 5, 0.4)
+        got = [np.empty_like(z) for _ in range(3)]
+        k.activation_dropout_forward(*got[1:], got[0], z, act, SLOPE, ALPHA, LAM, b, KEY, 2, 5,
+                                     0.4)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_backward_with_a_mask_is_the_masked_delta_through_the_activation(backend, act):
+    """``activation_backward(..., mask)`` is bit for bit ``da *= mask`` (in da's dtype) and
+    then the backward without one; in place (dz is da) as well."""
+    k = BACKENDS[backend]
+    rng = np.random.default_rng(70 + act)
+    a = forward("reference", random_pre_activations(rng, shape(backend, 7, 33)), act)
+    da = rng.normal(size=a.shape).astype(np.float32)
+    _, mask = run_dropout("reference", a, 0.3, codes.ELU)  # zeros and an inexact gain
+    assert np.any(mask == 0) and np.any((mask != 0) & (mask != 1))
+    expected = da * mask
+    k.activation_backward(expected, expected, a, act, SLOPE, ALPHA, LAM)
+    got = np.empty_like(da)
+    k.activation_backward(got, da, a, act, SLOPE, ALPHA, LAM, mask)
+    np.testing.assert_array_equal(got, expected)
+    k.activation_backward(da, da, a, act, SLOPE, ALPHA, LAM, mask)
+    np.testing.assert_array_equal(da, expected)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

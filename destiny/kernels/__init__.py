@@ -26,7 +26,8 @@ class BackendUnavailableError(DestinyError):
 KERNELS = {
     "sparse": ("sparse_fc_forward", "sparse_fc_weight_grad"),
     "pointwise": ("activation_forward", "activation_backward", "dropout_forward",
-                  "sparseness_penalty", "delta_norm", "weight_norm"),
+                  "activation_dropout_forward", "sparseness_penalty", "delta_norm",
+                  "weight_norm"),
     "loss": ("sparse_loss_delta", "dense_loss_delta"),
     "optim": ("update_weights", "update_bias", "update_weight_rows", "catch_up_rows",
               "state_arrays_needed"),

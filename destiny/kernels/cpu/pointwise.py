@@ -21,6 +21,7 @@ from destiny.kernels import unit
 from destiny.kernels.codes import (ELU, LINEAR, LRELU, RELU, SELU, SIGMOID, SOFTMAX, SOFTPLUS,
                                    SOFTSIGN, TANH)
 from destiny.kernels.cpu.dense import column_block_sums
+from destiny.kernels.cpu.rng import uniform
 from destiny.kernels.cpu.vecmath import LOOP_FLAGS, sigmoid32
 
 
@@ -179,10 +180,11 @@ def softmax_row_dot(a, g):
     return s
 
 
-def activation_backward(dz, da, a, act, slope, alpha, lam):
+def activation_backward(dz, da, a, act, slope, alpha, lam, mask=None):
     """``dz[B, N] = da * f'(a)``, f' taken from the activations ``a``; ``dz`` may be ``da``.
 
-    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``.
+    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``. With a
+    dropout ``mask``, ``da * mask`` (rounded to ``da``'s dtype) takes the place of ``da``.
 
     Sigmoid and Tanh, the hidden layers of DSSTNE's networks, go through three NumPy SIMD
     passes (as ``activation_forward`` does): as fast as the numba kernel on an idle machine,
@@ -190,12 +192,13 @@ def activation_backward(dz, da, a, act, slope, alpha, lam):
     its descheduled thread). The others use the numba kernel.
     """
     if act == SIGMOID or act == TANH:
-        _derivative_product(dz, da, a, act)
+        _derivative_product(dz, da, a, act, mask)
     else:
-        _activation_backward(dz, da, a, act, slope, alpha, lam)
+        _activation_backward(dz, da, a, act, slope, alpha, lam,
+                             mask if mask is not None else a[:0])
 
 
-def _derivative_product(dz, da, a, act):
+def _derivative_product(dz, da, a, act, mask=None):
     """``dz = da * a (1 - a)`` (Sigmoid) or ``da * (1 - a)(1 + a)`` (Tanh), in ``a``'s dtype.
 
     Tanh's 1 - a^2 is factored: in float32, 1 - a * a would cancel away the digits of a
@@ -206,31 +209,55 @@ def _derivative_product(dz, da, a, act):
         np.multiply(fprime, a, out=fprime)
     else:
         fprime *= np.add(1.0, a, dtype=a.dtype)
-    np.multiply(da, fprime, out=dz)  # elementwise, so dz may be da
+    if mask is not None:
+        np.multiply(da, mask, out=dz)  # elementwise, so dz may be da
+        da = dz
+    np.multiply(da, fprime, out=dz)
 
 
 @njit(cache=True, parallel=True)
-def _activation_backward(dz, da, a, act, slope, alpha, lam):
+def _activation_backward(dz, da, a, act, slope, alpha, lam, mask):
     if not is_known_activation(act):
         raise ValueError("unknown activation code (see destiny.kernels.codes)")
+    masked = mask.size != 0
     for r in prange(a.shape[0]):
-        if act == SOFTMAX:
-            s = softmax_row_dot(a[r], da[r])
+        if masked:  # in da's dtype, as the reference rounds it (dz may be da)
             for j in range(a.shape[1]):
-                dz[r, j] = float(a[r, j]) * (float(da[r, j]) - s)
+                dz[r, j] = da[r, j] * mask[r, j]
+            g = dz[r]
+        else:
+            g = da[r]
+        if act == SOFTMAX:
+            s = softmax_row_dot(a[r], g)
+            for j in range(a.shape[1]):
+                dz[r, j] = float(a[r, j]) * (float(g[j]) - s)
         else:
             for j in range(a.shape[1]):
                 x = float(a[r, j])
-                dz[r, j] = float(da[r, j]) * unit_derivative(act, x, slope, alpha, lam)
+                dz[r, j] = float(g[j]) * unit_derivative(act, x, slope, alpha, lam)
 
 
-@njit(cache=True, parallel=True)
-def dropout_forward(out, mask, a, r, p, act, alpha, lam):
-    """Dropout with an explicit mask ``d out / d a``; a unit is dropped iff ``r < p`` (spec 3.8).
+def dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
+    """Dropout with an explicit mask ``d out / d a`` (spec 3.8): unit (r, j) is dropped iff
+    ``u(key, row_offset + r, col_offset + j) < p``, drawn here, element by element.
 
     Sigmoid: dropped -> 0.5, kept unchanged. ELU/SELU: alpha-dropout. Others: inverted
     dropout. ``out`` may be ``a``. See the reference for the parameters.
     """
+    _dropout(out, mask, a, np.uint64(key), np.int64(row_offset), np.int64(col_offset), float(p),
+             int(act), float(alpha), float(lam))
+
+
+def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, key, row_offset,
+                               col_offset, p):
+    """``activation_forward`` then ``dropout_forward`` (see the reference): two passes here,
+    the activation's own fast paths and then the draw with the dropout."""
+    activation_forward(a, z, act, slope, alpha, lam, bias)
+    dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam)
+
+
+@njit(cache=True, parallel=True)
+def _dropout(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
     if not (p >= 0.0 and p < 1.0):
         raise ValueError("dropout probability is outside [0, 1)")
     if act == SIGMOID:
@@ -244,8 +271,9 @@ def dropout_forward(out, mask, a, r, p, act, alpha, lam):
     else:
         gain, shift, dropped_value = 1.0 / (1.0 - p), 0.0, 0.0
     for i in prange(a.shape[0]):
+        row = np.uint64(row_offset + i)
         for j in range(a.shape[1]):
-            if r[i, j] < p:
+            if uniform(key, row, np.uint64(col_offset + j)) < p:
                 out[i, j] = dropped_value
                 mask[i, j] = 0.0
             else:

@@ -24,7 +24,10 @@ from destiny.kernels.codes import ELU, SELU, SIGMOID, SOFTMAX, check_activation
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
                                          device_arrays, kernel)
 from destiny.kernels.cuda.dense import add_bias, copy, empty
+from destiny.kernels.cuda.rng import uniform
 from destiny.kernels.reference.pointwise import alpha_dropout_constants
+
+_U = np.uint64
 
 
 # The per-unit formulas are shared with the cpu backend (destiny.kernels.unit).
@@ -137,84 +140,144 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
                                                   float(alpha), float(lam))
 
 
+@cuda.jit(device=True)
+def _masked(da, mask, r, j):
+    """``da[r, j]``, times ``mask[r, j]`` in ``da``'s dtype where there is a mask."""
+    return da[r, j] * mask[r, j] if mask.shape[0] != 0 else da[r, j]
+
+
 @kernel
-def _activation_backward(dz, da, a, act, slope, alpha, lam):
+def _activation_backward(dz, da, a, mask, act, slope, alpha, lam):
     n_units = a.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, a.shape[0] * n_units, stride):
         r = i // n_units
         j = i - r * n_units
         fprime = unit_derivative(act, np.float64(a[r, j]), slope, alpha, lam)
-        dz[r, j] = np.float64(da[r, j]) * fprime
+        dz[r, j] = np.float64(_masked(da, mask, r, j)) * fprime
 
 
 @kernel
-def _softmax_backward(dz, da, a):
-    # dz = a * (da - sum_j da_j a_j) per row; the sum is complete before any dz is written,
-    # so ``dz`` may be ``da``.
+def _softmax_backward(dz, da, a, mask):
+    # dz = a * (g - sum_j g_j a_j) per row, g = da (times the mask); the sum is complete
+    # before any dz is written, so ``dz`` may be ``da``.
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x
     n_units = a.shape[1]
     for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
         s = 0.0
         for j in range(t, n_units, ROW_THREADS):
-            s += np.float64(da[r, j]) * np.float64(a[r, j])
+            s += np.float64(_masked(da, mask, r, j)) * np.float64(a[r, j])
         s = _block_sum(shared, s)
         for j in range(t, n_units, ROW_THREADS):
-            dz[r, j] = np.float64(a[r, j]) * (np.float64(da[r, j]) - s)
+            dz[r, j] = np.float64(a[r, j]) * (np.float64(_masked(da, mask, r, j)) - s)
 
 
 @device_arrays
-def activation_backward(dz, da, a, act, slope, alpha, lam):
+def activation_backward(dz, da, a, act, slope, alpha, lam, mask=None):
     """``dz[B, N] = da * f'(a)``, f' taken from the activations ``a``; ``dz`` may be ``da``.
 
-    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``.
+    SoftMax uses the exact Jacobian of each row: ``dz = a * (da - sum_j da_j a_j)``. With a
+    dropout ``mask``, ``da * mask`` (in ``da``'s dtype) takes the place of ``da``: the
+    dropout's backward in the same pass.
     """
     check_activation(act)
     if a.size == 0:
         return
+    if mask is None:
+        mask = empty((0, a.shape[1]), a.dtype)  # the shared empty array: no mask
     if act == SOFTMAX:
-        _softmax_backward[_row_launch(a.shape[0])](dz, da, a)
+        _softmax_backward[_row_launch(a.shape[0])](dz, da, a, mask)
     else:
-        _activation_backward[_flat_launch(a.size)](dz, da, a, int(act), float(slope),
+        _activation_backward[_flat_launch(a.size)](dz, da, a, mask, int(act), float(slope),
                                                    float(alpha), float(lam))
 
 
+@cuda.jit(device=True)
+def _drop(out, mask, r, j, x, key, row_offset, col_offset, p, gain, shift, dropped_value):
+    """Dropout of unit (r, j) with activation ``x`` (float64), drawn from its own uniform."""
+    if uniform(key, _U(row_offset + r), _U(col_offset + j)) < p:
+        out[r, j] = dropped_value
+        mask[r, j] = 0.0
+    else:
+        out[r, j] = gain * x + shift
+        mask[r, j] = gain
+
+
 @kernel
-def _dropout(out, mask, a, r, p, gain, shift, dropped_value):
+def _dropout(out, mask, a, key, row_offset, col_offset, p, gain, shift, dropped_value):
     n_units = a.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, a.shape[0] * n_units, stride):
-        b = i // n_units
-        j = i - b * n_units
-        if r[b, j] < p:
-            out[b, j] = dropped_value
-            mask[b, j] = 0.0
-        else:
-            out[b, j] = gain * np.float64(a[b, j]) + shift
-            mask[b, j] = gain
+        r = i // n_units
+        j = i - r * n_units
+        _drop(out, mask, r, j, np.float64(a[r, j]), key, row_offset, col_offset, p, gain, shift,
+              dropped_value)
 
 
-@device_arrays
-def dropout_forward(out, mask, a, r, p, act, alpha, lam):
-    """Dropout with an explicit mask ``d out / d a``; a unit is dropped iff ``r < p`` (spec 3.8).
+@kernel
+def _activation_dropout(out, mask, a, z, b, act, slope, alpha, lam, key, row_offset, col_offset,
+                        p, gain, shift, dropped_value):
+    # _activation_forward and _dropout in one pass: the activation is stored in a, and the
+    # dropout takes it as stored (rounded to a's dtype), as the two kernels one after the other.
+    n_units = z.shape[1]
+    has_bias = b.shape[0] != 0
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, z.shape[0] * n_units, stride):
+        r = i // n_units
+        j = i - r * n_units
+        x = z[r, j] + b[j] if has_bias else z[r, j]
+        y = a.dtype.type(unit_activation(act, np.float64(x), slope, alpha, lam))
+        a[r, j] = y
+        _drop(out, mask, r, j, np.float64(y), key, row_offset, col_offset, p, gain, shift,
+              dropped_value)
 
-    Sigmoid: dropped -> 0.5, kept unchanged. ELU/SELU: alpha-dropout. Others: inverted
-    dropout. ``out`` may be ``a``. ``r`` holds the uniform draws (``destiny.kernels.cuda.rng``
-    draws them on the device). See the reference for the parameters.
-    """
+
+def _dropout_constants(p, act, alpha, lam):
+    """(gain, shift, dropped value) of spec 3.8's rule for ``act``."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability {p} is outside [0, 1)")
     if act == SIGMOID:
-        gain, shift, dropped_value = 1.0, 0.0, 0.5
-    elif act in (ELU, SELU):
+        return 1.0, 0.0, 0.5
+    if act in (ELU, SELU):
         saturation, gain, shift = alpha_dropout_constants(p, act, alpha, lam)
-        dropped_value = gain * saturation + shift
-    else:
-        gain, shift, dropped_value = 1.0 / (1.0 - p), 0.0, 0.0
+        return float(gain), float(shift), float(gain * saturation + shift)
+    return 1.0 / (1.0 - p), 0.0, 0.0
+
+
+@device_arrays
+def dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
+    """Dropout with an explicit mask ``d out / d a`` (spec 3.8): unit (r, j) is dropped iff
+    ``u(key, row_offset + r, col_offset + j) < p``, drawn by its own thread.
+
+    Sigmoid: dropped -> 0.5, kept unchanged. ELU/SELU: alpha-dropout. Others: inverted
+    dropout. ``out`` may be ``a``. See the reference for the parameters.
+    """
+    constants = _dropout_constants(p, act, alpha, lam)
     if a.size:
-        _dropout[_flat_launch(a.size)](out, mask, a, r, float(p), float(gain), float(shift),
-                                       float(dropped_value))
+        _dropout[_flat_launch(a.size)](out, mask, a, _U(key), int(row_offset), int(col_offset),
+                                       float(p), *constants)
+
+
+@device_arrays
+def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, key, row_offset,
+                               col_offset, p):
+    """``activation_forward`` then ``dropout_forward`` (see the reference), one kernel: the
+    bias, the activation and the draw of a training layer in one pass (SoftMax, whose rows
+    are coupled, takes its own kernel first)."""
+    check_activation(act)
+    constants = _dropout_constants(p, act, alpha, lam)
+    if z.size == 0:
+        return
+    if act == SOFTMAX:
+        activation_forward(a, z, act, slope, alpha, lam, bias)
+        _dropout[_flat_launch(a.size)](out, mask, a, _U(key), int(row_offset), int(col_offset),
+                                       float(p), *constants)
+        return
+    b = bias if bias is not None and bias.shape[0] != 0 else empty(0, z.dtype)
+    _activation_dropout[_flat_launch(z.size)](out, mask, a, z, b, int(act), float(slope),
+                                              float(alpha), float(lam), _U(key), int(row_offset),
+                                              int(col_offset), float(p), *constants)
 
 
 @kernel

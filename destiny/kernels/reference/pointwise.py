@@ -12,6 +12,7 @@ import numpy as np
 
 from destiny.kernels.codes import (ELU, LINEAR, LRELU, RELU, SELU, SIGMOID, SOFTMAX, SOFTPLUS,
                                    SOFTSIGN, TANH, check_activation)
+from destiny.kernels.reference.rng import uniform_fill
 
 
 def _sigmoid(z):
@@ -108,11 +109,15 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
     a[...] = activate(act, z, slope, alpha, lam).astype(a.dtype)
 
 
-def activation_backward(dz, da, a, act, slope, alpha, lam):
+def activation_backward(dz, da, a, act, slope, alpha, lam, mask=None):
     """``dz[B, N] = da * f'`` with f' taken from the activations ``a``; ``dz`` may be ``da``.
 
-    SoftMax uses the exact Jacobian of each row, ``dz = a * (da - sum_j da_j a_j)``.
+    SoftMax uses the exact Jacobian of each row, ``dz = a * (da - sum_j da_j a_j)``. With a
+    dropout ``mask`` (``dropout_forward``'s), ``da`` is first multiplied by it, rounded to
+    ``da``'s dtype: the delta reaching the activations through the dropout.
     """
+    if mask is not None:
+        da = np.multiply(da, mask, dtype=da.dtype)
     if act == SOFTMAX:
         dz[...] = softmax_vjp(a, da).astype(dz.dtype)
     else:
@@ -127,7 +132,7 @@ def alpha_dropout_constants(p, act, alpha, lam):
     return saturation, scale, -scale * p * saturation
 
 
-def dropout_forward(out, mask, a, r, p, act, alpha, lam):
+def dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
     """Training-time dropout after the activation, with an explicit mask (spec 3.8).
 
     Parameters
@@ -139,8 +144,10 @@ def dropout_forward(out, mask, a, r, p, act, alpha, lam):
         no mask and differentiates the dropped activations instead (quirk 10.17).
     a : float array [B, N]
         Activations.
-    r : float array [B, N]
-        Uniform [0, 1) draws; a unit is dropped iff ``r < p``.
+    key, row_offset, col_offset : int
+        The draw: unit (r, j) is dropped iff ``u(key, row_offset + r, col_offset + j) < p``,
+        the uniform of ``uniform_fill`` (``destiny.kernels.counter_rng``), so that a rank
+        holding some of the units drops what one process would.
     p : float
         Dropout probability, in [0, 1).
     act, alpha, lam : int, float, float
@@ -150,6 +157,8 @@ def dropout_forward(out, mask, a, r, p, act, alpha, lam):
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability {p} is outside [0, 1)")
+    r = np.empty(a.shape, dtype=np.float64)
+    uniform_fill(r, key, row_offset, col_offset)
     x = np.asarray(a, dtype=np.float64)
     dropped = r < p
     if act == SIGMOID:
@@ -162,6 +171,18 @@ def dropout_forward(out, mask, a, r, p, act, alpha, lam):
         new, dropped_value = gain * x, 0.0
     out[...] = np.where(dropped, dropped_value, new).astype(out.dtype)
     mask[...] = np.where(dropped, 0.0, gain).astype(mask.dtype)
+
+
+def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, key, row_offset,
+                               col_offset, p):
+    """``activation_forward(a, z, ...)`` then ``dropout_forward(out, mask, a, ...)``: a
+    training layer's forward after its products, in one pass where a backend can.
+
+    ``a`` keeps the activations (the backward pass takes the derivative from them); ``out``
+    gets the dropped-out ones. See those two functions for the parameters.
+    """
+    activation_forward(a, z, act, slope, alpha, lam, bias)
+    dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam)
 
 
 def sparseness_penalty(da, a, p, beta):
