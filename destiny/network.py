@@ -419,7 +419,7 @@ class Network:
         """Output deltas and loss (summed over the batch and every rank), then every gradient."""
         B = self._batch.size
         kb, net = self.backend, self.netdef
-        total = 0.0
+        errors = []  # read once everything is queued: on a GPU, reading one waits for it
         for name in reversed(self.order):
             layer = self.layers[name]
             if layer.kind == LayerKind.Input:
@@ -429,11 +429,11 @@ class Network:
             if layer.kind == LayerKind.Output:
                 indptr, indices, values = self._batch.targets[name]
                 s, d = net.smce, net.delta_boost
-                total += kb.sparse_loss_delta(
+                errors.append(kb.sparse_loss_delta(
                     dZ, self._rows(name, "Z", B), indptr, indices, values, self._no_weights,
                     int(net.error_function),
                     act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda, s.one_target,
-                    s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero)
+                    s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero))
             else:
                 dA = self._rows(name, "dA", B)
                 self._gather_delta(dA, name, B)
@@ -446,6 +446,7 @@ class Network:
             if layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
             self._weight_gradients(name, dZ, B)
+        total = sum(float(e) for e in errors)
         return self.comm.allreduce_sum(total)  # each rank has the loss of its output units
 
     def _gather_delta(self, dA: np.ndarray, name: str, B: int) -> None:

@@ -93,6 +93,8 @@ def on_host(fn):
         for a in args:
             if isinstance(a, np.ndarray) and a.size and a.flags.writeable:
                 a[...] = device[id(a)].copy_to_host()
+        if hasattr(result, "__float__") and not isinstance(result, (float, np.generic)):
+            result = float(result)  # a loss's DeviceError, read as the network reads it
         return result
     return call
 

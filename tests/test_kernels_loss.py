@@ -285,3 +285,33 @@ def test_refusal_message_names_the_fix():
 def test_supported_pairs_are_accepted(err_fn, act):
     for loss, _ in BACKENDS.values():
         loss.check_loss_activation(err_fn, act)
+
+
+def test_cuda_error_is_read_when_asked_and_each_output_keeps_its_own():
+    """On the device the loss kernels return the error unread (``DeviceError``): the network
+    queues the rest of the backward pass first and reads it at the end. Two output layers of
+    one shape, their errors read after both kernels ran: each is its own layer's, the cpu's."""
+    from numba import cuda
+
+    from destiny.kernels.cuda import loss as cuda_loss
+
+    cpu = BACKENDS["cpu"][0]
+    rng = np.random.default_rng(11)
+    cases = []
+    for units in (9, 9):
+        a = rng.uniform(0.05, 0.95, size=(4, units)).astype(np.float32)
+        indptr, indices, values = sparse_targets(rng, 4, units, boolean=False)
+        expected = cpu.sparse_loss_delta(np.empty_like(a), a, indptr, indices, values,
+                                         np.zeros(0, np.float32), *loss_args(codes.L2,
+                                                                             codes.SIGMOID))
+        device = [cuda.to_device(x) for x in (a, indptr, indices, values)]
+        cases.append((expected, device))
+    pending = []
+    for _, (a, indptr, indices, values) in cases:
+        delta = cuda.device_array(a.shape, np.float32)
+        pending.append(cuda_loss.sparse_loss_delta(
+            delta, a, indptr, indices, values, cuda.device_array(0, np.float32),
+            *loss_args(codes.L2, codes.SIGMOID)))
+    assert all(isinstance(e, cuda_loss.DeviceError) for e in pending)
+    for (expected, _), error in zip(cases, pending):
+        assert float(error) == pytest.approx(expected, rel=1e-6)

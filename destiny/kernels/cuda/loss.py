@@ -21,9 +21,9 @@ without a dense target:
    rewrites the listed units' deltas from ``p1`` once the others are scaled).
 
 Each thread sums the weighted errors of its units over the block's rows; the block reduces them
-in shared memory (a fixed tree) and writes one number, and the host sums those (the one small
-device-to-host copy of a step). The grid depends only on B and the row's width, so the result
-is deterministic.
+in shared memory (a fixed tree) and writes one number, and the host sums those when it reads
+the error (``DeviceError``: the one small device-to-host copy of a step). The grid depends
+only on B and the row's width, so the result is deterministic.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from numba import cuda
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
                                    boost_applies, check_loss_activation)
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, device_arrays,
-                                         kernel, scratch)
+                                         kept, kernel)
 from destiny.kernels.cuda.pointwise import unit_derivative
 
 __all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
@@ -241,17 +241,35 @@ def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
             float(one_scale), float(zero_scale))
 
 
-def _launch(kernel, n_rows, n_parts=1):
-    """(kernel configured for n_rows rows, each split in n_parts, its per-block errors)."""
-    n_blocks = min(n_rows, MAX_BLOCKS)
-    return kernel[(n_blocks, n_parts), ROW_THREADS], scratch("loss.block_err",
-                                                             n_blocks * n_parts, np.float64,
-                                                             exact=True)
+def _launch(kernel, delta, n_parts=1):
+    """(kernel configured for the rows of ``delta``, each split in n_parts, its per-block
+    errors: an array kept on ``delta``, so that each output layer's error is its own until
+    read)."""
+    n_blocks = min(delta.shape[0], MAX_BLOCKS)
+    size = n_blocks * n_parts
+    block_err = kept(delta, ("loss.block_err", size),
+                     lambda _: cuda.device_array(size, dtype=np.float64))
+    return kernel[(n_blocks, n_parts), ROW_THREADS], block_err
 
 
-def _summed(block_err):
-    # The one device-to-host copy of the step: a few thousand float64 at most.
-    return float(block_err.copy_to_host().sum())
+class DeviceError:
+    """A loss kernel's error, still on the device as per-block sums: ``float()`` copies them
+    (a few thousand float64 at most) and adds them up.
+
+    A copy to the host waits for every kernel queued before it, so the loss kernels return
+    this instead of a float: the network reads the error once the whole backward pass is
+    queued, and the GPU works meanwhile (reading it in the loss kernel's call held the host
+    while the output layer's products ran). It must be read before the next loss kernel on
+    the same ``delta`` overwrites the sums (the network reads it in the same step).
+    """
+
+    __slots__ = ("_block_err",)
+
+    def __init__(self, block_err):
+        self._block_err = block_err
+
+    def __float__(self) -> float:
+        return float(self._block_err.copy_to_host().sum())
 
 
 @device_arrays
@@ -259,7 +277,8 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
                       one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
     """Error and output delta for sparse CSR targets; see the reference for the parameters.
 
-    Returns the weighted error summed over the batch, as a Python float.
+    Returns the weighted error summed over the batch, as a ``DeviceError``: ``float()``
+    reads it.
     """
     check_loss_activation(err_fn, act)
     boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
@@ -268,21 +287,24 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     if n_rows == 0:
         return 0.0
     n_parts = 1 if act == SOFTMAX else max(1, min(a.shape[1] // PART_UNITS, MAX_PARTS))
-    kernel, block_err = _launch(_sparse_kernel, n_rows, n_parts)
+    kernel, block_err = _launch(_sparse_kernel, delta, n_parts)
     kernel(delta, block_err, a, indptr, indices, values, weights, int(err_fn), int(act), prm,
            float(boost_one), float(boost_zero), boosting)
-    return _summed(block_err)
+    return DeviceError(block_err)
 
 
 @device_arrays
 def dense_loss_delta(delta, a, t, weights, err_fn, act, slope, alpha, lam,
                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
-    """Error and output delta for a dense target matrix; DeltaBoost does not apply (spec 3.11)."""
+    """Error and output delta for a dense target matrix; DeltaBoost does not apply (spec 3.11).
+
+    Returns a ``DeviceError``, as ``sparse_loss_delta``.
+    """
     check_loss_activation(err_fn, act)
     prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
     n_rows = a.shape[0]
     if n_rows == 0:
         return 0.0
-    kernel, block_err = _launch(_dense_kernel, n_rows)
+    kernel, block_err = _launch(_dense_kernel, delta)
     kernel(delta, block_err, a, t, weights, int(err_fn), int(act), prm)
-    return _summed(block_err)
+    return DeviceError(block_err)
