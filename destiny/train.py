@@ -135,9 +135,15 @@ class TrainData:
                                "build them from the same samples (one -s index, same input).")
         self.examples = rows.pop()
         # The backend's copies of the data (on a GPU: copied once; on the CPU: the arrays).
+        # An autoencoder's input and output datasets usually hold the same entries (DSSTNE's
+        # examples write both from one file): they share one copy, and each batch one gather.
         self.kernels = net.backend
-        self._held = {n: self._hold((ds.indptr, ds.indices, ds.values))
-                      for n, ds in (self.inputs | self.targets).items()}
+        self._held: dict[str, tuple] = {}
+        bound = self.inputs | self.targets
+        for n, ds in bound.items():
+            twin = next((m for m in self._held if _same_entries(bound[m], ds)), None)
+            self._held[n] = (self._held[twin] if twin is not None
+                             else self._hold((ds.indptr, ds.indices, ds.values)))
         self._denoised: dict[str, tuple] = {}
 
     def _hold(self, csr) -> tuple:
@@ -156,8 +162,14 @@ class TrainData:
         kb = self.kernels
         rows = np.asarray(rows, dtype=np.int64)
         on_backend = kb.to_device(rows)
+        gathered = {}  # id of a held dataset -> its batch (datasets held once are gathered once)
 
         def csr(held):
+            if id(held) not in gathered:
+                gathered[id(held)] = gather(held)
+            return gathered[id(held)]
+
+        def gather(held):
             host_indptr, indptr, indices, values = held
             out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
             np.cumsum(host_indptr[rows + 1] - host_indptr[rows], out=out_indptr[1:])
@@ -170,6 +182,15 @@ class TrainData:
         return Batch(size=len(rows),
                      inputs={n: csr(self._denoised.get(n, self._held[n])) for n in self.inputs},
                      targets={n: csr(self._held[n]) for n in self.targets})
+
+
+def _same_entries(a: SparseDataset, b: SparseDataset) -> bool:
+    """Whether two datasets list the same entries with the same values (one array compare of
+    each, once per run)."""
+    if (a.values is None) != (b.values is None) or a.nnz != b.nnz or a.rows != b.rows:
+        return False
+    return (np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            and (a.values is None or np.array_equal(a.values, b.values)))
 
 
 def _columns(ds: SparseDataset, columns: tuple[int, int]) -> SparseDataset:

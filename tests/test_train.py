@@ -117,6 +117,37 @@ def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
     assert np.shares_memory(net.activation("Output", 5), net._buffers["Output"]["Z"])
 
 
+def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once(files):
+    """An autoencoder's two datasets usually list the same entries: one copy on the backend,
+    one gather per batch. Datasets that differ anywhere (an entry, a value) stay apart, and a
+    denoised input (its own entries each epoch) is gathered on its own."""
+    from destiny.io.dataset import read_dataset
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
+    net = Network(nd, get_backend("cpu"))
+    data = TrainData(net, datasets)
+    assert data._held["Input"] is data._held["Output"]
+    batch = data.batch(np.arange(10, 20))
+    assert batch.inputs["Input"] is batch.targets["Output"]
+
+    same = datasets["gl_input"]
+    for changed in (SparseDataset("gl_output", same.width, same.indptr, same.indices + 1),
+                    SparseDataset("gl_output", same.width, same.indptr, same.indices,
+                                  values=np.ones(same.nnz, np.float32))):
+        apart = TrainData(net, {"gl_input": same, "gl_output": changed})
+        assert apart._held["Input"] is not apart._held["Output"]
+        batch = apart.batch(np.arange(10, 20))
+        np.testing.assert_array_equal(batch.targets["Output"][1], changed.indices[
+            same.indptr[10]:same.indptr[20]])
+
+    data.set_denoised({"Input": (same.indptr, same.indices, None)})
+    batch = data.batch(np.arange(10, 20))
+    assert batch.inputs["Input"] is not batch.targets["Output"]
+    for got, expected in zip(batch.inputs["Input"], batch.targets["Output"]):
+        np.testing.assert_array_equal(got, expected)
+
+
 def _train_small(files, backend, optimizer, epochs, *, net=None, state=None):
     from destiny.io.dataset import read_dataset
 
