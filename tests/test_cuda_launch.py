@@ -9,11 +9,14 @@ launch for arrays it does not pack itself."""
 from __future__ import annotations
 
 import ctypes
+import pathlib
 import struct
+import sys
 import types as pytypes
 
 import numpy as np
 import pytest
+from numba import config
 from numba.core import types
 
 from destiny.kernels.cuda import launch
@@ -237,3 +240,25 @@ def test_uploads_stage_in_page_locked_slots_and_wait_before_reusing_one(monkeypa
     # slot 0 is used again only after its first copy is done
     assert log == [("record", 0, "legacy"), ("record", 1, "legacy"), ("wait", 0),
                    ("record", 0, "legacy")]
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts the simulator's launches")
+def test_a_training_step_launches_only_what_the_launcher_takes_and_makes_no_arrays():
+    """The host's side of a benchmark-network step on a GPU, counted under the simulator by
+    scripts/count_launches.py: every launch is one the launcher packs itself (a tuple holding
+    an array, or a strided array, would take numba's launch, twice the cost or more); the
+    only device arrays made are the batch's own (its row numbers, row offsets and gathered
+    indices: each costs the host about 20 us); the one copy back is the loss. The launch
+    count is the budget of docs/benchmarks.md: a change that adds launches updates both."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "scripts"))
+    try:
+        from count_launches import count
+    finally:
+        sys.path.pop(0)
+    found = count(str(pathlib.Path(__file__).parents[1] / "netdefs" / "benchmark.json"),
+                  steps=1)
+    train, predict = found["train"], found["predict"]
+    assert not train.slow and not predict.slow
+    assert train.arrays == 3 and train.uploads == 2 and train.downloads == 1
+    assert sum(train.launches.values()) == 39, dict(train.launches)
+    assert sum(predict.launches.values()) == 11, dict(predict.launches)
