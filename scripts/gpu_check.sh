@@ -12,6 +12,11 @@
 # Destiny's). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings
 # ("off on"), PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
 # an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
+#
+# ab, when named, compares this tree with another checkout on the same machine (Destiny's
+# host-bound figures move 20-30% between machines, so commits are compared on one): BASE is
+# the other checkout's path (e.g. a `git worktree add .gpu/base <commit>` carried with the
+# tree); ROUNDS rounds alternate the two, each a profile_step run of 40 training steps.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu}
@@ -68,6 +73,17 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
         run_step profile-predict 240 $PY scripts/profile_step.py --backend gpu --users 20000 \
             --steps 50 --top 30 --predict 100
         run_step launch 120 $PY scripts/bench_launch.py ;;
+    ab)
+        : "${BASE:?ab needs BASE, the path of the checkout to compare with}"
+        for round in $(seq "${ROUNDS:-3}"); do
+            for tree in "$BASE" "$PWD"; do
+                label=$([ "$tree" = "$PWD" ] && echo this || echo base)
+                # PYTHONPATH first: the tree's own destiny, not the one installed
+                run_step "ab-$label-$round" 240 env PYTHONPATH="$tree:${PYTHONPATH:-}" bash -c \
+                    "cd '$tree' && $PY scripts/profile_step.py --backend gpu --users 20000 \
+                     --steps 40 --top 1 --workdir '$PWD/build/bench'"
+            done
+        done ;;
     test)
         run_step test "${TEST_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     *)
