@@ -42,6 +42,10 @@ NAME = "train"
               help="Shuffle examples every epoch [default: the definition's ShuffleIndices].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True)
+@click.option("--tf32", is_flag=True,
+              help="Allow the GPU to compute the dense products in TF32 on its tensor cores (as "
+                   "PyTorch's allow_tf32): several times faster products, inputs rounded to "
+                   "10 bits of mantissa. Off: float32, as DSSTNE. No effect on the cpu.")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=10, show_default=True,
               metavar="N", help="Write NET.nc<epoch>.nc every N epochs (0: never).")
 @click.option("--resume", is_flag=True,
@@ -55,7 +59,7 @@ NAME = "train"
 @click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
 @library_errors
 def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
-          mu, mu1, optimizer, seed, shuffle, backend, checkpoint_every, resume, metrics_path,
+          mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, resume, metrics_path,
           initial_network, force, ignored_d, quiet):
     """Train a network (DSSTNE JSON definition) on datasets made by generate-netcdf.
 
@@ -74,7 +78,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         note(NAME, "-d is ignored, as in DSSTNE")
     progress = _Progress(cfg, quiet, comm.size)
     report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
-                 network_path=network_path, cfg=cfg, backend=backend,
+                 network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
                  checkpoint_every=checkpoint_every, resume=resume, force=force,
                  metrics_path=metrics_path, initial_network=initial_network,
                  on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
@@ -98,7 +102,9 @@ class _Progress:
         import numba
 
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
-        note(NAME, f"backend {net.backend.name} ({where}{numba.get_num_threads()} threads), optimizer "
+        products = " with TF32 products" if net.backend.products == "tf32" else ""
+        note(NAME, f"backend {net.backend.name}{products} ({where}{numba.get_num_threads()} "
+                   f"threads), optimizer "
                    f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
                    f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
         self._new_bar(state.epoch + 1)

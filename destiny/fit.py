@@ -50,6 +50,7 @@ def fit(
     network_path,
     cfg: TrainConfig,
     backend: str = "auto",
+    tf32: bool = False,
     checkpoint_every: int = 10,
     resume: bool = False,
     force: bool = False,
@@ -65,7 +66,7 @@ def fit(
     with all_or_none(comm):
         if comm.is_root:
             _check_outputs(network_path, metrics_path, initial_network, force)
-        kernels = get_backend(backend)  # fail fast, before reading the data
+        kernels = get_backend(backend, tf32=tf32)  # fail fast, before reading the data
         pool = dataset_pool([input_path, output_path])
         netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
         with open(config_path, encoding="utf-8") as f:
@@ -87,7 +88,7 @@ def fit(
             _check_same_run(resumed_from, extras, settings)
         state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
     elif initial_network and not resume:
-        save_network(initial_network, net, destiny=_extras(kernels.name, cfg, state, netdef_text))
+        save_network(initial_network, net, destiny=_extras(kernels, cfg, state, netdef_text))
     if on_start is not None:
         on_start(net, data, state)
 
@@ -102,7 +103,7 @@ def fit(
             metrics.write(record.json() + "\n")
             metrics.flush()
         if checkpoint_every > 0 and st.epoch % checkpoint_every == 0 and st.epoch < cfg.epochs:
-            extras = _extras(kernels.name, cfg, st, netdef_text) | {
+            extras = _extras(kernels, cfg, st, netdef_text) | {
                 "settings": json.dumps(settings, sort_keys=True)}
             save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
                          optimizer_state=True)
@@ -119,7 +120,7 @@ def fit(
     counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
                   np.bincount(ds.indices, minlength=net.local_n(name))))
               for name, ds in data.targets.items()}
-    save_network(network_path, net, destiny=_extras(kernels.name, cfg, state, netdef_text),
+    save_network(network_path, net, destiny=_extras(kernels, cfg, state, netdef_text),
                  arrays=counts)
     return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                      records=records, written=str(network_path))
@@ -168,8 +169,9 @@ def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> di
             for name in needed}
 
 
-def _extras(backend: str, cfg: TrainConfig, state: TrainState, netdef_text: str) -> dict:
-    return {"version": __version__, "backend": backend, "optimizer": cfg.optimizer,
+def _extras(kernels, cfg: TrainConfig, state: TrainState, netdef_text: str) -> dict:
+    return {"version": __version__, "backend": kernels.name, "products": kernels.products,
+            "optimizer": cfg.optimizer,
             "seed": cfg.seed, "epoch": state.epoch, "updates": state.updates,
             "netdef_json": netdef_text}
 

@@ -135,12 +135,12 @@ class Predictor:
     """A trained network with its output labels, ready to score DSSTNE text."""
 
     def __init__(self, network_path, input_index, output_index, *, dataset: str | None,
-                 layer: str = "Output", backend: str = "auto"):
+                 layer: str = "Output", backend: str = "auto", tf32: bool = False):
         from destiny.io.checkpoint import load_weights
         from destiny.io.network_file import read_network
         from destiny.kernels import get_backend
 
-        self.kernels = get_backend(backend)
+        self.kernels = get_backend(backend, tf32=tf32)
         # Mapped, not read: a cold start does not copy hundreds of MB of weights.
         nf = read_network(network_path, mmap=True)
         self.features: LabelTable = load_table(input_index)

@@ -127,7 +127,8 @@ def flops_per_sample(net, nnz_per_sample: float) -> tuple[float, float]:
 @click.option("--backend", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
               help="gpu: the CUDA backend, beside torch_reference.py --device cuda.")
 @click.option("--tf32", type=click.Choice(["off", "on"]), default="off", show_default=True,
-              help="PyTorch's TF32 matmuls on the GPU (Destiny's products are fp32).")
+              help="TF32 products on the GPU, for both: Destiny's --tf32 and PyTorch's "
+                   "allow_tf32 (before 2026-11-23 only PyTorch's).")
 @click.option("--window-steps", type=int, default=None,
               help="Training steps per timed window [default: 1 on the cpu, 10 on a GPU].")
 @click.option("--workdir", default="build/bench", show_default=True)
@@ -151,7 +152,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     datasets = {"gl_input": read_dataset(inp), "gl_output": read_dataset(out)}
     widths = {n: d.width for n, d in datasets.items()}
     netdef = load_netdef(config, dataset_widths=widths)
-    kb = get_backend(backend)
+    kb = get_backend(backend, tf32=tf32 == "on")
     net = Network(netdef, kb)
     net.initialize(1)
     cfg = train_config(optimizer, batch=batch, shuffle=False)
@@ -255,7 +256,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
                   + 4.0 * params * (3 + 2 * kb.state_arrays_needed(
                       cfg.optimizer_config().mode)) / bandwidth)
     result = {
-        "device": backend, "threads": numba.get_num_threads(), "users": E, "items": items,
+        "device": backend, "products": kb.products, "threads": numba.get_num_threads(),
+        "users": E, "items": items,
         "batch": batch, "optimizer": optimizer, "parameters": params,
         "train_samples_per_s": train_sps,
         "predict_samples_per_s": statistics.median(pred),

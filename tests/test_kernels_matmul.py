@@ -72,3 +72,66 @@ def test_gemm_takes_cupy_arrays():
     out = cupy.zeros((64, 32), dtype=cupy.float32)
     matmul.gemm(out, cupy.asarray(a), cupy.asarray(b), False, True)
     np.testing.assert_allclose(cupy.asnumpy(out), product, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_sets_cublas_math_mode_for_each_product(monkeypatch):
+    """With stand-ins for CuPy and its cuBLAS binding: a float32 product asked for TF32 runs
+    in cuBLAS's TF32 math mode, and every other product (float32 by default, float64 always)
+    in the default mode, set anew on the shared handle each time."""
+    from numba import cuda
+
+    calls = []
+
+    class Cublas:
+        CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
+
+        def setPointerMode(self, handle, mode):
+            pass
+
+        def setMathMode(self, handle, mode):
+            calls.append(("mode", handle, mode))
+
+        def sgemm(self, handle, *args):
+            calls.append(("sgemm", handle))
+
+        def dgemm(self, handle, *args):
+            calls.append(("dgemm", handle))
+
+    cupy = type("CuPy", (), {})()
+    cupy.cuda = type("cuda", (), {})()
+    cupy.cuda.device = type("device", (), {"get_cublas_handle": staticmethod(lambda: 77)})()
+    monkeypatch.setattr(matmul, "_cublas", lambda: (cupy, Cublas()))
+    monkeypatch.setattr(matmul, "_pointer", lambda x: 0)
+    for dtype in (np.float32, np.float64):
+        x = cuda.to_device(np.ones((2, 2), dtype))
+        for tf32 in (True, False):
+            matmul.gemm(x, x, x, tf32=tf32)
+    mode = matmul.TF32_MATH, matmul.DEFAULT_MATH
+    assert calls == [("mode", 77, mode[0]), ("sgemm", 77), ("mode", 77, mode[1]), ("sgemm", 77),
+                     ("mode", 77, mode[1]), ("dgemm", 77), ("mode", 77, mode[1]), ("dgemm", 77)]
+    assert (matmul.TF32_MATH, matmul.DEFAULT_MATH) == (3, 0)  # cublasMath_t's values
+
+
+def test_a_backend_allowed_tf32_says_so_and_its_products_take_it():
+    import functools
+
+    from destiny.kernels import get_backend
+
+    assert get_backend("cpu", tf32=True).products == "float32"  # float32 anyway: no effect
+    assert get_backend("gpu").products == "float32"
+    gpu = get_backend("gpu", tf32=True)
+    assert gpu.products == "tf32"
+    assert isinstance(gpu.gemm, functools.partial) and gpu.gemm.keywords == {"tf32": True}
+
+
+@pytest.mark.gpu
+def test_tf32_products_are_close_to_float32_ones():
+    from destiny.kernels import get_backend
+
+    rng = np.random.default_rng(8)
+    a, b, product = operands(rng, 256, 2048, 1024, False, False)
+    out = np.empty((256, 2048), dtype=np.float32)
+    on_host(get_backend("gpu", tf32=True).gemm)(out, a, b)
+    scale = np.abs(product).max()
+    # TF32 rounds each input to 10 bits of mantissa (2**-11 relative), sums in float32.
+    np.testing.assert_allclose(out, product, rtol=0, atol=2e-3 * scale)

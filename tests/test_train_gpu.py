@@ -132,3 +132,22 @@ def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
         "one.nc", "train.py", "two.nc"]
     for k in cpu.weights:
         np.testing.assert_allclose(gpu.weights[k], cpu.weights[k], rtol=1e-4, atol=1e-6)
+
+
+def test_tf32_is_asked_for_on_the_command_line_and_recorded(files, tmp_path):
+    """``train --tf32`` allows TF32 products: the GPU backend takes it (said on stderr and
+    in the network file), the cpu, whose products are float32 anyway, runs as without it."""
+    from click.testing import CliRunner
+
+    from destiny.cli.train import train
+
+    for backend, products in (("gpu", "tf32"), ("cpu", "float32")):
+        path = tmp_path / f"{backend}.nc"
+        with _fast_simulator():
+            result = CliRunner().invoke(train, [
+                "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+                "-o", str(files / "gl_output.nc"), "-n", str(path), "-b", "4", "-e", "1",
+                "--backend", backend, "--tf32"])
+        assert result.exit_code == 0, result.output
+        assert ("with TF32 products" in result.output) == (products == "tf32")
+        assert read_network(path).destiny["products"] == products

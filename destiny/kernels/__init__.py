@@ -40,14 +40,19 @@ KERNELS = {
 }
 
 
-def _load(package: str) -> types.SimpleNamespace:
+def _load(package: str, tf32: bool = False) -> types.SimpleNamespace:
+    import functools
     import importlib
 
     functions = {}
     for family, names in KERNELS.items():
         module = importlib.import_module(f"destiny.kernels.{package}.{family}")
         functions.update({name: getattr(module, name) for name in names})
-    return types.SimpleNamespace(name=package, **functions)
+    # The arithmetic of the dense products: TF32 only where allowed and a GPU computes them.
+    products = "tf32" if tf32 and package == "cuda" else "float32"
+    if products == "tf32":
+        functions["gemm"] = functools.partial(functions["gemm"], tf32=True)
+    return types.SimpleNamespace(name=package, products=products, **functions)
 
 
 def cuda_available() -> bool:
@@ -68,24 +73,28 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(name: str = "auto") -> types.SimpleNamespace:
+def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamespace:
     """The kernels of one backend, chosen once: ``reference``, ``cpu``, ``gpu`` or ``auto``.
 
     ``auto`` takes the GPU when numba.cuda finds one, else the cpu. ``gpu`` where there is
     none raises with the extra to install; under numba's CUDA simulator
     (``NUMBA_ENABLE_CUDASIM=1``, the tests) it runs the CUDA kernels in Python.
+
+    ``tf32`` allows the GPU's dense products to run in TF32 on the tensor cores (as
+    PyTorch's ``allow_tf32``): a permission, so the cpu, whose products are float32 anyway,
+    takes it without effect. The namespace's ``products`` says which arithmetic they use.
     """
     if name == "auto":
         name = "gpu" if _gpu_present() else "cpu"
     if name in ("reference", "cpu"):
-        return _load(name)
+        return _load(name, tf32)
     if name == "gpu":
         if not (_simulated() or cuda_available()):
             raise BackendUnavailableError(
                 "--backend gpu: no NVIDIA GPU is usable here (numba.cuda finds none, or the "
                 "gpu extra is missing: pip install 'destiny[gpu]', which brings numba-cuda "
                 "and CuPy). Use --backend cpu (or auto).")
-        return _load("cuda")
+        return _load("cuda", tf32)
     raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or reference.")
 
 

@@ -59,8 +59,13 @@ def _check_shapes(out, a, b, trans_a, trans_b):
     return m, n, k
 
 
+# cuBLAS's math modes (cublasMath_t): float32 products in full float32, or on the tensor
+# cores in TF32 (inputs rounded to a 10-bit mantissa, sums in float32).
+DEFAULT_MATH, TF32_MATH = 0, 3
+
+
 @device_arrays
-def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
+def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, tf32=False):
     """``out = alpha * op(a) @ op(b) + beta * out``, in place; ``op(x)`` is ``x.T`` if trans.
 
     Parameters
@@ -77,9 +82,13 @@ def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
         made.
     alpha, beta : float
         The scalars of BLAS's gemm.
+    tf32 : bool
+        Let cuBLAS compute a float32 product in TF32 on the tensor cores (Ampere and later):
+        several times the speed, with inputs rounded to 10 bits of mantissa. Only where
+        asked (``get_backend(..., tf32=True)``): DSSTNE's products were full float32.
 
     cuBLAS computes it when ``cublas_available()``, else ``tiled_gemm``. float32 arrays take
-    sgemm in full float32 (no TF32: cuBLAS's default math mode), float64 take dgemm.
+    sgemm, in full float32 unless ``tf32``; float64 take dgemm.
     """
     m, n, k = _check_shapes(out, a, b, trans_a, trans_b)
     lib = _cublas()
@@ -104,6 +113,8 @@ def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
     flag = {False: cublas.CUBLAS_OP_N, True: cublas.CUBLAS_OP_T}
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)  # CuPy's default; be sure
+    # The handle is the process's (CuPy's, per device): set its mode for every product.
+    cublas.setMathMode(handle, TF32_MATH if tf32 and dtype == np.float32 else DEFAULT_MATH)
     getattr(cublas, _GEMM[dtype])(
         handle, flag[bool(trans_b)], flag[bool(trans_a)],
         n, m, k, scalars.ctypes.data, _pointer(b), max(b.shape[1], 1),
