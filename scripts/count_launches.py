@@ -13,7 +13,10 @@ training step and per prediction batch with top-k and the seen-item filter:
   launch: an argument that is not a scalar, a tuple of scalars or a C-contiguous array;
 - numba device arrays made, and copies between host and device.
 
-  python scripts/count_launches.py
+With ``--host-steps N`` it also times N more steps with every kernel doing nothing: the
+Python of the network and the kernel wrappers, a lower bound of the host's time per step.
+
+  python scripts/count_launches.py --host-steps 50
   python scripts/count_launches.py --config netdefs/movielens.json --hidden 6
 """
 
@@ -25,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba is imported
 
@@ -44,6 +48,7 @@ class Counts:
         self.uploads = 0
         self.downloads = 0
         self.in_kernel = False
+        self.host_ms: float | None = None
 
 
 def _slow_argument(a) -> bool:
@@ -133,16 +138,37 @@ def report(title: str, counts: Counts, steps: int) -> None:
     print(f"{title}: {total / steps:g} launches, {counts.arrays / steps:g} device arrays made, "
           f"{counts.uploads / steps:g} copies to the device, "
           f"{counts.downloads / steps:g} to the host")
+    if counts.host_ms is not None:
+        print(f"  host Python with kernels that do nothing: {counts.host_ms:.3f} ms")
     for name, n in sorted(counts.launches.items(), key=lambda kv: (-kv[1], kv[0])):
         slow = counts.slow.get(name, 0)
         note = f"   ({slow / steps:g} through numba's own launch)" if slow else ""
         print(f"  {n / steps:5g}  {name}{note}")
 
 
+@contextlib.contextmanager
+def kernels_do_nothing():
+    """Inside, a kernel launch returns at once: what is left of a step is the host's Python."""
+    from numba.cuda.simulator import kernel as sim_kernel
+
+    call = sim_kernel.FakeCUDAKernel.__call__
+    sim_kernel.FakeCUDAKernel.__call__ = (
+        lambda self, *args: call(self, *args) if self._device else None)
+    try:
+        yield
+    finally:
+        sim_kernel.FakeCUDAKernel.__call__ = call
+
+
 def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rmsprop",
-          batch: int = 8, steps: int = 3, top: int = 5) -> dict[str, Counts]:
+          batch: int = 8, steps: int = 3, top: int = 5,
+          host_steps: int = 0) -> dict[str, Counts]:
     """The counts of ``steps`` training steps and prediction batches (after two of each, which
-    make the buffers and scratch arrays kept for the next ones), by "train" and "predict"."""
+    make the buffers and scratch arrays kept for the next ones), by "train" and "predict".
+
+    With ``host_steps``, each Counts also gets ``host_ms``: the mean time of that many more
+    steps with every kernel doing nothing (``kernels_do_nothing``).
+    """
     from destiny.io.dataset import SparseDataset
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
@@ -196,6 +222,12 @@ def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rm
             with instrumented(Counts()) as found[name]:
                 for s in range(2, 2 + steps):
                     step(s)
+            if host_steps:
+                with kernels_do_nothing():
+                    start = time.perf_counter()
+                    for s in range(2, 2 + host_steps):
+                        step(s)
+                    found[name].host_ms = (time.perf_counter() - start) / host_steps * 1e3
     finally:
         sys.setswitchinterval(interval)
     return found
@@ -212,9 +244,13 @@ def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rm
 @click.option("--batch", type=int, default=8, show_default=True)
 @click.option("--steps", type=int, default=3, show_default=True)
 @click.option("--top", type=int, default=5, show_default=True, help="K of the prediction.")
-def main(config, hidden, items, optimizer, batch, steps, top):
+@click.option("--host-steps", type=int, default=0, show_default=True,
+              help="Also time this many steps with every kernel doing nothing: the Python of "
+                   "the network and the kernel wrappers (the simulator's own launch included; "
+                   "on a GPU add ~10 us a launch, ~20 us an array made, the products' calls).")
+def main(config, hidden, items, optimizer, batch, steps, top, host_steps):
     found = count(config, hidden=hidden, items=items, optimizer=optimizer, batch=batch,
-                  steps=steps, top=top)
+                  steps=steps, top=top, host_steps=host_steps)
     name = os.path.basename(config)
     report(f"training step ({name}, {optimizer}, mean of {steps})", found["train"], steps)
     report(f"prediction batch ({name}, top-{top} with the seen-item filter, mean of {steps})",
