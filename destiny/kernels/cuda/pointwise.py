@@ -82,16 +82,22 @@ def _row_launch(n_rows):
     return min(n_rows, MAX_BLOCKS), ROW_THREADS
 
 
+@cuda.jit(device=True)
+def _activated(z, b, r, j, act, slope, alpha, lam):
+    """f(z[r, j] + b[j]) in float64; the sum in z's precision, as add_bias adds it (an empty
+    ``b``: no bias). The one formula of both forward kernels."""
+    x = z[r, j] + b[j] if b.shape[0] != 0 else z[r, j]
+    return unit_activation(act, np.float64(x), slope, alpha, lam)
+
+
 @kernel
 def _activation_forward(a, z, b, act, slope, alpha, lam):
     n_units = z.shape[1]
-    has_bias = b.shape[0] != 0
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, z.shape[0] * n_units, stride):
         r = i // n_units
         j = i - r * n_units
-        x = z[r, j] + b[j] if has_bias else z[r, j]  # in z's precision, as add_bias adds it
-        a[r, j] = unit_activation(act, np.float64(x), slope, alpha, lam)
+        a[r, j] = _activated(z, b, r, j, act, slope, alpha, lam)
 
 
 @kernel
@@ -221,13 +227,11 @@ def _activation_dropout(out, mask, a, z, b, act, slope, alpha, lam, key, row_off
     # _activation_forward and _dropout in one pass: the activation is stored in a, and the
     # dropout takes it as stored (rounded to a's dtype), as the two kernels one after the other.
     n_units = z.shape[1]
-    has_bias = b.shape[0] != 0
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, z.shape[0] * n_units, stride):
         r = i // n_units
         j = i - r * n_units
-        x = z[r, j] + b[j] if has_bias else z[r, j]
-        y = a.dtype.type(unit_activation(act, np.float64(x), slope, alpha, lam))
+        y = a.dtype.type(_activated(z, b, r, j, act, slope, alpha, lam))
         a[r, j] = y
         _drop(out, mask, r, j, np.float64(y), key, row_offset, col_offset, p, gain, shift,
               dropped_value)
