@@ -78,6 +78,9 @@ class Connection:
         # The update each row's optimizer state is up to date with, while rows lag behind
         # (lazy updates of a sparse layer, see Network.update); None when none does.
         self.current: np.ndarray | None = None
+        # While rows lag behind, backward leaves the sparse gradient to the update, which
+        # computes it where it updates the rows: (indptr, indices, values, delta, scale).
+        self.pending: tuple | None = None
         self._grad_fresh = False  # G already holds this batch's first contribution
         # The part of the whole [n_in, n_out] matrix this rank holds (all of it in one process).
         self.layout = shard.WHOLE
@@ -416,7 +419,8 @@ class Network:
     # -- loss and backward ----------------------------------------------------------------
 
     def backward(self) -> float:
-        """Output deltas and loss (summed over the batch and every rank), then every gradient."""
+        """Output deltas and loss (summed over the batch and every rank), then every gradient
+        (but a sparse layer's whose rows lag behind: `update` computes that one)."""
         B = self._batch.size
         kb, net = self.backend, self.netdef
         errors = []  # read once everything is queued: on a GPU, reading one waits for it
@@ -511,7 +515,10 @@ class Network:
                 if len(values) == 0 and q != 1.0:
                     values = kb.empty(len(indices), self.dtype)
                     kb.fill(values, q)
-                kb.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
+                if owner.current is not None and owner.sharing == 1:
+                    owner.pending = (indptr, indices, values, delta, scale)  # see update
+                else:
+                    kb.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
                 owner.touched.append(indices)
                 continue
             X = self._source_activation(c, B)
@@ -532,6 +539,11 @@ class Network:
         updates make to the other rows' state (RMSProp, AdaDelta) is applied when a row next
         has a gradient, or by `settle_optimizer` before the state is read. Same numbers, bit
         for bit, as updating every row; a fraction of the memory traffic.
+
+        While rows lag behind, ``backward`` leaves such a layer's gradient pending and it is
+        computed here, with the update (``sparse_grad_update_rows``: on the GPU each thread
+        sums one weight's gradient and updates the weight, and G's rows are never written);
+        where the update takes another path, the gradient is computed into G first.
         """
         kb = self.backend
         lazy = opt.mode in LAZY_MODES and opt.lam == 0 and opt.lam1 == 0
@@ -540,10 +552,15 @@ class Network:
                 rows_only = (lazy and len(c.touched) == 1 and c.sharing == 1
                              and c.dest.weight_norm <= 0)
                 if rows_only and c.current is not None:
-                    kb.update_weight_rows(c.W, c.G, *c.state, c.touched[0], c.current, t,
-                                          opt.mode, step, opt.mu)
-                    c.touched = []  # those rows of G were zeroed as they were read
+                    if c.pending is not None:
+                        kb.sparse_grad_update_rows(c.W, c.G, *c.state, c.current, *c.pending, t,
+                                                   opt.mode, step, opt.mu)
+                    else:
+                        kb.update_weight_rows(c.W, c.G, *c.state, c.touched[0], c.current, t,
+                                              opt.mode, step, opt.mu)
+                    c.touched, c.pending = [], None  # G's rows are zero again
                 else:
+                    self._compute_pending(c)
                     self._catch_up(c, t - 1)
                     kb.update_weights(c.W, c.G, *c.state, t, opt.mode, step, opt.lam,
                                       opt.lam1, opt.mu, opt.mu1)
@@ -558,6 +575,11 @@ class Network:
             kb.update_bias(c.b, c.gb, *c.bias_state, t, opt.mode, step, opt.mu, opt.mu1)
         self._last_update = (t, opt)
         self.discard_gradients()  # G must be zero outside the next batch's sparse rows
+
+    def _compute_pending(self, c: Connection) -> None:
+        if c.pending is not None:
+            self.backend.sparse_fc_weight_grad(c.G, *c.pending)
+            c.pending = None
 
     def _catch_up(self, c: Connection, t: int) -> None:
         if c.current is not None:
@@ -574,9 +596,10 @@ class Network:
     def discard_gradients(self) -> None:
         """Forget this batch's gradients without an update (a batch skipped by the brake)."""
         for c in self.connections:
-            for rows in c.touched:
-                self.backend.zero_rows(c.G, rows)
-            c.touched = []
+            if c.pending is None:  # (a pending gradient never reached G)
+                for rows in c.touched:
+                    self.backend.zero_rows(c.G, rows)
+            c.touched, c.pending = [], None
             c._grad_fresh = False
 
     def init_optimizer(self, opt: OptimizerConfig) -> None:
@@ -588,6 +611,7 @@ class Network:
         for c in self.connections:
             c._grad_fresh = False
             c.current = None
+            c.pending = None
             if not c.shared:
                 c.state = [kb.zeros(c.W.shape, self.dtype) for _ in range(n)] + unused
             c.bias_state = [kb.zeros(c.b.shape, self.dtype) for _ in range(n)] + unused

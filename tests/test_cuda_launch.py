@@ -260,5 +260,5 @@ def test_a_training_step_launches_only_what_the_launcher_takes_and_makes_no_arra
     train, predict = found["train"], found["predict"]
     assert not train.slow and not predict.slow
     assert train.arrays == 3 and train.uploads == 2 and train.downloads == 1
-    assert sum(train.launches.values()) == 39, dict(train.launches)
+    assert sum(train.launches.values()) == 37, dict(train.launches)
     assert sum(predict.launches.values()) == 11, dict(predict.launches)

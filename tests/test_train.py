@@ -187,6 +187,54 @@ def test_lazy_input_rows_train_exactly_as_dense_updates(files, optimizer, monkey
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_pending_sparse_gradient_is_computed_by_the_update_or_dropped(files):
+    """While input rows lag behind, backward leaves the input layer's gradient to the update:
+    G stays zero; a batch the brake skips leaves no trace; a dense update (another optimizer
+    setting) computes it into G first, as backward would have."""
+    from destiny.io.dataset import read_dataset
+    from destiny.network import OptimizerConfig
+
+    net, _ = _train_small(files, "cpu", "rmsprop", 1)
+    c = net.connections[0]
+    assert c.current is not None
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    batch = TrainData(net, datasets).batch(np.arange(16))
+    net.forward(batch, train=True, dropout_key=1)
+    net.backward()
+    assert c.pending is not None and not c.G.any()
+    before = c.W.copy()
+    net.discard_gradients()  # the brake's skip
+    assert c.pending is None and not c.G.any()
+    np.testing.assert_array_equal(c.W, before)
+
+    net.forward(batch, train=True, dropout_key=1)
+    net.backward()
+    pending = c.pending
+    expected = np.zeros_like(c.G)
+    net.backend.sparse_fc_weight_grad(expected, *pending)
+    weights = net.connections[1].W.copy()
+    G_out = net.connections[1].G.copy()
+    adam = OptimizerConfig(mode=6, mu=0.9, mu1=0.999)  # not lazy: every row, from G
+    net.init_optimizer(adam)  # (fresh state for Adam; keeps c.pending)
+    c.pending = pending
+    seen = {}
+    update_weights = net.backend.update_weights
+
+    def spy(W, G, *args):
+        if W is c.W:
+            seen["G"] = G.copy()
+        update_weights(W, G, *args)
+
+    net.backend.update_weights = spy
+    try:
+        net.update(0.01, 1, adam)
+    finally:
+        net.backend.update_weights = update_weights
+    np.testing.assert_array_equal(seen["G"], expected)
+    assert expected.any() and not c.G.any() and c.pending is None
+    assert not np.array_equal(net.connections[1].W, weights) and G_out.any()
+
+
 def test_lazy_input_rows_resume_from_a_checkpoint_exactly(files):
     """A checkpoint written while input rows lag holds their settled state."""
     from destiny.io.checkpoint import load_weights, save_network

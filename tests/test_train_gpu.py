@@ -151,3 +151,33 @@ def test_tf32_is_asked_for_on_the_command_line_and_recorded(files, tmp_path):
         assert result.exit_code == 0, result.output
         assert ("with TF32 products" in result.output) == (products == "tf32")
         assert read_network(path).destiny["products"] == products
+
+
+def test_gpu_lazy_rows_with_their_gradient_in_one_kernel_train_exactly_as_dense_updates(
+        files, tmp_path, monkeypatch):
+    """On the GPU the input layer's gradient and its lazy row update are one kernel
+    (``sparse_grad_update_rows``) once rows lag behind: every weight, bias and state bit is
+    what dense updates of every row give."""
+    import destiny.network
+    from destiny.kernels.cuda import optim
+
+    calls = []
+    fused = optim.sparse_grad_update_rows
+    monkeypatch.setattr(optim, "sparse_grad_update_rows",
+                        lambda *args: calls.append(1) or fused(*args))
+    written = []
+    for lazy in (True, False):
+        if not lazy:
+            monkeypatch.setattr(destiny.network, "LAZY_MODES", ())
+        path = tmp_path / f"{lazy}.nc"
+        with _fast_simulator():
+            fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+                output_path=files / "gl_output.nc", network_path=path,
+                cfg=train_config("rmsprop", batch=4, epochs=2), backend="gpu",
+                checkpoint_every=0)
+        written.append(read_network(path))
+        if lazy:
+            assert len(calls) >= 4  # every update after the first (dense) one
+    for k in written[0].weights:
+        np.testing.assert_array_equal(written[0].weights[k], written[1].weights[k])
+        np.testing.assert_array_equal(written[0].biases[k], written[1].biases[k])

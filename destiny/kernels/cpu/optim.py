@@ -38,7 +38,7 @@ from destiny.kernels.reference.optim import (
 # The mode constants and the plain-Python helpers are shared with the reference, re-exported.
 __all__ = ["SGD", "MOMENTUM", "ADAGRAD", "NESTEROV", "RMSPROP", "ADADELTA", "ADAM", "LAZY_MODES",
            "state_arrays_needed", "step_size", "update_weights", "update_bias",
-           "update_weight_rows", "catch_up_rows"]
+           "update_weight_rows", "sparse_grad_update_rows", "catch_up_rows"]
 
 
 @njit(cache=True)
@@ -239,6 +239,16 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     ty = W.dtype.type
     _update_rows(W, G, state_rows(s1, W), state_rows(s2, W), out_rows, out_steps, n, int(mode),
                  ty(alpha), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
+
+
+def sparse_grad_update_rows(W, G, s1, s2, current, indptr, indices, values, delta, scale, t,
+                            mode, alpha, mu):
+    """``sparse_fc_weight_grad`` into ``G`` and then ``update_weight_rows`` (see the
+    reference): on the cpu the gradient's rows pass through ``G`` (zero again on return)."""
+    from destiny.kernels.cpu.sparse import sparse_fc_weight_grad
+
+    sparse_fc_weight_grad(G, indptr, indices, values, delta, scale)
+    update_weight_rows(W, G, s1, s2, indices, current, t, mode, alpha, mu)
 
 
 def catch_up_rows(s1, s2, current, t, mode, mu):

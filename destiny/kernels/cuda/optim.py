@@ -21,6 +21,7 @@ from destiny.kernels import unit
 from destiny.kernels.cuda.dense import fill
 from destiny.kernels.cuda.launch import (THREADS, blocks_for, device_arrays, flat, kernel,
                                          reshaped, scratch)
+from destiny.kernels.cuda.sparse import feature_grid, feature_sum, group_by_feature
 from destiny.kernels.reference.optim import (
     ADADELTA,
     ADAGRAD,
@@ -40,7 +41,7 @@ from destiny.kernels.reference.optim import (
 # The mode constants and the plain-Python helpers are shared with the reference, re-exported.
 __all__ = ["SGD", "MOMENTUM", "ADAGRAD", "NESTEROV", "RMSPROP", "ADADELTA", "ADAM", "LAZY_MODES",
            "state_arrays_needed", "step_size", "update_weights", "update_bias",
-           "update_weight_rows", "catch_up_rows"]
+           "update_weight_rows", "sparse_grad_update_rows", "catch_up_rows"]
 
 
 _direction = cuda.jit(device=True)(unit.direction)  # shared with the cpu backend
@@ -204,42 +205,74 @@ def _decayed(x, steps, m):
     return x
 
 
+@cuda.jit(device=True)
+def _lazy_step(W, s1, s2, r, j, gradient, k, mode, a, zero, m, one_m, floor):
+    """update_weights' arithmetic for element (r, j) in the lazy modes, lam = lam1 = 0, after
+    the decay of the ``k`` updates its row skipped; the multiply-adds are fused as in
+    _update_weights (NVVM would contract a * b + c by its own choice otherwise)."""
+    w = W[r, j]
+    g = _direction(gradient, w, zero, zero)
+    if mode == SGD:
+        W[r, j] = cuda.fma(a, g, w)
+    elif mode == ADAGRAD:
+        v = cuda.fma(g, g, s1[r, j])
+        s1[r, j] = v
+        W[r, j] = w + a * g / math.sqrt(max(floor, v))
+    elif mode == RMSPROP:
+        v = cuda.fma(m, _decayed(s1[r, j], k, m), one_m * g * g)
+        s1[r, j] = v
+        W[r, j] = w + a * g / math.sqrt(max(floor, v))
+    else:  # ADADELTA
+        v = _decayed(s1[r, j], k, m)
+        vg = cuda.fma(m, _decayed(s2[r, j], k, m), one_m * g * g)
+        root = math.sqrt(max(floor, v) / max(floor, vg))
+        dw = root * g
+        s2[r, j] = vg
+        s1[r, j] = cuda.fma(m, v, one_m * dw * dw)
+        W[r, j] = cuda.fma(root, g, w)
+
+
 @kernel
 def _update_rows(W, G, s1, s2, rows, steps, count, mode, a, zero, m, one_m, floor):
     # A thread per element of the listed rows (grid-stride over count * columns, as
-    # update_weights strides over every element): update_weights' arithmetic for the lazy
-    # modes, lam = lam1 = 0, after the decay of the updates the row skipped; each gradient is
-    # zeroed as it is read; the multiply-adds are fused as in _update_weights. (A block per
-    # row, its threads along the row, took 1.13 ms of a benchmark-network step on an H100;
-    # this takes 0.50.)
+    # update_weights strides over every element); each gradient is zeroed as it is read.
+    # (A block per row, its threads along the row, took 1.13 ms of a benchmark-network step
+    # on an H100; this takes 0.50.)
     n_cols = W.shape[1]
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for e in range(start, count[0] * n_cols, stride):
         i = e // n_cols
         j = e - i * n_cols
         r = rows[i]
-        k = steps[i]
-        w = W[r, j]
-        g = _direction(G[r, j], w, zero, zero)
+        gradient = G[r, j]
         G[r, j] = zero
-        if mode == SGD:
-            W[r, j] = cuda.fma(a, g, w)
-        elif mode == ADAGRAD:
-            v = cuda.fma(g, g, s1[r, j])
-            s1[r, j] = v
-            W[r, j] = w + a * g / math.sqrt(max(floor, v))
-        elif mode == RMSPROP:
-            v = cuda.fma(m, _decayed(s1[r, j], k, m), one_m * g * g)
-            s1[r, j] = v
-            W[r, j] = w + a * g / math.sqrt(max(floor, v))
-        else:  # ADADELTA
-            v = _decayed(s1[r, j], k, m)
-            vg = cuda.fma(m, _decayed(s2[r, j], k, m), one_m * g * g)
-            root = math.sqrt(max(floor, v) / max(floor, vg))
-            dw = root * g
-            s2[r, j] = vg
-            s1[r, j] = cuda.fma(m, v, one_m * dw * dw)
-            W[r, j] = cuda.fma(root, g, w)
+        _lazy_step(W, s1, s2, r, j, gradient, steps[i], mode, a, zero, m, one_m, floor)
+
+
+@kernel
+def _feature_update(W, s1, s2, current, t, features, n_present, start, entry, entry_row, values,
+                    delta, scale, mode, a, zero, m, one_m, floor):
+    # Thread (present feature, unit), as sparse._feature_grad: the gradient element it sums
+    # is the weight's it updates, so G's rows are never written, read or zeroed.
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if j >= W.shape[1]:
+        return
+    for s in range(cuda.blockIdx.y, n_present[0], cuda.gridDim.y):
+        f = features[s]
+        # the rounded sum, the G element _feature_grad would leave (where G would hold +0.0
+        # this may be -0.0: no weight or state differs by it, the test checks the signs too)
+        gradient = W.dtype.type(scale * feature_sum(start, entry, entry_row, values, delta,
+                                                    f, j))
+        _lazy_step(W, s1, s2, f, j, gradient, t - 1 - current[f], mode, a, zero, m, one_m,
+                   floor)
+
+
+@kernel
+def _advance(current, features, n_present, t):
+    # After _feature_update, whose threads all read the rows' old `current`.
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for s in range(start, n_present[0], stride):
+        current[features[s]] = t
 
 
 @kernel
@@ -282,6 +315,27 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     _update_rows[blocks_for(n * W.shape[1]), THREADS](
         W, G, _state_rows(s1, W), _state_rows(s2, W), out_rows, out_steps, count, int(mode),
         ty(alpha), ty(0.0), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
+
+
+@device_arrays
+def sparse_grad_update_rows(W, G, s1, s2, current, indptr, indices, values, delta, scale, t,
+                            mode, alpha, mu):
+    """``sparse_fc_weight_grad`` and ``update_weight_rows`` in one pass over the batch's rows
+    (see the reference): each thread sums the gradient of one weight and updates it, so
+    ``G`` (zero, and left zero) is not touched, and the row list comes from the gradient's
+    own grouping of the entries by feature instead of a separate claim."""
+    check_lazy_mode(mode)
+    _check_state(W, s1, s2, mode)
+    n_entries = indices.shape[0]
+    if n_entries == 0 or indptr.shape[0] <= 1 or W.size == 0:
+        return
+    groups = group_by_feature(indptr, indices, W.shape[0])
+    ty = W.dtype.type
+    _feature_update[feature_grid(W.shape[1], n_entries)](
+        W, _state_rows(s1, W), _state_rows(s2, W), current, int(t), *groups, values, delta,
+        float(scale), int(mode), ty(alpha), ty(0.0), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
+    features, n_present = groups[:2]
+    _advance[blocks_for(n_entries), THREADS](current, features, n_present, int(t))
 
 
 @device_arrays

@@ -156,36 +156,33 @@ def _feature_grad(dW, features, n_present, start, entry, entry_row, values, delt
     Thread (feature slot s, unit j), the units across threadIdx for coalesced rows. The sum is
     taken in float64 in entry order and rounded once, as on the cpu.
     """
-    n_out = dW.shape[1]
-    boolean = values.shape[0] == 0
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    if j >= n_out:
+    if j >= dW.shape[1]:
         return
     for s in range(cuda.blockIdx.y, n_present[0], cuda.gridDim.y):
         f = features[s]
-        acc = 0.0
-        for p in range(start[f], start[f + 1]):
-            v = 1.0 if boolean else np.float64(values[entry[p]])
-            acc += v * np.float64(delta[entry_row[p], j])
-        dW[f, j] += dW.dtype.type(scale * acc)  # rounded, then added, as on the cpu
+        # rounded, then added, as on the cpu
+        dW[f, j] += dW.dtype.type(scale * feature_sum(start, entry, entry_row, values, delta,
+                                                      f, j))
 
 
-@device_arrays
-def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
-    """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``.
+@cuda.jit(device=True)
+def feature_sum(start, entry, entry_row, values, delta, f, j):
+    """The sum of ``values[e] * delta[row(e), j]`` over feature f's entries, in float64 in
+    entry order (``group_by_feature``'s arrays; no values: every value is 1)."""
+    acc = 0.0
+    for p in range(start[f], start[f + 1]):
+        v = 1.0 if values.shape[0] == 0 else np.float64(values[entry[p]])
+        acc += v * np.float64(delta[entry_row[p], j])
+    return acc
 
-    Spec 6.2: only the rows of features present in the batch are touched, and a feature listed
-    twice in a row counts twice. Each entry uses its own value (quirk 10.19 fixed).
-    Deterministic: the entries are grouped by feature on the device (see the module
-    docstring), and each element of ``dW`` is summed by one thread in entry order.
-    """
-    n_features = dW.shape[0]
+
+def group_by_feature(indptr, indices, n_features):
+    """The entries of a CSR batch grouped by feature, each group in entry order (the cpu's
+    order): (features present, their number [1], each feature's first slot [n_features + 1],
+    the entries in slot order, their batch rows). Scratch arrays, valid until the next call;
+    ``indices`` must not be empty."""
     n_entries = indices.shape[0]
-    n_rows = indptr.shape[0] - 1
-    if n_entries == 0 or n_rows <= 0 or dW.shape[1] == 0:
-        return
-    # Scratch: counts (then cursors), segment starts, the present features and their number,
-    # and the grouped entries with their batch rows.
     # (count and start are exactly n_features long: _scan scans all of count.)
     count = scratch("weight_grad.count", n_features, np.int32, exact=True)
     start = scratch("weight_grad.start", n_features + 1, np.int64, exact=True)
@@ -202,6 +199,26 @@ def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
     _place[blocks_for(n_entries), THREADS](count, start, indptr, indices, entry, entry_row)
     _sort_segments[min(n_entries, MAX_BLOCKS), ROW_THREADS](features, n_present, start, entry,
                                                            entry_row, sorted_entry, sorted_row)
-    grid = ((dW.shape[1] + THREADS - 1) // THREADS, min(n_entries, MAX_BLOCKS))
-    _feature_grad[grid, THREADS](dW, features, n_present, start, sorted_entry, sorted_row,
-                                 values, delta, float(scale))
+    return features, n_present, start, sorted_entry, sorted_row
+
+
+def feature_grid(n_out, n_entries):
+    """The grid of a kernel with a thread for each (present feature, unit): units across
+    threadIdx for coalesced rows, features across the grid's y."""
+    return ((n_out + THREADS - 1) // THREADS, min(n_entries, MAX_BLOCKS)), THREADS
+
+
+@device_arrays
+def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
+    """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``.
+
+    Spec 6.2: only the rows of features present in the batch are touched, and a feature listed
+    twice in a row counts twice. Each entry uses its own value (quirk 10.19 fixed).
+    Deterministic: the entries are grouped by feature on the device (see the module
+    docstring), and each element of ``dW`` is summed by one thread in entry order.
+    """
+    n_entries = indices.shape[0]
+    if n_entries == 0 or indptr.shape[0] <= 1 or dW.shape[1] == 0:
+        return
+    groups = group_by_feature(indptr, indices, dW.shape[0])
+    _feature_grad[feature_grid(dW.shape[1], n_entries)](dW, *groups, values, delta, float(scale))

@@ -222,6 +222,24 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     current[rows] = t
 
 
+def sparse_grad_update_rows(W, G, s1, s2, current, indptr, indices, values, delta, scale, t,
+                            mode, alpha, mu):
+    """A sparse input layer's weight gradient and its lazy row update in one call:
+    ``sparse_fc_weight_grad(G, indptr, indices, values, delta, scale)`` and then
+    ``update_weight_rows(W, G, s1, s2, indices, current, t, mode, alpha, mu)``.
+
+    ``G`` must be zero on entry and is zero on return: a backend may hold the gradient's rows
+    in it between the two (as this one does), or never write it (the GPU computes each
+    gradient element where it updates the weight, as FBGEMM's fused embedding backward and
+    optimizer do, and spares the memory traffic of G's rows). The parameters are those of the
+    two functions.
+    """
+    from destiny.kernels.reference.sparse import sparse_fc_weight_grad
+
+    sparse_fc_weight_grad(G, indptr, indices, values, delta, scale)
+    update_weight_rows(W, G, s1, s2, indices, current, t, mode, alpha, mu)
+
+
 def catch_up_rows(s1, s2, current, t, mode, mu):
     """Bring the state of every row up to date with update ``t`` (see `update_weight_rows`)."""
     check_lazy_mode(mode)
