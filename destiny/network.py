@@ -551,14 +551,10 @@ class Network:
             if not c.shared:
                 rows_only = (lazy and len(c.touched) == 1 and c.sharing == 1
                              and c.dest.weight_norm <= 0)
-                if rows_only and c.current is not None:
-                    if c.pending is not None:
-                        kb.sparse_grad_update_rows(c.W, c.G, *c.state, c.current, *c.pending, t,
-                                                   opt.mode, step, opt.mu)
-                    else:
-                        kb.update_weight_rows(c.W, c.G, *c.state, c.touched[0], c.current, t,
-                                              opt.mode, step, opt.mu)
-                    c.touched, c.pending = [], None  # G's rows are zero again
+                if rows_only and c.current is not None:  # backward left the gradient pending
+                    kb.sparse_grad_update_rows(c.W, c.G, *c.state, c.current, *c.pending, t,
+                                               opt.mode, step, opt.mu)
+                    c.touched, c.pending = [], None
                 else:
                     self._compute_pending(c)
                     self._catch_up(c, t - 1)
