@@ -18,7 +18,9 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
   pass plus ``top_k`` that it replaces;
 * ``update_weights``: RMSProp over the input layer's 27,392 x 1024 weights, beside
   ``update_weight_rows`` over the batch's rows only (the lazy update of ``Network.update``,
-  each row one skipped update behind).
+  each row one skipped update behind);
+* ``sparse_grad_update_rows``: the input layer's gradient and lazy update in one call, beside
+  ``sparse_fc_weight_grad`` and ``update_weight_rows`` (its rows passing through G).
 
 As llm.c's kernel benchmarks do, every kernel is FIRST checked against the NumPy reference
 (``destiny.kernels.reference``) and the script stops unless all results match; then each is
@@ -248,6 +250,44 @@ def optimizer_case(batch_csr, rng, rows_only: bool) -> Case:
     return Case(name, run, [W, v], (5 + rows_only) * 4 * rows * HIDDEN, prepare=prepare)
 
 
+def sparse_update_case(batch_csr, rng, fused: bool) -> Case:
+    """The input layer's weight gradient and lazy RMSProp row update: ``sparse_fc_weight_grad``
+    and then ``update_weight_rows`` (two calls, the rows passing through G), or
+    ``sparse_grad_update_rows`` (one call), as ``Network.update`` runs it once rows lag."""
+    indptr, indices, values = batch_csr
+    B = len(indptr) - 1
+    W = (rng.normal(size=(FEATURES, HIDDEN)) * 1e-2).astype(np.float32)
+    G = np.zeros_like(W)
+    v = np.zeros_like(W)
+    unused = np.zeros(0, dtype=np.float32)
+    current = np.zeros(FEATURES, dtype=np.int64)
+    delta = (rng.normal(size=(B, HIDDEN)) * 1e-2).astype(np.float32)
+    present = len(np.unique(indices))
+    t = [0]
+
+    def prepare():
+        t[0] += 1
+        current[:] = t[0] - 2  # every row one update behind, as in training on average
+
+    def run(backend):
+        if fused:
+            backend.sparse_grad_update_rows(W, G, v, unused, current, indptr, indices, values,
+                                            delta, -1.0 / B, t[0], cpu_optim.RMSPROP, 1e-3, 0.9)
+        else:
+            sparse = ref_sparse if backend is ref_optim else cpu_sparse
+            sparse.sparse_fc_weight_grad(G, indptr, indices, values, delta, -1.0 / B)
+            backend.update_weight_rows(W, G, v, unused, indices, current, t[0],
+                                       cpu_optim.RMSPROP, 1e-3, 0.9)
+        return W
+
+    shape = f"RMSProp K={len(indices)}, {present} rows x {HIDDEN}"
+    name = (f"sparse_grad_update_rows {shape}" if fused
+            else f"sparse_fc_weight_grad + update_weight_rows {shape}")
+    # W and v read and written, delta once; the two calls also write, read and zero G's rows.
+    moved = (4 + 3 * (not fused)) * 4 * present * HIDDEN + delta.nbytes
+    return Case(name, run, [W, v], moved, prepare=prepare)
+
+
 def snapshot(case: Case, backend) -> list[np.ndarray]:
     """The case's outputs after one call of ``backend``, from zeroed accumulators."""
     for out in case.outputs:
@@ -278,18 +318,21 @@ def check(case: Case) -> bool:
 
 def _module(case: Case, backend: str):
     kind = case.name.split()[0]
+    if kind == "sparse_fc_weight_grad" and "+" in case.name:
+        kind = "update_weight_rows"  # the two-call case: its run picks the sparse module
     modules = {"reference": {"sparse_fc_weight_grad": ref_sparse,
                              "sparse_fc_forward": ref_sparse, "sparse_loss_delta": ref_loss,
                              "activation_backward": ref_pointwise,
                              "activation_forward": ref_pointwise, "top_k": ref_topk,
                              "top_k_activated": ref_topk,
-                             "update_weights": ref_optim, "update_weight_rows": ref_optim},
+                             "update_weights": ref_optim, "update_weight_rows": ref_optim,
+                             "sparse_grad_update_rows": ref_optim},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_fc_forward": cpu_sparse,
                        "sparse_loss_delta": cpu_loss,
                        "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise,
                        "top_k": cpu_topk, "top_k_activated": cpu_topk,
                        "update_weights": cpu_optim,
-                       "update_weight_rows": cpu_optim}}
+                       "update_weight_rows": cpu_optim, "sparse_grad_update_rows": cpu_optim}}
     # The comparison case (one-pass) calls NumPy whatever the backend.
     return modules[backend].get(kind, cpu_pointwise)
 
@@ -338,7 +381,9 @@ def main(argv=None) -> int:
              top_k_activated_case(batch_csr, rng, 100, fused=True),
              top_k_activated_case(batch_csr, rng, 100, fused=False),
              optimizer_case(batch_csr, rng, rows_only=False),
-             optimizer_case(batch_csr, rng, rows_only=True)]
+             optimizer_case(batch_csr, rng, rows_only=True),
+             sparse_update_case(batch_csr, rng, fused=False),
+             sparse_update_case(batch_csr, rng, fused=True)]
     print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "
           f"({len(batch_csr[1]) / args.batch:.1f} per row)")
     if not all([check(case) for case in cases]):  # every case, so that all mismatches print

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from destiny.kernels import unit
+from destiny.kernels.cpu.sparse import _CHUNKS, _feature_grad, _group_by_feature
 from destiny.kernels.reference.optim import (
     ADADELTA,
     ADAGRAD,
@@ -161,53 +162,77 @@ def _decay_row(s, r, steps, m):
             s[r, j] = m * s[r, j]
 
 
-@njit(cache=True, parallel=True)
-def _update_rows(W, G, s1, s2, rows, steps, n, mode, a, m, one_m, floor):
-    # update_weights' arithmetic for these modes, lam = lam1 = 0, after the decay of the
-    # updates each row skipped; each gradient is zeroed as it is read. The mode is tested
-    # outside the loops along a row, so that they vectorize as the dense kernel's do.
+@njit(cache=True, inline="always")
+def _update_row(W, s1, s2, r, G, gr, steps, mode, a, m, one_m, floor):
+    # update_weights' arithmetic for these modes, lam = lam1 = 0, on row r of W with the
+    # gradient row G[gr], zeroed as it is read (consumed), after the decay of the ``steps``
+    # updates the row skipped. The mode is tested outside the loops along the row, so that
+    # they vectorize as the dense kernel's do.
     zero = W.dtype.type(0.0)
     n_out = W.shape[1]
+    if mode == SGD:
+        for j in range(n_out):
+            w = W[r, j]
+            W[r, j] = w + a * _direction(G[gr, j], w, zero, zero)
+            G[gr, j] = zero
+    elif mode == ADAGRAD:
+        for j in range(n_out):
+            w = W[r, j]
+            g = _direction(G[gr, j], w, zero, zero)
+            G[gr, j] = zero
+            v = s1[r, j] + g * g
+            s1[r, j] = v
+            W[r, j] = w + a * g / math.sqrt(max(floor, v))
+    elif mode == RMSPROP:
+        # The last skipped update's decay is taken in the update's own pass over the row.
+        _decay_row(s1, r, steps - 1, m)
+        for j in range(n_out):
+            w = W[r, j]
+            g = _direction(G[gr, j], w, zero, zero)
+            G[gr, j] = zero
+            x = s1[r, j]
+            if steps > 0:
+                x = m * x
+            v = m * x + one_m * g * g
+            s1[r, j] = v
+            W[r, j] = w + a * g / math.sqrt(max(floor, v))
+    else:  # ADADELTA
+        _decay_row(s1, r, steps, m)
+        _decay_row(s2, r, steps, m)
+        for j in range(n_out):
+            w = W[r, j]
+            g = _direction(G[gr, j], w, zero, zero)
+            G[gr, j] = zero
+            vg = m * s2[r, j] + one_m * g * g
+            dw = math.sqrt(max(floor, s1[r, j]) / max(floor, vg)) * g
+            s2[r, j] = vg
+            s1[r, j] = m * s1[r, j] + one_m * dw * dw
+            W[r, j] = w + dw
+
+
+@njit(cache=True, parallel=True)
+def _update_rows(W, G, s1, s2, rows, steps, n, mode, a, m, one_m, floor):
     for i in prange(n):
-        r = rows[i]
-        if mode == SGD:
-            for j in range(n_out):
-                w = W[r, j]
-                W[r, j] = w + a * _direction(G[r, j], w, zero, zero)
-                G[r, j] = zero
-        elif mode == ADAGRAD:
-            for j in range(n_out):
-                w = W[r, j]
-                g = _direction(G[r, j], w, zero, zero)
-                G[r, j] = zero
-                v = s1[r, j] + g * g
-                s1[r, j] = v
-                W[r, j] = w + a * g / math.sqrt(max(floor, v))
-        elif mode == RMSPROP:
-            # The last skipped update's decay is taken in the update's own pass over the row.
-            _decay_row(s1, r, steps[i] - 1, m)
-            for j in range(n_out):
-                w = W[r, j]
-                g = _direction(G[r, j], w, zero, zero)
-                G[r, j] = zero
-                x = s1[r, j]
-                if steps[i] > 0:
-                    x = m * x
-                v = m * x + one_m * g * g
-                s1[r, j] = v
-                W[r, j] = w + a * g / math.sqrt(max(floor, v))
-        else:  # ADADELTA
-            _decay_row(s1, r, steps[i], m)
-            _decay_row(s2, r, steps[i], m)
-            for j in range(n_out):
-                w = W[r, j]
-                g = _direction(G[r, j], w, zero, zero)
-                G[r, j] = zero
-                vg = m * s2[r, j] + one_m * g * g
-                dw = math.sqrt(max(floor, s1[r, j]) / max(floor, vg)) * g
-                s2[r, j] = vg
-                s1[r, j] = m * s1[r, j] + one_m * dw * dw
-                W[r, j] = w + dw
+        _update_row(W, s1, s2, rows[i], G, rows[i], steps[i], mode, a, m, one_m, floor)
+
+
+@njit(cache=True, parallel=True)
+def _sparse_grad_update(W, s1, s2, current, t, features, start, entry_row, entry, values, delta,
+                        scale, mode, a, m, one_m, floor):
+    # Each thread takes whole features, as sparse_fc_weight_grad does: a feature's gradient row
+    # is summed into a scratch row (zero, as its row of G would be, and zeroed again as the
+    # update reads it) and applied at once, while the row is in cache, instead of through G.
+    n_present = len(features)
+    n_chunks = min(n_present, _CHUNKS)
+    for c in prange(n_chunks):
+        acc = np.empty(W.shape[1], dtype=np.float64)
+        grad = np.zeros((1, W.shape[1]), dtype=W.dtype)
+        for s in range(c * n_present // n_chunks, (c + 1) * n_present // n_chunks):
+            f = features[s]
+            _feature_grad(grad[0], acc, start[s], start[s + 1], entry_row, entry, values, delta,
+                          scale)
+            _update_row(W, s1, s2, f, grad, 0, t - 1 - current[f], mode, a, m, one_m, floor)
+            current[f] = t
 
 
 @njit(cache=True, parallel=True)
@@ -243,12 +268,18 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
 
 def sparse_grad_update_rows(W, G, s1, s2, current, indptr, indices, values, delta, scale, t,
                             mode, alpha, mu):
-    """``sparse_fc_weight_grad`` into ``G`` and then ``update_weight_rows`` (see the
-    reference): on the cpu the gradient's rows pass through ``G`` (zero again on return)."""
-    from destiny.kernels.cpu.sparse import sparse_fc_weight_grad
-
-    sparse_fc_weight_grad(G, indptr, indices, values, delta, scale)
-    update_weight_rows(W, G, s1, s2, indices, current, t, mode, alpha, mu)
+    """``sparse_fc_weight_grad`` and ``update_weight_rows`` in one pass over the batch's rows
+    (see the reference): each feature's gradient row is summed in scratch and applied while
+    the row is in cache; ``G`` (zero) is not touched."""
+    check_lazy_mode(mode)
+    _check_state(W.size, s1, s2, mode)
+    features, start, entry_row, entry = _group_by_feature(indptr, indices, W.shape[0])
+    if len(features) and current[features].max() > t - 1:
+        raise ValueError(f"rows are up to date with an update after t - 1 = {t - 1}")
+    ty = W.dtype.type
+    _sparse_grad_update(W, state_rows(s1, W), state_rows(s2, W), current, np.int64(t), features,
+                        start, entry_row, entry, values, delta, float(scale), int(mode),
+                        ty(alpha), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
 
 
 def catch_up_rows(s1, s2, current, t, mode, mu):
