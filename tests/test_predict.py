@@ -100,6 +100,18 @@ def test_stdout_and_batches_agree(model, tmp_path):
     assert one.stdout == many.stdout and one.stdout.count("\n") == 300
 
 
+def test_tf32_on_the_cpu_changes_nothing(model, tmp_path):
+    """``--tf32`` allows TF32 products where a GPU computes them; the cpu's are float32
+    anyway: the same records, and no mention of TF32."""
+    plain, tf32 = tmp_path / "plain.txt", tmp_path / "tf32.txt"
+    ratings = str(model / "ratings.txt")
+    assert run(model, "-r", ratings, "--backend", "cpu", output=str(plain)).exit_code == 0
+    result = run(model, "-r", ratings, "--backend", "cpu", "--tf32", output=str(tf32))
+    assert result.exit_code == 0, result.output
+    assert "TF32" not in result.output
+    assert tf32.read_text() == plain.read_text()
+
+
 def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     index = tmp_path / "features_output"
     lines = (model / "features_output").read_text()
