@@ -217,14 +217,18 @@ def top_k_activated_case(batch_csr, rng, k: int, fused: bool) -> Case:
     return Case(name, run, [items, best] if fused else [best], z.nbytes)
 
 
+def _input_layer(rng):
+    """The input layer's weights, a zero gradient, RMSProp's state (and no second state
+    array), and the update each row is up to date with."""
+    W = (rng.normal(size=(FEATURES, HIDDEN)) * 1e-2).astype(np.float32)
+    return (W, np.zeros_like(W), np.zeros_like(W), np.zeros(0, dtype=np.float32),
+            np.zeros(FEATURES, dtype=np.int64))
+
+
 def optimizer_case(batch_csr, rng, rows_only: bool) -> Case:
     """RMSProp on the input layer: every row, or only the batch's rows (``update_weight_rows``)."""
     indptr, indices, _ = batch_csr
-    W = (rng.normal(size=(FEATURES, HIDDEN)) * 1e-2).astype(np.float32)
-    G = np.zeros_like(W)
-    v = np.zeros_like(W)
-    unused = np.zeros(0, dtype=np.float32)
-    current = np.zeros(FEATURES, dtype=np.int64)
+    W, G, v, unused, current = _input_layer(rng)
     gradient = (rng.normal(size=(FEATURES, HIDDEN)) * 1e-3).astype(np.float32)
     present = np.unique(indices)
     t = [0]
@@ -256,11 +260,7 @@ def sparse_update_case(batch_csr, rng, fused: bool) -> Case:
     ``sparse_grad_update_rows`` (one call), as ``Network.update`` runs it once rows lag."""
     indptr, indices, values = batch_csr
     B = len(indptr) - 1
-    W = (rng.normal(size=(FEATURES, HIDDEN)) * 1e-2).astype(np.float32)
-    G = np.zeros_like(W)
-    v = np.zeros_like(W)
-    unused = np.zeros(0, dtype=np.float32)
-    current = np.zeros(FEATURES, dtype=np.int64)
+    W, G, v, unused, current = _input_layer(rng)
     delta = (rng.normal(size=(B, HIDDEN)) * 1e-2).astype(np.float32)
     present = len(np.unique(indices))
     t = [0]
