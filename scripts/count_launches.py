@@ -52,17 +52,15 @@ class Counts:
 
 
 def _slow_argument(a) -> bool:
-    if isinstance(a, tuple):
-        return not all(isinstance(x, (int, float, bool, np.number, np.bool_)) for x in a)
-    if isinstance(a, np.ndarray):
-        return True  # a host array: numba copies it over and back
-    if hasattr(a, "strides") and getattr(a, "size", 0):
-        expected = a.dtype.itemsize
-        for n, stride in zip(reversed(a.shape), reversed(a.strides)):
-            if stride != expected:
-                return True
-            expected *= n
-    return False
+    """Whether Destiny's launcher would leave an argument like ``a`` to numba's launch (its own
+    rules, ``launch.packs_as_scalars`` and ``launch.c_contiguous``, on the simulator's arrays)."""
+    from destiny.kernels.cuda import launch
+
+    if launch.packs_as_scalars(a):
+        return False
+    if isinstance(a, (np.ndarray, np.generic)) or not hasattr(a, "strides"):
+        return True  # a host array (numba copies it over and back), another scalar or object
+    return not launch.c_contiguous(a.shape, a.strides, a.dtype.itemsize)
 
 
 @contextlib.contextmanager

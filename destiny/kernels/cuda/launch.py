@@ -137,18 +137,33 @@ _NO_DICT: dict = {}
 _INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
+def packs_as_scalars(a) -> bool:
+    """Whether the launcher packs ``a`` itself as scalars: a value of one of the types of
+    ``_SCALARS``, or a tuple of them (numba passes a tuple's items as parameters of their
+    own)."""
+    return type(a) in _SCALARS or (type(a) is tuple and all(type(x) in _SCALARS for x in a))
+
+
+def c_contiguous(shape, strides, itemsize) -> bool:
+    """Whether an array is one numba types as C-contiguous: strides exactly C's, or empty."""
+    if 0 in shape:
+        return True
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _array_fields(a):
-    """(key, kernel arguments) of a numba device array that numba types as C-contiguous
-    (strides exactly C's, or empty), or None."""
+    """(key, kernel arguments) of a numba device array that numba types as C-contiguous, or
+    None."""
     if not isinstance(a, DeviceNDArrayBase):
         return None
     shape, strides, itemsize = a.shape, a.strides, a.dtype.itemsize
-    if a.size:
-        expected = itemsize
-        for n, s in zip(reversed(shape), reversed(strides)):
-            if s != expected:
-                return None
-            expected *= n
+    if not c_contiguous(shape, strides, itemsize):
+        return None
     fields = ((a.dtype, len(shape)),
               (0, 0, a.size, itemsize, a.device_ctypes_pointer.value or 0) + shape + strides)
     a.__dict__["_destiny_launch"] = fields  # a device array's shape and memory never change
@@ -248,7 +263,7 @@ class _Launcher:
                 key.append(type(a))
                 values.append(a)
                 continue
-            if type(a) is tuple and all(type(x) in _SCALARS for x in a):
+            if type(a) is tuple and packs_as_scalars(a):
                 key.append((tuple, *map(type, a)))  # a tuple of scalars: its items, in turn
                 values.extend(a)
                 continue

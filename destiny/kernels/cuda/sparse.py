@@ -184,14 +184,14 @@ def group_by_feature(indptr, indices, n_features):
     ``indices`` must not be empty."""
     n_entries = indices.shape[0]
     # (count and start are exactly n_features long: _scan scans all of count.)
-    count = scratch("weight_grad.count", n_features, np.int32, exact=True)
-    start = scratch("weight_grad.start", n_features + 1, np.int64, exact=True)
-    features = scratch("weight_grad.features", min(n_entries, n_features), np.int32)
-    n_present = scratch("weight_grad.n_present", 1, np.int64)
-    entry = scratch("weight_grad.entry", n_entries, np.int64)
-    entry_row = scratch("weight_grad.entry_row", n_entries, np.int64)
-    sorted_entry = scratch("weight_grad.sorted_entry", n_entries, np.int64)
-    sorted_row = scratch("weight_grad.sorted_row", n_entries, np.int64)
+    count = scratch("by_feature.count", n_features, np.int32, exact=True)
+    start = scratch("by_feature.start", n_features + 1, np.int64, exact=True)
+    features = scratch("by_feature.features", min(n_entries, n_features), np.int32)
+    n_present = scratch("by_feature.n_present", 1, np.int64)
+    entry = scratch("by_feature.entry", n_entries, np.int64)
+    entry_row = scratch("by_feature.entry_row", n_entries, np.int64)
+    sorted_entry = scratch("by_feature.sorted_entry", n_entries, np.int64)
+    sorted_row = scratch("by_feature.sorted_row", n_entries, np.int64)
 
     _zero[blocks_for(n_features), THREADS](count)
     _count[blocks_for(n_entries), THREADS](count, indices)
