@@ -83,8 +83,12 @@ def prepare_split(ratings_csv, work, *, fraction: float = 0.2, seed: int = 1) ->
 
 
 def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int, batch: int,
-                    k: int, backend: str = "cpu") -> RankingMetrics:
-    """Train ``recipe`` ('default' or 'optimizer key=value ...') and score it on the split."""
+                    k: int, backend: str = "cpu", tf32: bool = False) -> RankingMetrics:
+    """Train ``recipe`` ('default' or 'optimizer key=value ...') and score it on the split.
+
+    ``tf32`` as ``train --tf32`` and ``predict --tf32``: on the ``reference`` backend, the
+    model of the GPU's TF32 products.
+    """
     import os
 
     from destiny.fit import fit
@@ -99,10 +103,11 @@ def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int
     cfg = train_config(optimizer, epochs=epochs, batch=batch, **overrides)
     network = os.path.join(split.work, f"net-{abs(hash(recipe))}.nc")
     fit(config_path=config_path, input_path=split.input_nc, output_path=split.output_nc,
-        network_path=network, cfg=cfg, backend=backend, checkpoint_every=0, force=True)
+        network_path=network, cfg=cfg, backend=backend, tf32=tf32, checkpoint_every=0,
+        force=True)
     from destiny.io.network_file import read_network
 
-    net = Network(read_network(network).netdef, get_backend(backend))
+    net = Network(read_network(network).netdef, get_backend(backend, tf32=tf32))
     load_weights(net, network)
     return score_network(net, split, k)
 

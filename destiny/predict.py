@@ -18,6 +18,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io.index import LabelTable, load_table, read_index
+from destiny.io.records import ItemLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
@@ -172,6 +173,7 @@ class Predictor:
                                   "this network was trained with.")
         self.output_labels = np.full(n_out, None, dtype=object)
         self.output_labels[values] = labels
+        self._item_labels: ItemLabels | None = None
         self.targets = LabelTable(capacity=len(labels) + 16)
         self.targets.add_labels(labels, values)
         # Units without a label are padding; units never a training target are left out too.
@@ -182,6 +184,12 @@ class Predictor:
             allowed &= (seen > 0).astype(np.uint8)
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
+
+    def item_labels(self) -> ItemLabels:
+        """The output labels encoded for the record writer (made at the first record)."""
+        if self._item_labels is None:
+            self._item_labels = ItemLabels(self.output_labels)
+        return self._item_labels
 
     def read_input(self, path) -> Records:
         records = read_records(input_files(path), self.features, update=False)
@@ -232,12 +240,9 @@ class Predictor:
 
 
 def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.ndarray,
-                  output_labels: np.ndarray, score_format: str = "4.3f") -> None:
+                  item_labels: ItemLabels, score_format: str = "4.3f") -> None:
     """DSSTNE's record lines (spec 8.5): ``NAME<TAB>item,score:...:`` (every item ends with ':')."""
-    template = "%s,%" + score_format + ":"
-    for label, row_items, row_scores in zip(labels, items.tolist(), scores.tolist()):
-        parts = [template % (output_labels[i], s) for i, s in zip(row_items, row_scores) if i >= 0]
-        out.write(f"{label}\t{''.join(parts)}\n")
+    out.write(format_records(labels, items, scores, item_labels, score_format))
 
 
 def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int,
@@ -259,7 +264,7 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
     for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
                                                  multiply=multiply, batch_size=batch_size):
         hi = lo + len(items)
-        write_records(out, records.labels[lo:hi], items, scores, predictor.output_labels,
+        write_records(out, records.labels[lo:hi], items, scores, predictor.item_labels(),
                       score_format)
         if progress is not None:
             progress(hi - lo)
@@ -285,7 +290,7 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
         ((_, items, scores),) = predictor.recommend(sub, k, filter_csr=sub_filter,
                                                     multiply=multiply, batch_size=hi - lo)
         text = io.StringIO()
-        write_records(text, sub.labels, items, scores, predictor.output_labels, score_format)
+        write_records(text, sub.labels, items, scores, predictor.item_labels(), score_format)
         return hi - lo, text.getvalue()
 
     def consume(part: tuple[int, str]) -> None:

@@ -7,6 +7,11 @@ network definition given, and prints precision/recall/NDCG/MAP@k next to a popul
 
 Example:
   python scripts/quality_sample.py --recipe default --recipe "sgd" --epochs 10 --batch 256
+
+TF32's effect on a model without a GPU: the reference backend models the GPU's TF32
+products (each operand's mantissa cut to 10 bits), so the same recipes compare exactly:
+  python scripts/quality_sample.py --backend reference --products float32 --products tf32 \
+      --recipe "default seed=1" --recipe "default seed=2"
 """
 
 from __future__ import annotations
@@ -35,16 +40,25 @@ from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
 @click.option("--batch", type=int, default=256, show_default=True)
 @click.option("--k", type=int, default=10, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the split.")
+@click.option("--backend", type=click.Choice(["cpu", "gpu", "reference"]), default="cpu",
+              show_default=True)
+@click.option("--products", multiple=True, type=click.Choice(["float32", "tf32"]),
+              default=["float32"], show_default=True,
+              help="Train and score every recipe with each: tf32 as --tf32 (modelled on the "
+                   "reference backend, no effect on the cpu).")
 @click.option("--json", "json_path", default=None)
-def main(ratings, config, recipes, epochs, batch, k, seed, json_path):
+def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, json_path):
     """Compare training recipes with popularity on held-out items."""
     with tempfile.TemporaryDirectory() as work:
         split = prepare_split(ratings, work, fraction=0.2, seed=seed)
         rows = [("popularity", split.popularity(k))]
         for recipe in recipes:
-            started = time.perf_counter()
-            metrics = evaluate_recipe(split, config, recipe, epochs=epochs, batch=batch, k=k)
-            rows.append((f"{recipe} ({time.perf_counter() - started:.0f} s)", metrics))
+            for arithmetic in products:
+                started = time.perf_counter()
+                metrics = evaluate_recipe(split, config, recipe, epochs=epochs, batch=batch,
+                                          k=k, backend=backend, tf32=arithmetic == "tf32")
+                name = recipe if products == ("float32",) else f"{recipe} [{arithmetic}]"
+                rows.append((f"{name} ({time.perf_counter() - started:.0f} s)", metrics))
     out = io.StringIO()
     out.write(f"{'recipe':<40} {'P@k':>7} {'R@k':>7} {'NDCG@k':>7} {'MAP@k':>7}   (k={k})\n")
     for name, m in rows:

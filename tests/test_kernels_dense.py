@@ -100,6 +100,33 @@ def test_cpu_gemm_long_reduction_against_a_transposed_operand():
     assert out.flags.c_contiguous
 
 
+def test_reference_tf32_products_read_ten_bits_of_each_mantissa():
+    """The reference's model of the GPU's ``--tf32`` products: the operands' mantissas cut to
+    TF32's 10 bits, then multiplied exactly; float32 products stay as they were."""
+    from destiny.kernels import get_backend
+    from destiny.kernels.reference.dense import tf32_inputs
+
+    x = np.array([1 + 2.0**-10, 1 + 2.0**-11 + 2.0**-12, -3.0, np.inf, -np.inf, 0.0],
+                 dtype=np.float32)
+    np.testing.assert_array_equal(tf32_inputs(x), [1 + 2.0**-10, 1.0, -3.0, np.inf, -np.inf, 0])
+    rng = np.random.default_rng(9)
+    a, b = rand(rng, (7, 300)), rand(rng, (11, 300))
+    ref = get_backend("reference", tf32=True)
+    assert ref.products == "tf32" and get_backend("reference").products == "float32"
+    out, plain = np.empty((7, 11), np.float32), np.empty((7, 11), np.float32)
+    ref.gemm(out, a, b, trans_b=True)
+    BACKENDS["reference"].gemm(plain, a, b, trans_b=True)
+    cut = tf32_inputs(a).astype(np.float64) @ tf32_inputs(b).astype(np.float64).T
+    np.testing.assert_array_equal(out, cut.astype(np.float32))
+    # Off from float32 by up to 2 x 2**-10 relative per term, never beyond.
+    bound = 2 * 2.0**-10 * (np.abs(a).astype(np.float64) @ np.abs(b).T)
+    assert np.all(np.abs(out - plain) <= bound) and not np.array_equal(out, plain)
+    whole = np.round(a * 64)  # small integers: exact in TF32, so the same product
+    ref.gemm(out, whole, b, trans_b=True)
+    BACKENDS["reference"].gemm(plain, whole, tf32_inputs(b), trans_b=True)
+    np.testing.assert_array_equal(out, plain)
+
+
 def test_cuda_memory_round_trip():
     from destiny.kernels.cuda import dense
 

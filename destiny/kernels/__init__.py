@@ -48,8 +48,9 @@ def _load(package: str, tf32: bool = False) -> types.SimpleNamespace:
     for family, names in KERNELS.items():
         module = importlib.import_module(f"destiny.kernels.{package}.{family}")
         functions.update({name: getattr(module, name) for name in names})
-    # The arithmetic of the dense products: TF32 only where allowed and a GPU computes them.
-    products = "tf32" if tf32 and package == "cuda" else "float32"
+    # The arithmetic of the dense products: TF32 only where allowed and a GPU computes them,
+    # or the reference models it (to measure TF32's effect on a model without a GPU).
+    products = "tf32" if tf32 and package in ("cuda", "reference") else "float32"
     if products == "tf32":
         functions["gemm"] = functools.partial(functions["gemm"], tf32=True)
     return types.SimpleNamespace(name=package, products=products, **functions)
@@ -82,7 +83,8 @@ def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamesp
 
     ``tf32`` allows the GPU's dense products to run in TF32 on the tensor cores (as
     PyTorch's ``allow_tf32``): a permission, so the cpu, whose products are float32 anyway,
-    takes it without effect. The namespace's ``products`` says which arithmetic they use.
+    takes it without effect. The reference models TF32 by cutting the operands' mantissas.
+    The namespace's ``products`` says which arithmetic they use.
     """
     if name == "auto":
         name = "gpu" if _gpu_present() else "cpu"

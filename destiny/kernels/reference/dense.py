@@ -35,11 +35,28 @@ def to_host(array):
 
 # -- dense operations ---------------------------------------------------------------------
 
-def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
-    """``out = alpha * op(a) @ op(b) + beta * out``; ``op(x)`` is ``x.T`` when trans."""
+def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, tf32=False):
+    """``out = alpha * op(a) @ op(b) + beta * out``; ``op(x)`` is ``x.T`` when trans.
+
+    ``tf32`` models the GPU's TF32 products (``get_backend(..., tf32=True)``) for float32
+    operands: each input is cut to TF32 first (``tf32_inputs``), then multiplied exactly.
+    """
+    if tf32 and a.dtype == np.float32 and b.dtype == np.float32:
+        a, b = tf32_inputs(a), tf32_inputs(b)
     product = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
     old = 0.0 if beta == 0 else beta * out.astype(np.float64)
     out[...] = (alpha * product + old).astype(out.dtype)
+
+
+def tf32_inputs(x):
+    """``x`` as the tensor cores read float32 operands in TF32: 10 of the 23 mantissa bits.
+
+    The low 13 bits are dropped (truncation, as PyTorch's numerical-accuracy notes describe
+    the hardware reading them); a kernel that converts with rounding first errs half as much,
+    so this is the pessimistic model of the GPU's ``--tf32`` products. Infinities stay.
+    """
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 def add(out, x):
