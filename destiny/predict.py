@@ -98,6 +98,15 @@ def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=No
     -1 and score -inf. With an ``activation`` (from ``fused_activation``), ``scores`` are
     pre-activations z and the items are ranked, and their scores given, by f(z).
     """
+    items, best = _queue_top_k(scores, k, exclude_indptr=exclude_indptr,
+                               exclude_indices=exclude_indices, n_items=n_items,
+                               allowed=allowed, kernels=kernels, activation=activation)
+    return items.get(), best.get()
+
+
+def _queue_top_k(scores, k: int, *, exclude_indptr, exclude_indices, n_items, allowed, kernels,
+                 activation):
+    """``top_k`` with its two answers as downloads (``kernels.download``) not yet waited for."""
     if kernels is None:
         from destiny.kernels import get_backend
 
@@ -119,7 +128,7 @@ def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=No
         kb.top_k(items, best, *args)
     else:
         kb.top_k_activated(items, best, *args, *activation)
-    return kb.to_host(items), kb.to_host(best)
+    return kb.download(items), kb.download(best)
 
 
 @dataclass
@@ -211,7 +220,21 @@ class Predictor:
 
     def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
                   batch_size: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """Yield (first row, items [rows, k], scores [rows, k]) per minibatch."""
+        """Yield (first row, items [rows, k], scores [rows, k]) per minibatch.
+
+        A batch is yielded once the next one is queued: on a GPU the next batch is scored
+        while the caller writes this one's records (on the cpu it changes nothing).
+        """
+        queued = None
+        for lo, items, best in self._queue_batches(records, k, filter_csr, multiply, batch_size):
+            if queued is not None:
+                yield queued[0], queued[1].get(), queued[2].get()
+            queued = lo, items, best
+        if queued is not None:
+            yield queued[0], queued[1].get(), queued[2].get()
+
+    def _queue_batches(self, records: Records, k: int, filter_csr, multiply: bool,
+                       batch_size: int):
         n_out = self.net.layers[self.layer].n
         # DSSTNE's multiplying filter scales the activations: they must exist first.
         activation = None if multiply else fused_activation(self.net, self.layer, k, n_out,
@@ -234,8 +257,10 @@ class Predictor:
                                        kb.to_device(np.ascontiguousarray(fval[fptr[lo]:fptr[hi]])))
                 else:
                     exclude_ptr, exclude_idx = sub_ptr, sub_idx
-            items, best = top_k(scores, k, exclude_indptr=exclude_ptr, exclude_indices=exclude_idx,
-                                allowed=self.allowed, kernels=self.kernels, activation=activation)
+            items, best = _queue_top_k(scores, k, exclude_indptr=exclude_ptr,
+                                       exclude_indices=exclude_idx, n_items=None,
+                                       allowed=self.allowed, kernels=self.kernels,
+                                       activation=activation)
             yield lo, items, best
 
 

@@ -9,7 +9,8 @@
 # Steps: env, test-gpu (the kernel tests and the GPU training tests), bench (tf32 off and on),
 # test (the whole suite), and, when named, profile (where a training step and a prediction
 # batch go, host functions and GPU kernels, and what one launch costs the host, numba's and
-# Destiny's). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings
+# Destiny's), and quality (held-out quality of models trained with float32 and with TF32
+# products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings
 # ("off on"), PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
 # an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
 #
@@ -84,6 +85,10 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
                      --steps 40 --top 1 --workdir '$PWD/build/bench'"
             done
         done ;;
+    quality)  # TF32's effect on a model: float32 and TF32 products, the same recipes and seeds
+        run_step quality "${QUALITY_LIMIT:-300}" $PY scripts/quality_sample.py --backend gpu \
+            --products float32 --products tf32 --recipe "default seed=1" \
+            --recipe "default seed=2" ${QUALITY_ARGS:-} --json "$OUT/quality.json" ;;
     test)
         run_step test "${TEST_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     *)

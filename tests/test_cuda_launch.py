@@ -197,8 +197,8 @@ def test_launcher_reports_the_drivers_error(stand_ins, monkeypatch):
         fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
 
 
-def test_uploads_stage_in_page_locked_slots_and_wait_before_reusing_one(monkeypatch):
-    """``to_device``'s staging (cuda/dense.py ``_Uploads``), with stand-ins for numba.cuda."""
+def staging_with_stand_ins(monkeypatch, slots):
+    """cuda/dense.py's ``_Staging`` on stand-ins for numba.cuda, and the log of its events."""
     from destiny.kernels.cuda import dense
 
     log = []
@@ -216,30 +216,68 @@ def test_uploads_stage_in_page_locked_slots_and_wait_before_reusing_one(monkeypa
 
     class DeviceArray:
         def __init__(self, shape, dtype):
-            self.shape, self.dtype = shape, dtype
+            self.shape, self.dtype = shape, np.dtype(dtype)
+            self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
 
         def copy_to_device(self, host, stream):
             self.source, self.data, self.stream = host, host.copy(), stream
 
+        def copy_to_host(self, host, stream):
+            host[...] = self.data
+            self.target = host
+
     monkeypatch.setattr(dense, "cuda", pytypes.SimpleNamespace(
         pinned_array=lambda n, dtype: np.zeros(n, dtype), event=Event,
         default_stream=lambda: "legacy", device_array=DeviceArray))
-    monkeypatch.setattr(dense._Uploads, "SLOTS", 2)
-    uploads = dense._Uploads()
+    monkeypatch.setattr(dense._Staging, "SLOTS", slots)
+    staging = dense._Staging()
     del log[:]
+    return staging, log, DeviceArray
+
+
+def test_uploads_stage_in_page_locked_slots_and_wait_before_reusing_one(monkeypatch):
+    """``to_device``'s staging (cuda/dense.py ``_Staging``), with stand-ins for numba.cuda."""
+    staging, log, _ = staging_with_stand_ins(monkeypatch, 2)
+
+    def upload(array):
+        return staging.upload(staging.take(), array)
+
     rows = np.arange(5, dtype=np.int64)
-    first = uploads.copy(rows)
-    second = uploads.copy(np.array([[1, 2], [3, 4]], dtype=np.int32))
+    first = upload(rows)
+    second = upload(np.array([[1, 2], [3, 4]], dtype=np.int32))
     rows[:] = -1  # the host array may change once the copy is queued: it was staged
-    third = uploads.copy(np.array([7, 8], dtype=np.int64))
+    third = upload(np.array([7, 8], dtype=np.int64))
     assert first.data.tolist() == [0, 1, 2, 3, 4] and first.stream == "legacy"
     assert second.data.tolist() == [[1, 2], [3, 4]] and second.data.dtype == np.int32
     assert third.data.tolist() == [7, 8]
     for out in (first, second, third):  # each copied from the page-locked memory
-        assert np.shares_memory(out.source, uploads.host)
+        assert np.shares_memory(out.source, staging.host)
     # slot 0 is used again only after its first copy is done
     assert log == [("record", 0, "legacy"), ("record", 1, "legacy"), ("wait", 0),
                    ("record", 0, "legacy")]
+
+
+def test_a_download_holds_its_slot_until_its_get(monkeypatch):
+    """``download``'s staging: the copy is queued into a slot and an event recorded; ``get()``
+    waits for that event alone, copies the slot out and frees it; an upload meanwhile takes
+    another slot, and with every slot held there is none to take (a copy at once instead)."""
+    staging, log, DeviceArray = staging_with_stand_ins(monkeypatch, 2)
+    scores = DeviceArray((2, 2), np.float32)
+    scores.data = np.array([[0.5, 0.25], [1, 2]], np.float32)
+    pending = staging.download(staging.take(), scores)
+    assert np.shares_memory(scores.target, staging.host)
+    uploaded = staging.upload(staging.take(), np.arange(3, dtype=np.int64))
+    assert not np.shares_memory(uploaded.source, scores.target)  # slot 1, not the held slot 0
+    other = staging.download(staging.take(), scores)  # slot 1 again: its upload is done first
+    assert staging.take() is None  # both held
+    assert log == [("record", 0, "legacy"), ("record", 1, "legacy"), ("wait", 1),
+                   ("record", 1, "legacy")]
+    del log[:]
+    got = pending.get()
+    assert log == [("wait", 0)] and got.tolist() == [[0.5, 0.25], [1, 2]]
+    assert not np.shares_memory(got, staging.host) and pending.get() is got
+    assert staging.take() == 0  # free again
+    assert other.get().tolist() == [[0.5, 0.25], [1, 2]]
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts the simulator's launches")

@@ -52,8 +52,8 @@ def zeros(shape, dtype=np.float32):
 def to_device(array):
     """A device copy of a host array (device arrays are returned as they are).
 
-    On a GPU, arrays of up to ``_Uploads.SLOT_BYTES`` (a batch's row numbers and offsets) go
-    through page-locked staging memory and are queued without waiting (see ``_Uploads``);
+    On a GPU, arrays of up to ``_Staging.SLOT_BYTES`` (a batch's row numbers and offsets) go
+    through page-locked staging memory and are queued without waiting (see ``_Staging``);
     larger ones (a dataset, once) are copied at once.
     """
     if hasattr(array, "copy_to_host") or hasattr(array, "__cuda_array_interface__"):
@@ -61,21 +61,42 @@ def to_device(array):
     array = np.ascontiguousarray(array)
     if array.size == 0:
         return _nothing(array.shape, array.dtype)
-    if SIMULATED or array.nbytes > _Uploads.SLOT_BYTES:
+    slot = None if SIMULATED or array.nbytes > _Staging.SLOT_BYTES else _staging().take()
+    if slot is None:
         return cuda.to_device(array)
-    return _uploads().copy(array)
+    return _staging().upload(slot, array)
 
 
-class _Uploads:
-    """Host-to-device copies that do not wait for the GPU.
+def download(array):
+    """Start copying a device array to the host; ``get()`` on the answer waits for that copy
+    alone and returns the NumPy array, while the GPU goes on with work queued after it.
+
+    Prediction queues the next batch before it takes a batch's top-k (``destiny.predict``).
+    A copy to pageable memory would wait for everything queued, so small arrays are copied
+    into a page-locked slot (``_Staging``) and an event recorded after the copy; the slot is
+    free again once ``get()`` has copied them out. Larger arrays, or no free slot: a copy now.
+    """
+    from destiny.kernels.reference.dense import Ready
+
+    if not hasattr(array, "copy_to_host"):
+        return Ready(to_host(array))
+    slot = None if SIMULATED or array.nbytes > _Staging.SLOT_BYTES else _staging().take()
+    if slot is None:
+        return Ready(array.copy_to_host())
+    return _staging().download(slot, array)
+
+
+class _Staging:
+    """Page-locked slots for copies that do not wait for the GPU, taken in turn.
 
     A copy from pageable memory (NumPy's) first waits for every kernel already queued (or
     may, in CUDA's API synchronization rules), so each batch's three uploads held the host
     until the previous step's update had run on the GPU. A copy from page-locked memory is
-    queued like a kernel. So an array is first copied on the host into one of SLOTS
-    page-locked slots, taken in turn, and the slot is used again only after its last copy is
-    done (an event recorded after it); the GPU runs at most about one step behind the host
-    (the loss is read every step), so that wait does not happen in training.
+    queued like a kernel. So an array to upload is first copied on the host into a slot, and
+    a slot is written again only after its last copy is done (an event recorded after it);
+    the GPU runs at most about one step behind the host (the loss is read every step), so
+    that wait does not happen in training. A slot a download wrote is held until its
+    ``get()`` has copied it out.
     """
 
     SLOTS = 8
@@ -85,16 +106,27 @@ class _Uploads:
         self.host = cuda.pinned_array(self.SLOTS * self.SLOT_BYTES, dtype=np.uint8)
         self.done = [cuda.event(timing=False) for _ in range(self.SLOTS)]
         self.used = [False] * self.SLOTS
+        self.held = [False] * self.SLOTS
         self.next = 0
         self.stream = cuda.default_stream()  # the legacy default stream, as every kernel here
 
-    def copy(self, array):
-        i = self.next
-        self.next = (i + 1) % self.SLOTS
-        if self.used[i]:
-            self.done[i].synchronize()
+    def take(self) -> int | None:
+        """The next slot not held by a download, its last copy done; None if all are held."""
+        for _ in range(self.SLOTS):
+            i = self.next
+            self.next = (i + 1) % self.SLOTS
+            if not self.held[i]:
+                if self.used[i]:
+                    self.done[i].synchronize()
+                return i
+        return None
+
+    def _view(self, i, like):
         start = i * self.SLOT_BYTES
-        staged = self.host[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+        return self.host[start:start + like.nbytes].view(like.dtype).reshape(like.shape)
+
+    def upload(self, i, array):
+        staged = self._view(i, array)
         staged[...] = array
         out = cuda.device_array(array.shape, dtype=array.dtype)
         out.copy_to_device(staged, stream=self.stream)
@@ -102,10 +134,34 @@ class _Uploads:
         self.used[i] = True
         return out
 
+    def download(self, i, array):
+        staged = self._view(i, array)
+        array.copy_to_host(staged, stream=self.stream)
+        self.done[i].record(self.stream)
+        self.used[i] = self.held[i] = True
+        return _Download(self, i, staged, array)
+
+
+class _Download:
+    """A copy queued into a staging slot; ``get()`` waits for it and frees the slot."""
+
+    def __init__(self, staging, slot, staged, source):
+        self.staging, self.slot, self.staged = staging, slot, staged
+        self.source = source  # the device array stays alive until its copy is done
+        self.array = None
+
+    def get(self):
+        if self.array is None:
+            self.staging.done[self.slot].synchronize()
+            self.array = self.staged.copy()
+            self.staging.held[self.slot] = False
+            self.staged = self.source = None
+        return self.array
+
 
 @functools.lru_cache(maxsize=1)
-def _uploads() -> _Uploads:
-    return _Uploads()
+def _staging() -> _Staging:
+    return _Staging()
 
 
 def synchronize():

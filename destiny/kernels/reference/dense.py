@@ -33,6 +33,22 @@ def to_host(array):
     return np.asarray(array)
 
 
+class Ready:
+    """A host array already there: ``download``'s answer where nothing is left to copy."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def get(self):
+        return self.array
+
+
+def download(array):
+    """Start copying a backend array to the host; the answer's ``get()`` waits for the copy and
+    returns the NumPy array (the GPU goes on with later work meanwhile; here it is there)."""
+    return Ready(to_host(array))
+
+
 # -- dense operations ---------------------------------------------------------------------
 
 def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, tf32=False):
