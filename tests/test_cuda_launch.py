@@ -278,6 +278,11 @@ def test_a_download_holds_its_slot_until_its_get(monkeypatch):
     assert not np.shares_memory(got, staging.host) and pending.get() is got
     assert staging.take() == 0  # free again
     assert other.get().tolist() == [[0.5, 0.25], [1, 2]]
+    dropped = staging.download(staging.take(), scores)  # never fetched: freed when dropped,
+    held = dropped.slot                                  # once its copy is done
+    del log[:]
+    del dropped
+    assert log == [("wait", held)] and not staging.held[held]
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts the simulator's launches")

@@ -158,6 +158,14 @@ class _Download:
             self.staged = self.source = None
         return self.array
 
+    def __del__(self):  # never fetched (a caller stopped early): free the slot once copied
+        if self.staged is not None:
+            try:
+                self.staging.done[self.slot].synchronize()
+            except Exception:  # the context is already gone (interpreter exit): nothing to free
+                return
+            self.staging.held[self.slot] = False
+
 
 @functools.lru_cache(maxsize=1)
 def _staging() -> _Staging:
