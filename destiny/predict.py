@@ -98,15 +98,16 @@ def top_k(scores: np.ndarray, k: int, *, exclude_indptr=None, exclude_indices=No
     -1 and score -inf. With an ``activation`` (from ``fused_activation``), ``scores`` are
     pre-activations z and the items are ranked, and their scores given, by f(z).
     """
-    items, best = _queue_top_k(scores, k, exclude_indptr=exclude_indptr,
-                               exclude_indices=exclude_indices, n_items=n_items,
-                               allowed=allowed, kernels=kernels, activation=activation)
+    items, best = queue_top_k(scores, k, exclude_indptr=exclude_indptr,
+                              exclude_indices=exclude_indices, n_items=n_items,
+                              allowed=allowed, kernels=kernels, activation=activation)
     return items.get(), best.get()
 
 
-def _queue_top_k(scores, k: int, *, exclude_indptr, exclude_indices, n_items, allowed, kernels,
-                 activation):
-    """``top_k`` with its two answers as downloads (``kernels.download``) not yet waited for."""
+def queue_top_k(scores, k: int, *, exclude_indptr, exclude_indices, n_items, allowed,
+                kernels, activation):
+    """``top_k`` with its two answers as downloads (``kernels.download``) not yet waited for:
+    their ``get()`` gives the arrays, and on a GPU the next batch can be queued first."""
     if kernels is None:
         from destiny.kernels import get_backend
 
@@ -257,10 +258,10 @@ class Predictor:
                                        kb.to_device(np.ascontiguousarray(fval[fptr[lo]:fptr[hi]])))
                 else:
                     exclude_ptr, exclude_idx = sub_ptr, sub_idx
-            items, best = _queue_top_k(scores, k, exclude_indptr=exclude_ptr,
-                                       exclude_indices=exclude_idx, n_items=None,
-                                       allowed=self.allowed, kernels=self.kernels,
-                                       activation=activation)
+            items, best = queue_top_k(scores, k, exclude_indptr=exclude_ptr,
+                                      exclude_indices=exclude_idx, n_items=None,
+                                      allowed=self.allowed, kernels=self.kernels,
+                                      activation=activation)
             yield lo, items, best
 
 

@@ -142,7 +142,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
     from destiny.network import Network
-    from destiny.predict import forward_scores, fused_activation, top_k
+    from destiny.predict import forward_scores, fused_activation, queue_top_k
     from destiny.train import TrainData, train_config
 
     if quick:
@@ -219,31 +219,47 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     pred, pred_topk = [], []
     indptr, indices = datasets["gl_input"].indptr, datasets["gl_input"].indices
     (input_name,) = net.inputs
-    deadline, pos, i = time.perf_counter() + predict_seconds, 0, 0
     from destiny.network import Batch
 
     n_items = len(np.unique(indices))
     output = net.outputs[0]
-    # As predict does: top-k reads the output's pre-activations where that is exact and pays.
+    # As predict does: top-k reads the output's pre-activations where that is exact and pays,
+    # and a batch's top-k is taken once the next batch is queued (Predictor.recommend).
     fused = fused_activation(net, output, topk, n_items)
-    while time.perf_counter() < deadline or i < 4:
-        lo, hi = pos, min(pos + batch, E)
-        sub_ptr = indptr[lo:hi + 1] - indptr[lo]
-        sub_idx = indices[indptr[lo]:indptr[hi]]
-        with_top_k = i % 2 == 1
+    pos = 0
+
+    def predict_window(with_top_k: bool) -> float:
+        """Samples/s over a window of batches, the device synchronized at its end only (as
+        torch_reference.py times its windows); alternate windows take top-k."""
+        nonlocal pos
+        samples, queued = 0, None
         t0 = time.perf_counter()
-        sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
-        scores = forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
-                                fused=with_top_k and fused is not None)
+        for _ in range(window_steps):
+            lo, hi = pos, min(pos + batch, E)
+            sub_ptr = indptr[lo:hi + 1] - indptr[lo]
+            sub_idx = indices[indptr[lo]:indptr[hi]]
+            sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
+            scores = forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
+                                    fused=with_top_k and fused is not None)
+            if with_top_k:
+                ahead = queue_top_k(scores, topk, exclude_indptr=sub_ptr,
+                                    exclude_indices=sub_idx, n_items=n_items, allowed=None,
+                                    kernels=kb, activation=fused)
+                if queued is not None:
+                    [d.get() for d in queued]
+                queued = ahead
+            samples += hi - lo
+            pos = 0 if hi >= E else hi
+        if queued is not None:
+            [d.get() for d in queued]
         kb.synchronize()
-        t1 = time.perf_counter()
-        if with_top_k:
-            top_k(scores, topk, exclude_indptr=sub_ptr, exclude_indices=sub_idx, n_items=n_items,
-                  kernels=kb, activation=fused)
-            pred_topk.append((hi - lo) / (time.perf_counter() - t0))
-        else:
-            pred.append((hi - lo) / (t1 - t0))
-        pos = 0 if hi >= E else hi
+        return samples / (time.perf_counter() - t0)
+
+    for i in range(4):  # warm-up
+        predict_window(i % 2 == 1)
+    deadline, i = time.perf_counter() + predict_seconds, 0
+    while time.perf_counter() < deadline or i < 4:
+        (pred_topk if i % 2 else pred).append(predict_window(i % 2 == 1))
         i += 1
 
     nnz = datasets["gl_input"].nnz / E
