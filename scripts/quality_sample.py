@@ -60,9 +60,10 @@ def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, js
                 name = recipe if products == ("float32",) else f"{recipe} [{arithmetic}]"
                 rows.append((f"{name} ({time.perf_counter() - started:.0f} s)", metrics))
     out = io.StringIO()
-    out.write(f"{'recipe':<40} {'P@k':>7} {'R@k':>7} {'NDCG@k':>7} {'MAP@k':>7}   (k={k})\n")
+    w = max(40, *(len(name) for name, _ in rows))
+    out.write(f"{'recipe':<{w}} {'P@k':>7} {'R@k':>7} {'NDCG@k':>7} {'MAP@k':>7}   (k={k})\n")
     for name, m in rows:
-        out.write(f"{name:<40} {m.precision:7.4f} {m.recall:7.4f} {m.ndcg:7.4f} {m.map:7.4f}\n")
+        out.write(f"{name:<{w}} {m.precision:7.4f} {m.recall:7.4f} {m.ndcg:7.4f} {m.map:7.4f}\n")
     print(out.getvalue(), end="")
     if json_path:
         with open(json_path, "w") as f:

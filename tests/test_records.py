@@ -89,3 +89,9 @@ def test_float64_scores_and_empty_batches():
     none = np.full((2, 3), -1, np.int32)
     assert format_records(["a", "b"], none, np.zeros((2, 3), np.float32),
                           ItemLabels(LABELS)) == "a\t\nb\t\n"
+
+
+def test_an_item_without_a_label_is_an_error_not_a_stray_read():
+    items = np.array([[0, len(LABELS)]], np.int32)
+    with pytest.raises(IndexError):
+        format_records(["a"], items, np.ones((1, 2), np.float32), ItemLabels(LABELS))

@@ -52,7 +52,8 @@ def format_records(labels, items: np.ndarray, scores: np.ndarray, item_labels: I
     """The records of one batch: ``labels[r]`` with its row of ``items`` (-1: an empty slot,
     left out) and ``scores``."""
     fixed = fixed_point(score_format)
-    if fixed is not None and scores.dtype == np.float32 and len(labels):
+    in_range = items.size == 0 or int(items.max()) < len(item_labels.offsets) - 1
+    if fixed is not None and scores.dtype == np.float32 and len(labels) and in_range:
         names = [str(label).encode("utf-8") for label in labels]
         name_offsets = np.zeros(len(names) + 1, dtype=np.int64)
         np.cumsum([len(n) for n in names], out=name_offsets[1:])
