@@ -138,6 +138,27 @@ def test_cuda_memory_round_trip():
     assert dense.empty((4, 0)).shape == (4, 0)
 
 
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_downloads_give_the_arrays(name):
+    """``download`` in every backend. On a GPU the copies are queued (page-locked slots, an
+    event each), so work queued after them must not reach what ``get()`` returns; on the cpu
+    the answer is the array itself, as ``to_host``'s is."""
+    from destiny.kernels.cuda import dense
+
+    kb = dense if name == "cuda" else BACKENDS[name]
+    rng = np.random.default_rng(10)
+    hosts = [rng.random((3, 5)).astype(np.float32) for _ in range(12)]  # more than the slots
+    arrays = [kb.to_device(h.copy()) for h in hosts]
+    pending = [kb.download(a) for a in arrays]
+    if name == "cuda":
+        for a in arrays:
+            kb.fill(a, -1.0)  # queued after the copies
+    for h, p in zip(hosts, pending):
+        got = p.get()
+        assert isinstance(got, np.ndarray) and p.get() is got
+        np.testing.assert_array_equal(got, h)
+
+
 @pytest.mark.gpu
 def test_device_arrays_come_from_cupys_pool_where_cupy_is_installed():
     import gc

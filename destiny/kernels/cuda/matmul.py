@@ -26,8 +26,11 @@ TILE = 2 if SIMULATED else 16
 
 
 @functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _cublas():
-    """(cupy, cuBLAS's Python binding) if CuPy is importable and sees a GPU, else None."""
+    """(cupy, cuBLAS's Python binding) if CuPy is importable and sees a GPU, else None.
+
+    Asked once per process: every product asks, and the device count is a driver call."""
     if SIMULATED:
         return None
     try:
