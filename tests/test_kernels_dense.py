@@ -44,13 +44,23 @@ def test_bias_scale_and_fill(backend):
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
-def test_column_mean_sums_in_float64(backend):
+@pytest.mark.parametrize("size", ["small", "wide"])
+def test_column_mean_sums_in_float64(backend, size):
     rng = np.random.default_rng(3)
-    rows, cols = (5, 3) if tiny(backend) else (256, 1300)  # several column blocks on the cpu
+    if tiny(backend):  # the simulator's blocks: 2 columns x 2 row lanes, at most 2 blocks
+        rows, cols = (5, 3) if size == "small" else (7, 11)  # odd rows; column groups again
+    else:
+        rows, cols = (256, 1300) if size == "small" else (33, 27392)
     x = rand(rng, (rows, cols)) + np.float32(1e4)  # float32 sums would lose digits
     out = np.empty(cols, dtype=np.float32)
     BACKENDS[backend].column_mean(out, x)
     np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=0), rtol=1e-7)
+    again = np.empty(cols, dtype=np.float32)
+    BACKENDS[backend].column_mean(again, x)
+    np.testing.assert_array_equal(again, out)
+    one = np.empty(cols, dtype=np.float32)
+    BACKENDS[backend].column_mean(one, x[:1].copy())
+    np.testing.assert_array_equal(one, x[0])
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])

@@ -3,8 +3,8 @@
 Same names and signatures as ``destiny.kernels.cpu.dense``: the network calls these instead of
 NumPy so that one code path runs on host arrays and on device arrays. Products go to
 ``matmul.gemm`` (cuBLAS when CuPy is there); the elementwise operations are grid-stride loops
-over the flattened (C-contiguous) arrays; ``column_mean`` gives a thread to each column, which
-sums it in row order in float64, as the cpu does. The three reductions (``sum_squares``,
+over the flattened (C-contiguous) arrays; ``column_mean`` gives a block to a group of columns
+and sums each in float64 over several row lanes. The three reductions (``sum_squares``,
 ``abs_sum``, ``all_finite``) return Python values: each thread sums a fixed grid-stride share
 in float64 into its own slot and the host adds the slots (a copy of a few thousand numbers,
 made once per epoch), so the result does not depend on timing.
@@ -18,8 +18,8 @@ import math
 import numpy as np
 from numba import cuda
 
-from destiny.kernels.cuda.launch import (SIMULATED, THREADS, blocks_for, device_arrays, flat,
-                                         kernel)
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, SIMULATED, THREADS, blocks_for,
+                                         device_arrays, flat, kernel)
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
 
 # -- memory -------------------------------------------------------------------------------
@@ -276,22 +276,46 @@ def fill(out, value):
     _elementwise(_fill, out, out.dtype.type(value))
 
 
+# column_mean's block: COLUMNS neighbouring columns (a warp reads 128 contiguous bytes of a
+# row) times LANES row lanes, each lane summing every LANES-th row. A thread per column gave a
+# 1,024-unit layer 4 blocks on the whole GPU, each thread walking 256 rows one load at a time
+# (0.10 ms for a step's four bias gradients, docs/benchmarks.md).
+COLUMNS = 2 if SIMULATED else 32
+LANES = 2 if SIMULATED else 16  # a power of two: the lanes are added pairwise
+
+
 @kernel
 def _column_mean(out, x):
-    n_rows = x.shape[0]
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for j in range(start, x.shape[1], stride):
+    partial = cuda.shared.array((LANES, COLUMNS), np.float64)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_rows, n_cols = x.shape
+    for j0 in range(cuda.blockIdx.x * COLUMNS, n_cols, cuda.gridDim.x * COLUMNS):
+        j = j0 + tx
         acc = 0.0
-        for r in range(n_rows):
-            acc += np.float64(x[r, j])
-        out[j] = acc / n_rows if n_rows > 0 else math.nan
+        if j < n_cols:
+            for r in range(ty, n_rows, LANES):
+                acc += np.float64(x[r, j])
+        partial[ty, tx] = acc
+        cuda.syncthreads()
+        half = LANES // 2  # lanes summed pairwise in a fixed order: the same bits every run
+        while half > 0:
+            if ty < half:
+                partial[ty, tx] += partial[ty + half, tx]
+            cuda.syncthreads()
+            half //= 2
+        if ty == 0 and j < n_cols:
+            out[j] = partial[0, tx] / n_rows if n_rows > 0 else math.nan
+        cuda.syncthreads()  # before the next column group writes partial
 
 
 @device_arrays
 def column_mean(out, x):
-    """``out[j] = mean over rows of x[:, j]``, summed in float64 in row order (spec 5.7)."""
+    """``out[j] = mean over rows of x[:, j]``, summed in float64 (spec 5.7): LANES partial sums
+    of every LANES-th row, added pairwise in a fixed order, so the same bits every run (the
+    cpu sums in row order; in float64 both round to the same float32 but for near-ties)."""
     if x.shape[1]:
-        _column_mean[blocks_for(x.shape[1]), THREADS](out, x)
+        blocks = min((x.shape[1] + COLUMNS - 1) // COLUMNS, MAX_BLOCKS)
+        _column_mean[blocks, (COLUMNS, LANES)](out, x)
 
 
 @kernel
