@@ -6,7 +6,8 @@ which costs the same to score as trained ones) and the synthetic MovieLens-20M-s
 scripts/bench_train.py. Three figures:
   1. a fresh `predict` process that loads the 233 MB network and the index files and writes
      the top 100 of one user: wall time (DSSTNE took 26.5 s to load a MovieLens-10M model);
-  2. scoring + top-100 with each user's own items filtered, samples/s (median of batches);
+  2. scoring + top-100 with each user's own items filtered, samples/s (median of batches),
+     and the time to write one batch's records (the kernel beside Python's formatting);
   3. the whole `predict` command on all users (parse, score, filter, write), wall time.
 With --torch, torch_reference.py's predict + top-k figure on the same data, in the same command.
 
@@ -51,6 +52,22 @@ def benchmark_network(workdir, inp, out, config) -> str:
         net.initialize(1)
         save_network(path, net, destiny={"note": "benchmark shape, untrained"})
     return path
+
+
+def time_records(labels, items, scores, item_labels, repeats: int = 9) -> dict[str, float]:
+    """Milliseconds to write one batch's records: the kernel, and Python's formatting."""
+    from destiny.io.records import format_records, python_records
+
+    times = {"kernel": [], "python": []}
+    for _ in range(repeats):
+        for name, write in (("kernel", lambda: format_records(labels, items, scores,
+                                                               item_labels)),
+                            ("python", lambda: python_records(labels, items, scores,
+                                                               item_labels.labels))):
+            t = time.perf_counter()
+            write()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -100,7 +117,7 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
     rates, done, started = [], 0, time.perf_counter()
     stream = predictor.recommend(records, topk, filter_csr=filt, batch_size=batch)
     t = time.perf_counter()
-    for lo, got, _ in stream:
+    for lo, got, best in stream:
         now = time.perf_counter()
         if lo > 0:  # the first batch includes warm-up
             rates.append(len(got) / (now - t))
@@ -108,14 +125,18 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
         t = now
         if now - started > seconds:
             break
+    records_ms = time_records(records.labels[lo:lo + len(got)], got, best,
+                              predictor.item_labels())
     result = {"load_and_predict_one_user_s": statistics.median(loads), "load_runs_s": loads,
               "predict_topk_samples_per_s": statistics.median(rates), "users": rows,
-              "batch": batch, "topk": topk}
+              "batch": batch, "topk": topk, "records_ms_per_batch": records_ms}
     print(f"destiny predict: load + one user {result['load_and_predict_one_user_s']:.2f} s "
           f"(median of {len(loads)} fresh processes; fastest {min(loads):.2f}, slowest "
           f"{max(loads):.2f})")
     print(f"destiny predict: scoring + filtered top-{topk}: "
           f"{result['predict_topk_samples_per_s']:,.0f} samples/s (batch {batch})")
+    print(f"destiny predict: the records of a batch: {records_ms['kernel']:.2f} ms "
+          f"(Python's formatting {records_ms['python']:.2f} ms; medians of 9)")
     if full:
         t = time.perf_counter()
         subprocess.run(cmd + ["-b", str(batch), "-r", text, "-f", text, "-s",
