@@ -119,6 +119,8 @@ def test_reference_tf32_products_read_ten_bits_of_each_mantissa():
     x = np.array([1 + 2.0**-10, 1 + 2.0**-11 + 2.0**-12, -3.0, np.inf, -np.inf, 0.0],
                  dtype=np.float32)
     np.testing.assert_array_equal(tf32_inputs(x), [1 + 2.0**-10, 1.0, -3.0, np.inf, -np.inf, 0])
+    nan = np.array([0x7F800001, 0xFF801FFF, 0x7FC00000], np.uint32).view(np.float32)
+    assert np.isnan(tf32_inputs(nan)).all()  # a payload in the low bits alone stays a NaN
     rng = np.random.default_rng(9)
     a, b = rand(rng, (7, 300)), rand(rng, (11, 300))
     ref = get_backend("reference", tf32=True)

@@ -95,3 +95,9 @@ def test_an_item_without_a_label_is_an_error_not_a_stray_read():
     items = np.array([[0, len(LABELS)]], np.int32)
     with pytest.raises(IndexError):
         format_records(["a"], items, np.ones((1, 2), np.float32), ItemLabels(LABELS))
+
+
+def test_labels_items_and_scores_must_agree():
+    with pytest.raises(ValueError, match="one label and one row"):
+        format_records(["a"], np.zeros((2, 3), np.int32), np.zeros((2, 3), np.float32),
+                       ItemLabels(LABELS))

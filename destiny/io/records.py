@@ -51,6 +51,9 @@ def format_records(labels, items: np.ndarray, scores: np.ndarray, item_labels: I
                    score_format: str = "4.3f") -> str:
     """The records of one batch: ``labels[r]`` with its row of ``items`` (-1: an empty slot,
     left out) and ``scores``."""
+    if len(labels) != items.shape[0] or items.shape != scores.shape:
+        raise ValueError(f"{len(labels)} labels, items {items.shape} and scores {scores.shape}: "
+                         "one label and one row of each per record")
     fixed = fixed_point(score_format)
     in_range = items.size == 0 or int(items.max()) < len(item_labels.offsets) - 1
     if fixed is not None and scores.dtype == np.float32 and len(labels) and in_range:

@@ -26,7 +26,6 @@ TILE = 2 if SIMULATED else 16
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def _cublas():
     """(cupy, cuBLAS's Python binding) if CuPy is importable and sees a GPU, else None.
 

@@ -69,10 +69,12 @@ def tf32_inputs(x):
 
     The low 13 bits are dropped (truncation, as PyTorch's numerical-accuracy notes describe
     the hardware reading them); a kernel that converts with rounding first errs half as much,
-    so this is the pessimistic model of the GPU's ``--tf32`` products. Infinities stay.
+    so this is the pessimistic model of the GPU's ``--tf32`` products. Infinities and NaN
+    stay (a NaN whose payload is all in the low bits would otherwise become an infinity).
     """
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cut = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isnan(x), x, cut)
 
 
 def add(out, x):
