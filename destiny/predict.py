@@ -11,13 +11,14 @@ recommended.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
 
 import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
-from destiny.io.index import LabelTable, load_table, read_index
+from destiny.io.index import LabelTable, read_index, table_of
 from destiny.io.records import ItemLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
@@ -154,8 +155,13 @@ class Predictor:
         self.kernels = get_backend(backend, tf32=tf32)
         # Mapped, not read: a cold start does not copy hundreds of MB of weights.
         nf = read_network(network_path, mmap=True)
-        self.features: LabelTable = load_table(input_index)
+        in_labels, in_values = read_index(input_index)
+        self.features: LabelTable = table_of(in_labels, in_values)
         labels, values = read_index(output_index)
+        # The filter is read against the output index. Where the two indices are one mapping
+        # (an autoencoder's, written from one file), a filter that is the input file itself
+        # is the input's own parse (read_filter).
+        self.indices_alike = in_labels == labels and np.array_equal(in_values, values)
         names = [lay.name for lay in nf.netdef.layers]
         if layer not in names:
             outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
@@ -206,8 +212,19 @@ class Predictor:
         records.check_unique()
         return records
 
-    def read_filter(self, path, records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The filter as CSR rows aligned with ``records`` (spec 8.3: samples by label)."""
+    def read_filter(self, path, records: Records, *, input_path=None,
+                    values: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The filter as CSR rows aligned with ``records`` (spec 8.3: samples by label).
+
+        ``predict -r X -f X`` (leave out each sample's own items) is the usual filter: where
+        ``path`` is ``input_path``, the two indices map alike and the filter's ``values`` are
+        not wanted (they scale scores only with ``--filter-mode multiply``), the filter is
+        ``records``' own entries, row for row (its labels are unique), and the file is not
+        parsed again; its values are then zeros.
+        """
+        if (not values and input_path is not None and self.indices_alike
+                and _same_path(path, input_path)):
+            return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
         filt = read_records(input_files(path), self.targets, update=False, keep_values=True)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)
@@ -286,7 +303,8 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
                               multiply=multiply, batch_size=batch_size,
                               score_format=score_format, progress=progress)
     records = predictor.read_input(input_path)
-    filter_csr = None if filter_path is None else predictor.read_filter(filter_path, records)
+    filter_csr = None if filter_path is None else predictor.read_filter(
+        filter_path, records, input_path=input_path, values=multiply)
     for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
                                                  multiply=multiply, batch_size=batch_size):
         hi = lo + len(items)
@@ -308,7 +326,8 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
     """
     with all_or_none(comm):
         records = predictor.read_input(input_path)
-        filter_csr = None if filter_path is None else predictor.read_filter(filter_path, records)
+        filter_csr = None if filter_path is None else predictor.read_filter(
+            filter_path, records, input_path=input_path, values=multiply)
     _check_same_input(comm, records, filter_csr)
 
     def produce(lo: int, hi: int) -> tuple[int, str]:
@@ -326,6 +345,10 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
 
     gather_in_order(comm, len(records.labels), batch_size, produce, consume)
     return _report(records, filter_csr)
+
+
+def _same_path(a, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _rows(records: Records, filter_csr, lo: int, hi: int):

@@ -248,3 +248,32 @@ def test_recommend_takes_the_fused_path_and_agrees_with_the_plain_one(model, mon
     clear[:, 1:] &= gap
     assert clear.mean() > 0.5
     np.testing.assert_array_equal(items[clear], plain_items[clear])
+
+
+def test_the_input_given_again_as_the_filter_is_not_parsed_again(model, tmp_path, monkeypatch):
+    """``-r X -f X`` with indices that map alike: the filter is the input's own parse, the
+    same rows as parsing the file again; any other case parses the filter file."""
+    import numpy as np
+
+    import destiny.predict as P
+
+    text = model / "ratings.txt"
+    predictor = P.Predictor(model / "gl.nc", model / "features_input", model / "features_output",
+                            dataset=None, backend="cpu")
+    assert predictor.indices_alike  # the fixture writes both indices from one file
+    records = predictor.read_input(text)
+    parsed = predictor.read_filter(text, records)
+    parses = []
+    real = P.read_records
+    monkeypatch.setattr(P, "read_records", lambda *a, **k: parses.append(1) or real(*a, **k))
+    reused = predictor.read_filter(str(text), records, input_path=text, values=False)
+    assert not parses
+    for got, expected in zip(reused[:2], parsed[:2]):
+        np.testing.assert_array_equal(got, expected)
+    predictor.read_filter(text, records, input_path=text, values=True)  # multiply's values
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(text.read_bytes())
+    predictor.read_filter(copy, records, input_path=text, values=False)  # another file
+    predictor.indices_alike = False
+    predictor.read_filter(text, records, input_path=text, values=False)
+    assert len(parses) == 3

@@ -166,7 +166,11 @@ def _parse_checked(path, lines: list[str]):
 
 def load_table(path) -> LabelTable:
     """Read an index file into a ``LabelTable``."""
-    labels, values = read_index(path)
+    return table_of(*read_index(path))
+
+
+def table_of(labels: list[str], values: np.ndarray) -> LabelTable:
+    """The ``LabelTable`` of an index file's labels and indices (``read_index``'s answer)."""
     table = LabelTable(capacity=len(labels) + 1024)
     table.add_labels(labels, values)
     table.loaded = len(labels)
