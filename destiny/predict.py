@@ -19,7 +19,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io.index import LabelTable, read_index, table_of
-from destiny.io.records import ItemLabels, format_records
+from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
@@ -189,9 +189,8 @@ class Predictor:
                                   "this network was trained with.")
         self.output_labels = np.full(n_out, None, dtype=object)
         self.output_labels[values] = labels
-        self._item_labels: ItemLabels | None = None
-        self.targets = LabelTable(capacity=len(labels) + 16)
-        self.targets.add_labels(labels, values)
+        self._item_labels: EncodedLabels | None = None
+        self.targets = self.features if self.indices_alike else table_of(labels, values)
         # Units without a label are padding; units never a training target are left out too.
         allowed = np.zeros(n_out, dtype=np.uint8)
         allowed[values] = 1
@@ -201,10 +200,10 @@ class Predictor:
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 
-    def item_labels(self) -> ItemLabels:
+    def item_labels(self) -> EncodedLabels:
         """The output labels encoded for the record writer (made at the first record)."""
         if self._item_labels is None:
-            self._item_labels = ItemLabels(self.output_labels)
+            self._item_labels = EncodedLabels(self.output_labels)
         return self._item_labels
 
     def read_input(self, path) -> Records:
@@ -283,7 +282,7 @@ class Predictor:
 
 
 def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.ndarray,
-                  item_labels: ItemLabels, score_format: str = "4.3f") -> None:
+                  item_labels: EncodedLabels, score_format: str = "4.3f") -> None:
     """DSSTNE's record lines (spec 8.5): ``NAME<TAB>item,score:...:`` (every item ends with ':')."""
     out.write(format_records(labels, items, scores, item_labels, score_format))
 

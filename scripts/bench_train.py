@@ -245,13 +245,13 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
                 ahead = queue_top_k(scores, topk, exclude_indptr=sub_ptr,
                                     exclude_indices=sub_idx, n_items=n_items, allowed=None,
                                     kernels=kb, activation=fused)
-                if queued is not None:
-                    [d.get() for d in queued]
+                for download in queued or ():
+                    download.get()
                 queued = ahead
             samples += hi - lo
             pos = 0 if hi >= E else hi
-        if queued is not None:
-            [d.get() for d in queued]
+        for download in queued or ():
+            download.get()
         kb.synchronize()
         return samples / (time.perf_counter() - t0)
 

@@ -10,8 +10,9 @@
 # test (the whole suite), and, when named, profile (where a training step and a prediction
 # batch go, host functions and GPU kernels, and what one launch costs the host, numba's and
 # Destiny's), and quality (held-out quality of models trained with float32 and with TF32
-# products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json). TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings
-# ("off on"), PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
+# products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json).
+# TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings ("off on"),
+# PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
 # an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
 #
 # ab, when named, compares this tree with another checkout on the same machine (Destiny's

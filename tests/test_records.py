@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from destiny.io import records
-from destiny.io.records import ItemLabels, fixed_point, format_records, python_records
+from destiny.io.records import EncodedLabels, fixed_point, format_records, python_records
 
 LABELS = np.array(["i0", "item-1", "é2", "日本3", "4", None], dtype=object)
 
@@ -47,7 +47,7 @@ def test_the_kernel_writes_what_python_writes(fmt, monkeypatch):
         assert fixed_point(fmt) is None
     else:
         kernel_only(monkeypatch)
-    assert format_records(labels, items, scores, ItemLabels(LABELS), fmt) == expected
+    assert format_records(labels, items, scores, EncodedLabels(LABELS), fmt) == expected
 
 
 def test_dsstnes_format_on_scores_in_zero_one(monkeypatch):
@@ -55,7 +55,7 @@ def test_dsstnes_format_on_scores_in_zero_one(monkeypatch):
     kernel_only(monkeypatch)
     scores = np.array([[0.9825, 0.0625, 0.5, 1e-9], [0.99951, 0.0005, 0.0, 0.25]], np.float32)
     items = np.array([[0, 3, -1, 2], [1, -1, -1, -1]], np.int32)
-    text = format_records(["a", "b"], items, scores, ItemLabels(LABELS))
+    text = format_records(["a", "b"], items, scores, EncodedLabels(LABELS))
     assert text == ("a\ti0,%4.3f:日本3,0.062:é2,0.000:\n" % np.float32(0.9825)
                     + "b\titem-1,%4.3f:\n" % np.float32(0.99951))
     assert text == python_records(["a", "b"], items, scores, LABELS)
@@ -66,7 +66,7 @@ def test_scores_the_kernel_cannot_write_exactly_take_python(bad):
     rng = np.random.default_rng(3)
     labels, items, scores = batch(rng, 4, 5, rng.random((4, 5)).astype(np.float32))
     items[2, 3], scores[2, 3] = 1, bad
-    assert format_records(labels, items, scores, ItemLabels(LABELS)) == python_records(
+    assert format_records(labels, items, scores, EncodedLabels(LABELS)) == python_records(
         labels, items, scores, LABELS)
 
 
@@ -75,29 +75,29 @@ def test_other_conversions_take_python(fmt):
     assert fixed_point(fmt) is None
     rng = np.random.default_rng(4)
     labels, items, scores = batch(rng, 3, 4, awkward_scores(rng, (3, 4)))
-    assert format_records(labels, items, scores, ItemLabels(LABELS), fmt) == python_records(
+    assert format_records(labels, items, scores, EncodedLabels(LABELS), fmt) == python_records(
         labels, items, scores, LABELS, fmt)
 
 
 def test_float64_scores_and_empty_batches():
     rng = np.random.default_rng(5)
     labels, items, scores = batch(rng, 3, 4, rng.random((3, 4)))
-    assert format_records(labels, items, scores, ItemLabels(LABELS)) == python_records(
+    assert format_records(labels, items, scores, EncodedLabels(LABELS)) == python_records(
         labels, items, scores, LABELS)
     assert format_records([], np.zeros((0, 4), np.int32), np.zeros((0, 4), np.float32),
-                          ItemLabels(LABELS)) == ""
+                          EncodedLabels(LABELS)) == ""
     none = np.full((2, 3), -1, np.int32)
     assert format_records(["a", "b"], none, np.zeros((2, 3), np.float32),
-                          ItemLabels(LABELS)) == "a\t\nb\t\n"
+                          EncodedLabels(LABELS)) == "a\t\nb\t\n"
 
 
 def test_an_item_without_a_label_is_an_error_not_a_stray_read():
     items = np.array([[0, len(LABELS)]], np.int32)
     with pytest.raises(IndexError):
-        format_records(["a"], items, np.ones((1, 2), np.float32), ItemLabels(LABELS))
+        format_records(["a"], items, np.ones((1, 2), np.float32), EncodedLabels(LABELS))
 
 
 def test_labels_items_and_scores_must_agree():
     with pytest.raises(ValueError, match="one label and one row"):
         format_records(["a"], np.zeros((2, 3), np.int32), np.zeros((2, 3), np.float32),
-                       ItemLabels(LABELS))
+                       EncodedLabels(LABELS))

@@ -27,11 +27,12 @@ _MAX_DECIMALS = 12  # float32 x 10**12 is exact in float64: 24 + 28 bits <= 53
 _EXACT = 2.0 ** 53  # below it, the scaled score's integer is exact in float64 and int64
 
 
-class ItemLabels:
-    """The output units' labels, encoded once for the kernel: one UTF-8 buffer and offsets."""
+class EncodedLabels:
+    """Labels encoded for the kernel: one UTF-8 buffer and offsets (the output units' labels
+    once per predictor, a batch's sample names once per batch)."""
 
     def __init__(self, labels):
-        self.labels = labels  # indexable by unit; formatted with str() as Python's '%s' does
+        self.labels = labels  # indexable; each formatted with str() as Python's '%s' does
         encoded = [str(label).encode("utf-8") for label in labels]
         self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(e) for e in encoded], out=self.offsets[1:])
@@ -47,7 +48,7 @@ def fixed_point(score_format: str) -> tuple[int, int] | None:
     return int(m.group(1) or 0), int(m.group(2))
 
 
-def format_records(labels, items: np.ndarray, scores: np.ndarray, item_labels: ItemLabels,
+def format_records(labels, items: np.ndarray, scores: np.ndarray, item_labels: EncodedLabels,
                    score_format: str = "4.3f") -> str:
     """The records of one batch: ``labels[r]`` with its row of ``items`` (-1: an empty slot,
     left out) and ``scores``."""
@@ -57,15 +58,13 @@ def format_records(labels, items: np.ndarray, scores: np.ndarray, item_labels: I
     fixed = fixed_point(score_format)
     in_range = items.size == 0 or int(items.max()) < len(item_labels.offsets) - 1
     if fixed is not None and scores.dtype == np.float32 and len(labels) and in_range:
-        names = [str(label).encode("utf-8") for label in labels]
-        name_offsets = np.zeros(len(names) + 1, dtype=np.int64)
-        np.cumsum([len(n) for n in names], out=name_offsets[1:])
+        names = EncodedLabels(labels)
         width, decimals = fixed
         number = max(width, 1 + 16 + 1 + decimals)  # sign, < 2**53 / 10**P, point, decimals
-        room = int(name_offsets[-1]) + 2 * len(names) + items.size * (item_labels.longest + 2
-                                                                      + number)
+        room = len(names.data) + 2 * len(labels) + items.size * (item_labels.longest + 2
+                                                                 + number)
         buf = np.empty(room, dtype=np.uint8)
-        end = _write(buf, np.frombuffer(b"".join(names), dtype=np.uint8), name_offsets,
+        end = _write(buf, names.data, names.offsets,
                      np.ascontiguousarray(items, dtype=np.int64), np.ascontiguousarray(scores),
                      item_labels.data, item_labels.offsets, width, decimals)
         if end >= 0:

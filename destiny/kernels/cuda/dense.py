@@ -21,6 +21,7 @@ from numba import cuda
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, SIMULATED, THREADS, blocks_for,
                                          device_arrays, flat, kernel)
 from destiny.kernels.cuda.matmul import gemm  # noqa: F401  (this family's product)
+from destiny.kernels.reference.dense import Ready
 
 # -- memory -------------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ def to_device(array):
     array = np.ascontiguousarray(array)
     if array.size == 0:
         return _nothing(array.shape, array.dtype)
-    slot = None if SIMULATED or array.nbytes > _Staging.SLOT_BYTES else _staging().take()
+    slot = _slot(array.nbytes)
     if slot is None:
         return cuda.to_device(array)
     return _staging().upload(slot, array)
@@ -76,14 +77,18 @@ def download(array):
     into a page-locked slot (``_Staging``) and an event recorded after the copy; the slot is
     free again once ``get()`` has copied them out. Larger arrays, or no free slot: a copy now.
     """
-    from destiny.kernels.reference.dense import Ready
-
     if not hasattr(array, "copy_to_host"):
         return Ready(to_host(array))
-    slot = None if SIMULATED or array.nbytes > _Staging.SLOT_BYTES else _staging().take()
+    slot = _slot(array.nbytes)
     if slot is None:
         return Ready(array.copy_to_host())
     return _staging().download(slot, array)
+
+
+def _slot(nbytes: int) -> int | None:
+    """A staging slot for a copy of ``nbytes``, or None: a copy at once (under the simulator,
+    for an array larger than a slot, or with every slot held)."""
+    return None if SIMULATED or nbytes > _Staging.SLOT_BYTES else _staging().take()
 
 
 class _Staging:

@@ -275,8 +275,7 @@ def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, ke
         return
     if act == SOFTMAX:
         activation_forward(a, z, act, slope, alpha, lam, bias)
-        _dropout[_flat_launch(a.size)](out, mask, a, _U(key), int(row_offset), int(col_offset),
-                                       float(p), *constants)
+        dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam)
         return
     b = bias if bias is not None and bias.shape[0] != 0 else empty(0, z.dtype)
     _activation_dropout[_flat_launch(z.size)](out, mask, a, z, b, int(act), float(slope),
