@@ -146,11 +146,16 @@ def _lines(n: int, start: int = 0) -> str:
     return "".join(f"u{i}\tf{i % 7}:f{i % 11},{i}\n" for i in range(start, start + n))
 
 
+@pytest.mark.parametrize("mode", [["-c"], []], ids=["create", "reuse"])
 @pytest.mark.parametrize("chunk_bytes", [None, 1000], ids=["one-chunk", "many-chunks"])
-def test_error_deep_in_file(chunk_bytes, monkeypatch):
+def test_error_deep_in_file(chunk_bytes, mode, monkeypatch):
     if chunk_bytes:  # file read in many chunks: line numbers must carry across them
         monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
-    message = fails_on(_lines(4999) + "u4999\tf1::f2\n" + _lines(100, 5000), "-c")
+    # Reusing an index, the chunks are scanned on threads at once; a fault in a later
+    # chunk (line 5103) must not be reported before the first one.
+    monkeypatch.setattr(destiny.io.text, "get_num_threads", lambda: 3)
+    message = fails_on(_lines(4999) + "u4999\tf1::f2\n" + _lines(100, 5000) + "u5100\tf1,x\n"
+                       + _lines(100, 5101), *mode)
     assert message.startswith("Error: in.txt, line 5000, column 10: "), message
     assert r"'u4999\tf1::f2'" in message
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+import destiny.io.text
 from destiny.io import textscan
 from destiny.io.index import LabelTable
 from destiny.io.text import read_records
@@ -103,3 +106,147 @@ def test_fixed_table_drops_and_counts_unknown(tmp_path):
 def test_label_table_reports_duplicate_labels():
     table = LabelTable()
     assert table.add_labels(["x", "y", "x"], np.arange(3)) == 2
+
+
+_DECIMAL = re.compile(rb"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def reference_fault(data: bytes, known: set | None) -> tuple[int, int]:
+    """(status, byte) of the first fault in ``data`` by the scanner's rules, or (OK, len).
+
+    A line's faults are taken in byte order, except that a CR anywhere in it outranks the
+    rest (and a blank line, a missing TAB and an empty label come before its features).
+    ``known``: the feature names a strict scan accepts (None: not strict).
+    """
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        line = data[pos:end]
+        if not line:
+            return textscan.BLANK_LINE, pos
+        if b"\r" in line:
+            return textscan.CARRIAGE_RETURN, pos + line.index(b"\r")
+        if b"\t" not in line:
+            return textscan.NO_TAB, pos
+        if line.index(b"\t") == 0:
+            return textscan.EMPTY_LABEL, pos
+        p = pos + line.index(b"\t") + 1
+        while p < end:
+            te = data.find(b":", p, end)
+            te = end if te < 0 else te
+            token = data[p:te]
+            for j, c in enumerate(token):
+                if c == 9:
+                    return textscan.SECOND_TAB, p + j
+                if c == 44 and token.count(b",", 0, j) == 1:
+                    return textscan.EXTRA_FIELD, p + j
+            name, _, value = token.partition(b",")
+            if not name:
+                return textscan.EMPTY_FEATURE, p
+            if value and not (_DECIMAL.fullmatch(value) and abs(float(value)) <= 3.4028234663852886e38):
+                return textscan.BAD_VALUE, p + len(name) + 1
+            if known is not None and name not in known:
+                return textscan.UNKNOWN_FEATURE, p
+            if te == end:
+                break
+            p = te + 1
+            if p == end:
+                return textscan.TRAILING_COLON, te
+        pos = end + 1
+    return textscan.OK, len(data)
+
+
+def _damaged_text(rng) -> bytes:
+    """A few records (names, integers, decimals, empty values), then up to two bytes broken."""
+    lines = []
+    for _ in range(rng.integers(1, 5)):
+        toks = []
+        for _ in range(rng.integers(0, 6)):
+            name = bytes(rng.choice(list(b"abxy12"), size=rng.integers(0, 4)).tolist())
+            r = rng.random()
+            if r < 0.4:  # integers of up to 21 digits: the scanner's fast path takes 18
+                toks.append(name + b"," + "".join(map(str, rng.integers(0, 10, rng.integers(1, 22)))).encode())
+            elif r < 0.6:
+                toks.append(name + b",%g" % rng.normal(0, 100))
+            elif r < 0.7:
+                toks.append(name + b",")
+            else:
+                toks.append(name)
+        lines.append(bytes(rng.choice(list(b"uv1"), size=rng.integers(0, 3)).tolist()) + b"\t"
+                     + b":".join(toks))
+    data = bytearray(b"\n".join(lines) + b"\n")
+    for _ in range(rng.integers(0, 3)):
+        k = int(rng.integers(0, len(data)))
+        c = int(rng.choice(list(b"\t\n\r:,a1-+.eE")))
+        r = rng.random()
+        if r < 0.4:
+            data.insert(k, c)
+        elif r < 0.7:
+            data[k] = c
+        else:
+            del data[k]
+    return bytes(data)
+
+
+def _scan(data: bytes, table: LabelTable, update: bool, strict: bool):
+    buf = np.frombuffer(data, dtype=np.uint8)
+    most = len(data) // 2 + 1
+    out = [np.zeros(most, np.int64) for _ in range(3)]
+    tok = np.zeros(most, np.int32), np.zeros(most, np.float32)
+    counts = np.zeros(4, np.int64)
+    pos = 0
+    while True:
+        status, pos = textscan.scan_records(buf, pos, *table.scan_args(), update, strict,
+                                            *out, *tok, counts)
+        if status != textscan.NEED_ROOM:
+            return status, pos, tok[1][:counts[1]].tolist()
+        table.reserve(len(data), len(data))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_scanner_reports_the_first_fault(seed):
+    rng = np.random.default_rng(seed)
+    known = [b"a", b"b1", b"x", b"yy"]
+    statuses = set()
+    for _ in range(700):
+        data = _damaged_text(rng)
+        if not data:
+            continue
+        expected = reference_fault(data, None)
+        statuses.add(expected[0])
+        status, pos, values = _scan(data, LabelTable(capacity=2), True, False)
+        assert (status, pos) == expected, data
+        if status == textscan.OK:  # long integers too, past the fast path's 18 digits
+            parsed = reference_parse(data.decode() + ("" if data.endswith(b"\n") else "\n"))
+            assert values == [float(np.float32(v)) for _, feats in parsed for _, v in feats]
+        fixed = LabelTable()
+        fixed.add_labels([k.decode() for k in known], np.arange(len(known)))
+        assert _scan(data, fixed, False, True)[:2] == reference_fault(data, set(known)), data
+    assert len(statuses) >= 9  # the damage reaches most kinds of fault
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threaded_lookup_matches_one_thread(tmp_path, monkeypatch, threads):
+    """Without -c the chunks are scanned on threads at once; rows come back in file order."""
+    rng = np.random.default_rng(5)
+    text = _random_text(rng, rows=400, vocab=60, with_values=True)
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    table = LabelTable()
+    read_records([str(path)], table, update=True)  # every name known...
+    names = table.labels()
+    fixed = LabelTable()
+    fixed.add_labels(names[::2], np.arange(0, len(names), 2))  # ...then half of them dropped
+    whole = read_records([str(path)], fixed, update=False)
+    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 300)
+    monkeypatch.setattr(destiny.io.text, "get_num_threads", lambda: threads)
+    chunked = read_records([str(path), str(path)], fixed, update=False)
+    assert chunked.labels == whole.labels * 2
+    n = len(whole.indices)
+    assert chunked.indptr.tolist() == whole.indptr.tolist() + (whole.indptr[1:] + n).tolist()
+    assert chunked.indices.tolist() == whole.indices.tolist() * 2
+    assert chunked.values.tolist() == whole.values.tolist() * 2
+    assert (chunked.dropped, chunked.lines_with_drops) == (2 * whole.dropped, 2 * whole.lines_with_drops)
+    assert whole.dropped > 0
+    assert chunked.sources == [(str(path), 400), (str(path), 400)]

@@ -11,16 +11,21 @@ a bug upstream, and a silently different dataset is worse than a stopped job.
 from __future__ import annotations
 
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from numba import get_num_threads
 
 from destiny.errors import DataFormatError
 from destiny.io import textscan
 from destiny.io.index import LabelTable
 
 CHUNK_BYTES = 16 << 20
+_NOT_UTF8 = -1  # a chunk's status when its bytes are not UTF-8 (the scanner's are >= 0)
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
@@ -97,38 +102,78 @@ def read_records(
     and counted (spec 1.4), or raise with ``strict``. Without ``keep_values`` (indicator data)
     ``values`` stays empty, though every value is still checked. ``progress(n)`` is called with the
     number of bytes consumed since the last call.
+
+    Without ``update`` the table is only read, so chunks are scanned on numba's threads at
+    once (the scanner releases the GIL); the result, and the first error of the input in file
+    order, are the same as one thread's.
     """
-    label_chunks: list[list[str]] = []
-    row_ends: list[np.ndarray] = []
-    index_chunks: list[np.ndarray] = []
-    value_chunks: list[np.ndarray] = []
-    entries = 0
+    threads = 1 if update else get_num_threads()
+    chunks: list[_Chunk] = []
     dropped = lines_with_drops = 0
     sources = []
-    for path in paths:
-        line_no = 1
-        for chunk in _chunks(path):
-            counts = _scan_chunk(path, chunk, line_no, features, update, strict,
-                                 label_chunks, row_ends, index_chunks,
-                                 value_chunks if keep_values else None, entries)
-            lines, n_entries = int(counts[0]), int(counts[1])
-            line_no += lines
-            entries += n_entries
-            dropped += int(counts[2])
-            lines_with_drops += int(counts[3])
-            if progress is not None:
-                progress(len(chunk))
-        sources.append((path, line_no - 1))
-    labels = [s for chunk in label_chunks for s in chunk]
+    with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
+        for path in paths:
+            line_no = 1
+            for chunk in _scanned(path, features, update, strict, keep_values, pool, threads):
+                if chunk.status != textscan.OK:
+                    raise _scan_error(path, chunk, line_no)
+                chunks.append(chunk)
+                line_no += chunk.lines
+                dropped += chunk.dropped
+                lines_with_drops += chunk.lines_with_drops
+                if progress is not None:
+                    progress(chunk.size)
+            sources.append((path, line_no - 1))
+    labels = [s for chunk in chunks for s in chunk.labels]
     if not labels:
         raise DataFormatError(", ".join(paths), "the input holds no records. " + _FIX_FORMAT
                               + "; check that the right file was given with -i.")
     indptr = np.zeros(len(labels) + 1, dtype=np.int64)
-    np.concatenate(row_ends, out=indptr[1:])
+    entries, row = 0, 1
+    for chunk in chunks:
+        indptr[row:row + chunk.lines] = chunk.row_end + entries
+        row += chunk.lines
+        entries += len(chunk.indices)
     return Records(labels=labels, indptr=indptr,
-                   indices=np.concatenate(index_chunks),
-                   values=np.concatenate(value_chunks) if keep_values else None,
+                   indices=np.concatenate([c.indices for c in chunks]),
+                   values=np.concatenate([c.values for c in chunks]) if keep_values else None,
                    dropped=dropped, lines_with_drops=lines_with_drops, sources=sources)
+
+
+@dataclass
+class _Chunk:
+    """One chunk's records, or the fault that stopped its scan (``status`` != OK)."""
+
+    size: int  # bytes
+    status: int
+    data: bytes | None = None  # kept for a fault only, to quote it
+    pos: int = 0  # the offending byte, for a fault
+    utf8_end: int = 0  # the end of the bytes that are not UTF-8, for that fault
+    labels: list[str] = field(default_factory=list)
+    row_end: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    values: np.ndarray | None = None
+    dropped: int = 0
+    lines_with_drops: int = 0
+
+    @property
+    def lines(self) -> int:
+        return len(self.labels)
+
+
+def _scanned(path, features, update, strict, keep_values, pool, threads):
+    """Yield the scanned chunks of ``path`` in order, ``threads`` of them in flight at once."""
+    if pool is None:
+        for data in _chunks(path):
+            yield _scan_chunk(data, features, update, strict, keep_values)
+        return
+    pending: deque = deque()
+    for data in _chunks(path):
+        pending.append(pool.submit(_scan_chunk, data, features, update, strict, keep_values))
+        if len(pending) > threads:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def _chunks(path):
@@ -149,45 +194,41 @@ def _chunks(path):
             yield chunk
 
 
-def _scan_chunk(path, chunk, first_line, features, update, strict,
-                label_chunks, row_ends, index_chunks, value_chunks, offset):
-    try:
-        chunk.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line, column, text = _locate(chunk, e.start, first_line)
-        raise DataFormatError(
-            path, f"the bytes {chunk[e.start:e.end]!r} in {text} are not valid UTF-8. Destiny "
-            "reads text as UTF-8; convert the file first (for example with "
-            "`iconv -f latin1 -t utf-8`).", line=line, column=column) from None
-    buf = np.frombuffer(chunk, dtype=np.uint8)
-    max_lines = chunk.count(b"\n")
-    max_entries = chunk.count(b":") + max_lines
-    label_start = np.empty(max_lines, dtype=np.int64)
-    label_end = np.empty(max_lines, dtype=np.int64)
-    row_end = np.empty(max_lines, dtype=np.int64)
-    tok_index = np.empty(max_entries, dtype=np.int32)
-    tok_value = np.empty(max_entries, dtype=np.float32)
+def _scan_chunk(data: bytes, features: LabelTable, update: bool, strict: bool,
+                keep_values: bool) -> _Chunk:
+    if not data.isascii():  # isascii is a fast scan; decoding checks the rest
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return _Chunk(len(data), _NOT_UTF8, data, pos=e.start, utf8_end=e.end)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    # Every line has a label and a TAB or a LF, every entry a name and a ':' or a LF, so
+    # neither outnumbers half the bytes. (np.empty commits no memory until it is written.)
+    most = len(data) // 2 + 1
+    label_start = np.empty(most, dtype=np.int64)
+    label_end = np.empty(most, dtype=np.int64)
+    row_end = np.empty(most, dtype=np.int64)
+    tok_index = np.empty(most, dtype=np.int32)
+    tok_value = np.empty(most, dtype=np.float32)
     counts = np.zeros(4, dtype=np.int64)
     pos = 0
     while True:
         status, pos = textscan.scan_records(
             buf, pos, *features.scan_args(), update, strict,
             label_start, label_end, row_end, tok_index, tok_value, counts)
-        if status == textscan.OK:
+        if status != textscan.NEED_ROOM:
             break
-        if status == textscan.NEED_ROOM:
-            line_len = chunk.find(b"\n", pos) - pos
-            features.reserve(max(line_len // 2 + 1, len(features)), max(line_len, len(chunk)))
-            continue
-        raise _scan_error(path, chunk, pos, status, first_line)
+        line_len = data.find(b"\n", pos) - pos
+        features.reserve(max(line_len // 2 + 1, len(features)), max(line_len, len(data)))
+    if status != textscan.OK:
+        return _Chunk(len(data), status, data, pos=pos)
     lines, entries = int(counts[0]), int(counts[1])
-    label_chunks.append(
-        [chunk[s:e].decode("utf-8") for s, e in zip(label_start[:lines].tolist(), label_end[:lines].tolist())])
-    row_ends.append(row_end[:lines] + offset)
-    index_chunks.append(tok_index[:entries].copy())
-    if value_chunks is not None:
-        value_chunks.append(tok_value[:entries].copy())
-    return counts
+    labels = [data[s:e].decode("utf-8")
+              for s, e in zip(label_start[:lines].tolist(), label_end[:lines].tolist())]
+    return _Chunk(len(data), status, labels=labels, row_end=row_end[:lines].copy(),
+                  indices=tok_index[:entries].copy(),
+                  values=tok_value[:entries].copy() if keep_values else None,
+                  dropped=int(counts[2]), lines_with_drops=int(counts[3]))
 
 
 def _locate(chunk: bytes, pos: int, first_line: int) -> tuple[int, int, str]:
@@ -215,8 +256,14 @@ def _token_start(chunk: bytes, pos: int) -> int:
     return max(chunk.rfind(b":", line_start, pos), chunk.rfind(b"\t", line_start, pos)) + 1
 
 
-def _scan_error(path, chunk: bytes, pos: int, status: int, first_line: int) -> DataFormatError:
+def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
+    chunk, pos, status = scanned.data, scanned.pos, scanned.status
     line, column, quote = _locate(chunk, pos, first_line)
+    if status == _NOT_UTF8:
+        return DataFormatError(
+            path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
+            "Destiny reads text as UTF-8; convert the file first (for example with "
+            "`iconv -f latin1 -t utf-8`).", line=line, column=column)
     token = _token_at(chunk, pos)
     messages = {
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "

@@ -176,7 +176,27 @@ def _parse_value(buf, start, end):
     return True, v
 
 
+# Bytes that end a feature's name or value, or break the format inside one (spec 1.2).
+_ENDS_TOKEN = np.zeros(256, dtype=np.bool_)
+_ENDS_TOKEN[[_TAB, _LF, _CR, _COLON, _COMMA]] = True
+_MAX_FAST_DIGITS = 18  # an int64 holds any 18-digit number, and float() of it rounds once
+
+
 @njit(cache=True)
+def _line_error(buf, ls, status, at):
+    """Report ``status`` at ``at``, unless the line holds a CR: that outranks every other fault.
+
+    A CRLF file has a CR on every line; naming it is what helps, whatever else the line has.
+    """
+    i = ls
+    while i < len(buf) and buf[i] != _LF:
+        if buf[i] == _CR:
+            return CARRIAGE_RETURN, i
+        i += 1
+    return status, at
+
+
+@njit(cache=True, nogil=True)
 def scan_records(
     buf,
     pos,
@@ -205,63 +225,81 @@ def scan_records(
     [lines, entries, dropped features, lines with a dropped feature].
 
     Returns (status, byte position): for OK the end of ``buf``; for NEED_ROOM the start of the
-    line that did not fit in the table; for an error the offending byte.
+    line that did not fit in the table; for an error the offending byte. Of a line with
+    several faults the first is reported, except that a CR anywhere outranks the rest.
+
+    Each byte is read once on the way (a feature's name is hashed as it is read, and a value
+    that is a plain integer, as timestamps and ratings are, is parsed as it is read); only a
+    value with a sign, point or exponent is read again, by ``_parse_value``.
     """
     n = len(buf)
-    cap = len(slots)
     while pos < n:
         ls = pos
-        le = ls
-        while le < n and buf[le] != _LF:
-            le += 1
-        if le == ls:
-            return BLANK_LINE, ls
-        # Room for every token of the line being new, at load <= 1/2.
-        if update and (2 * (state[0] + (le - ls) // 2 + 1) > cap or state[0] + (le - ls) // 2 + 1 > len(key_hash) or state[1] + (le - ls) > len(arena)):
-            return NEED_ROOM, ls
-        tab = -1
-        for i in range(ls, le):
+        i = ls
+        while i < n:
             c = buf[i]
-            if c == _CR:
-                return CARRIAGE_RETURN, i
-            if c == _TAB and tab < 0:
-                tab = i
-        if tab < 0:
-            return NO_TAB, ls
-        if tab == ls:
-            return EMPTY_LABEL, ls
+            if c == _TAB or c == _LF or c == _CR:
+                break
+            i += 1
+        if i == n or buf[i] == _LF:
+            return (BLANK_LINE, ls) if i == ls else (NO_TAB, ls)
+        if buf[i] == _CR:
+            return CARRIAGE_RETURN, i
+        if i == ls:
+            return _line_error(buf, ls, EMPTY_LABEL, ls)
+        tab = i
         line = counts[0]
         entries = counts[1]
         dropped_here = False
         p = tab + 1
-        while p < le:
+        while p < n and buf[p] != _LF:
             ts = p
-            comma = -1
-            te = ts
-            while te < le and buf[te] != _COLON:
-                c = buf[te]
-                if c == _TAB:
-                    return SECOND_TAB, te
-                if c == _COMMA:
-                    if comma >= 0:
-                        return EXTRA_FIELD, te
-                    comma = te
-                te += 1
-            name_end = comma if comma >= 0 else te
-            if name_end == ts:
-                return EMPTY_FEATURE, ts
+            h = _FNV_OFFSET
+            while p < n and not _ENDS_TOKEN[buf[p]]:
+                h = (h ^ np.uint64(buf[p])) * _FNV_PRIME
+                p += 1
+            name_end = p
             value = 0.0
-            if comma >= 0 and comma + 1 < te:
-                ok, value = _parse_value(buf, comma + 1, te)
-                if not ok:
-                    return BAD_VALUE, comma + 1
-            h = _hash(buf, ts, name_end)
+            if p < n and buf[p] == _COMMA:
+                vs = p + 1
+                q = vs
+                mant = np.int64(0)
+                while q < n and q - vs < _MAX_FAST_DIGITS and 48 <= buf[q] <= 57:
+                    mant = mant * 10 + (buf[q] - 48)
+                    q += 1
+                if q == n or buf[q] == _COLON or buf[q] == _LF:
+                    value = float(mant)  # what _parse_value gives an unsigned integer
+                else:
+                    while q < n and not _ENDS_TOKEN[buf[q]]:
+                        q += 1
+                    if q < n and buf[q] == _COMMA:
+                        return _line_error(buf, ls, EXTRA_FIELD, q)
+                    if q < n and buf[q] == _TAB:
+                        return _line_error(buf, ls, SECOND_TAB, q)
+                    if q < n and buf[q] == _CR:
+                        return CARRIAGE_RETURN, q
+                    if name_end == ts:
+                        return _line_error(buf, ls, EMPTY_FEATURE, ts)
+                    ok, value = _parse_value(buf, vs, q)
+                    if not ok:
+                        return _line_error(buf, ls, BAD_VALUE, vs)
+                p = q
+            elif p < n and buf[p] == _TAB:
+                return _line_error(buf, ls, SECOND_TAB, p)
+            elif p < n and buf[p] == _CR:
+                return CARRIAGE_RETURN, p
+            if name_end == ts:
+                return _line_error(buf, ls, EMPTY_FEATURE, ts)
             k = table_find(slots, key_hash, key_start, key_len, arena, buf, ts, name_end, h)
             if k < 0:
                 if update:
-                    k = table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf, ts, name_end, h, -k - 1, state[0])
+                    if (2 * (state[0] + 1) > len(slots) or state[0] + 1 > len(key_hash)
+                            or state[1] + (name_end - ts) > len(arena)):
+                        return NEED_ROOM, ls  # the caller grows the table; the line restarts
+                    k = table_insert(slots, key_hash, key_start, key_len, key_value, arena, state,
+                                     buf, ts, name_end, h, -k - 1, state[0])
                 elif strict:
-                    return UNKNOWN_FEATURE, ts
+                    return _line_error(buf, ls, UNKNOWN_FEATURE, ts)
             if k >= 0:
                 tok_index[entries] = key_value[k]
                 tok_value[entries] = value
@@ -269,11 +307,11 @@ def scan_records(
             else:
                 counts[2] += 1
                 dropped_here = True
-            if te == le:
+            if p == n or buf[p] == _LF:
                 break
-            p = te + 1
-            if p == le:
-                return TRAILING_COLON, te
+            p += 1  # past the ':'
+            if p == n or buf[p] == _LF:
+                return _line_error(buf, ls, TRAILING_COLON, p - 1)
         label_start[line] = ls
         label_end[line] = tab
         row_end[line] = entries
@@ -281,5 +319,5 @@ def scan_records(
         counts[1] = entries
         if dropped_here:
             counts[3] += 1
-        pos = le + 1
+        pos = p + 1
     return OK, n
