@@ -9,7 +9,8 @@ scripts/bench_train.py. Three figures:
   2. scoring + top-100 with each user's own items filtered, samples/s (median of batches),
      and the time to write one batch's records (the kernel beside Python's formatting);
   3. the whole `predict` command on all users (parse, score, filter, write), wall time.
-With --torch, torch_reference.py's predict + top-k figure on the same data, in the same command.
+With --torch, torch_reference.py's predict + top-k figure on the same data, in the same command
+(on CUDA where Destiny's backend is the GPU).
 
 Example:
   python scripts/bench_predict.py --torch --json build/bench/predict.json
@@ -83,9 +84,12 @@ def time_records(labels, items, scores, item_labels, repeats: int = 9) -> dict[s
 @click.option("--load-runs", type=int, default=11, show_default=True,
               help="Fresh predict processes timed for the load figure.")
 @click.option("--torch", "with_torch", is_flag=True)
+@click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+              show_default=True, help="Destiny's backend (auto: the GPU where there is one).")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--json", "json_path", default=None)
-def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workdir, json_path):
+def main(config, users, batch, topk, seconds, full, load_runs, backend, with_torch, workdir,
+         json_path):
     """Time Destiny's predict."""
     os.makedirs(workdir, exist_ok=True)
     items, mean = synthetic.ML20M_ITEMS, synthetic.ML20M_MEAN_PER_USER
@@ -99,7 +103,7 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
     with open(text, encoding="utf-8") as f, open(one, "w", encoding="utf-8") as o:
         o.write(f.readline())
     cmd = [sys.executable, "-c", "from destiny.cli.predict import main; main()", "-q",
-           "-n", network, "-i", f_in, "-o", f_out, "-k", str(topk)]
+           "-n", network, "-i", f_in, "-o", f_out, "-k", str(topk), "--backend", backend]
     subprocess.run(cmd + ["-r", one, "-f", one, "-s", os.devnull], check=True)  # warm the cache
     loads = []
     for _ in range(load_runs):
@@ -110,8 +114,10 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
 
     from destiny.predict import Predictor
 
-    predictor = Predictor(network, f_in, f_out, dataset=None)
+    predictor = Predictor(network, f_in, f_out, dataset=None, backend=backend)
+    t = time.perf_counter()
     records = predictor.read_input(text)
+    parse_s = time.perf_counter() - t
     rows = len(records.labels)
     filt = (records.indptr, records.indices, np.zeros(len(records.indices), np.float32))
     rates, done, started = [], 0, time.perf_counter()
@@ -129,10 +135,14 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
                               predictor.item_labels())
     result = {"load_and_predict_one_user_s": statistics.median(loads), "load_runs_s": loads,
               "predict_topk_samples_per_s": statistics.median(rates), "users": rows,
-              "batch": batch, "topk": topk, "records_ms_per_batch": records_ms}
+              "batch": batch, "topk": topk, "records_ms_per_batch": records_ms,
+              "backend": predictor.kernels.name, "parse_input_s": parse_s,
+              "input_bytes": os.path.getsize(text)}
     print(f"destiny predict: load + one user {result['load_and_predict_one_user_s']:.2f} s "
           f"(median of {len(loads)} fresh processes; fastest {min(loads):.2f}, slowest "
           f"{max(loads):.2f})")
+    print(f"destiny predict: parsing the input: {parse_s:.2f} s for {rows:,} users "
+          f"({os.path.getsize(text) / parse_s / 1e6:,.0f} MB/s, one run)")
     print(f"destiny predict: scoring + filtered top-{topk}: "
           f"{result['predict_topk_samples_per_s']:,.0f} samples/s (batch {batch})")
     print(f"destiny predict: the records of a batch: {records_ms['kernel']:.2f} ms "
@@ -150,7 +160,8 @@ def main(config, users, batch, topk, seconds, full, load_runs, with_torch, workd
         subprocess.run([sys.executable, TORCH_REFERENCE, "--data", inp, "--config", config,
                         "--batch", str(batch), "--topk", str(topk), "--threads", threads,
                         "--train-seconds", "1", "--max-train-steps", "2",
-                        "--predict-seconds", str(seconds), "--json", out_json], check=True,
+                        "--predict-seconds", str(seconds), "--json", out_json, "--device",
+                        "cuda" if predictor.kernels.name == "cuda" else "cpu"], check=True,
                        env=torch_env())
         with open(out_json) as f:
             torch_result = json.load(f)

@@ -10,7 +10,9 @@
 # test (the whole suite), and, when named, profile (where a training step and a prediction
 # batch go, host functions and GPU kernels, and what one launch costs the host, numba's and
 # Destiny's), and quality (held-out quality of models trained with float32 and with TF32
-# products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json).
+# products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json), and predict
+# (bench_predict.py on the GPU: a cold start, scoring + top-100 beside PyTorch on CUDA, the
+# input's parse, and the whole predict command on all users).
 # TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings ("off on"),
 # PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
 # an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
@@ -90,6 +92,9 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
         run_step quality "${QUALITY_LIMIT:-300}" $PY scripts/quality_sample.py --backend gpu \
             --products float32 --products tf32 --recipe "default seed=1" \
             --recipe "default seed=2" ${QUALITY_ARGS:-} --json "$OUT/quality.json" ;;
+    predict)
+        run_step predict "${PREDICT_LIMIT:-300}" $PY scripts/bench_predict.py --backend gpu --torch \
+            --seconds "$PREDICT_SECONDS" --load-runs 3 --json "$OUT/predict.json" ;;
     test)
         run_step test "${TEST_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     *)
