@@ -260,36 +260,32 @@ def scan_records(
                 p += 1
             name_end = p
             value = 0.0
+            reread = False  # a value that is not a plain integer: _parse_value reads it
             if p < n and buf[p] == _COMMA:
                 vs = p + 1
-                q = vs
+                p = vs
                 mant = np.int64(0)
-                while q < n and q - vs < _MAX_FAST_DIGITS and 48 <= buf[q] <= 57:
-                    mant = mant * 10 + (buf[q] - 48)
-                    q += 1
-                if q == n or buf[q] == _COLON or buf[q] == _LF:
+                while p < n and p - vs < _MAX_FAST_DIGITS and 48 <= buf[p] <= 57:
+                    mant = mant * 10 + (buf[p] - 48)
+                    p += 1
+                if p == n or buf[p] == _COLON or buf[p] == _LF:
                     value = float(mant)  # what _parse_value gives an unsigned integer
                 else:
-                    while q < n and not _ENDS_TOKEN[buf[q]]:
-                        q += 1
-                    if q < n and buf[q] == _COMMA:
-                        return _line_error(buf, ls, EXTRA_FIELD, q)
-                    if q < n and buf[q] == _TAB:
-                        return _line_error(buf, ls, SECOND_TAB, q)
-                    if q < n and buf[q] == _CR:
-                        return CARRIAGE_RETURN, q
-                    if name_end == ts:
-                        return _line_error(buf, ls, EMPTY_FEATURE, ts)
-                    ok, value = _parse_value(buf, vs, q)
-                    if not ok:
-                        return _line_error(buf, ls, BAD_VALUE, vs)
-                p = q
-            elif p < n and buf[p] == _TAB:
+                    reread = True
+                    while p < n and not _ENDS_TOKEN[buf[p]]:
+                        p += 1
+                    if p < n and buf[p] == _COMMA:
+                        return _line_error(buf, ls, EXTRA_FIELD, p)
+            if p < n and buf[p] == _TAB:
                 return _line_error(buf, ls, SECOND_TAB, p)
-            elif p < n and buf[p] == _CR:
+            if p < n and buf[p] == _CR:
                 return CARRIAGE_RETURN, p
             if name_end == ts:
                 return _line_error(buf, ls, EMPTY_FEATURE, ts)
+            if reread:
+                ok, value = _parse_value(buf, vs, p)
+                if not ok:
+                    return _line_error(buf, ls, BAD_VALUE, vs)
             k = table_find(slots, key_hash, key_start, key_len, arena, buf, ts, name_end, h)
             if k < 0:
                 if update:
