@@ -189,19 +189,28 @@ def _damaged_text(rng) -> bytes:
     return bytes(data)
 
 
-def _scan(data: bytes, table: LabelTable, update: bool, strict: bool):
+def _scan(data: bytes, table: LabelTable, mode: int, strict: bool):
+    """scan_records over ``data`` (the table grown as asked; DEFER's names then numbered):
+    (status, position, values, indices)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     most = len(data) // 2 + 1
     out = [np.zeros(most, np.int64) for _ in range(3)]
     tok = np.zeros(most, np.int32), np.zeros(most, np.float32)
-    counts = np.zeros(4, np.int64)
+    pending = np.zeros((most, 3), np.int64)
+    counts = np.zeros(5, np.int64)
     pos = 0
     while True:
-        status, pos = textscan.scan_records(buf, pos, *table.scan_args(), update, strict,
-                                            *out, *tok, counts)
+        status, pos = textscan.scan_records(buf, pos, *table.scan_args(), mode, strict,
+                                            *out, *tok, pending, counts)
         if status != textscan.NEED_ROOM:
-            return status, pos, tok[1][:counts[1]].tolist()
+            break
         table.reserve(len(data), len(data))
+    done, n = 0, int(counts[4])
+    while done < n:
+        done = textscan.resolve_pending(*table.scan_args(), buf, pending, done, n, tok[0])
+        if done < n:
+            table.reserve(1, 1)  # one key at a time: every growth path is taken
+    return status, pos, tok[1][:counts[1]].tolist(), tok[0][:counts[1]].tolist()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -215,38 +224,55 @@ def test_scanner_reports_the_first_fault(seed):
             continue
         expected = reference_fault(data, None)
         statuses.add(expected[0])
-        status, pos, values = _scan(data, LabelTable(capacity=2), True, False)
+        added = LabelTable(capacity=2)
+        status, pos, values, indices = _scan(data, added, textscan.UPDATE, False)
         assert (status, pos) == expected, data
+        deferred = LabelTable(capacity=2)
+        assert _scan(data, deferred, textscan.DEFER, False)[:2] == expected, data
         if status == textscan.OK:  # long integers too, past the fast path's 18 digits
             parsed = reference_parse(data.decode() + ("" if data.endswith(b"\n") else "\n"))
             assert values == [float(np.float32(v)) for _, feats in parsed for _, v in feats]
+            # DEFER then resolve_pending numbers the names as UPDATE does
+            assert _scan(data, deferred, textscan.DEFER, False)[2:] == (values, indices)
+            assert deferred.to_dict() == added.to_dict()
         fixed = LabelTable()
         fixed.add_labels([k.decode() for k in known], np.arange(len(known)))
-        assert _scan(data, fixed, False, True)[:2] == reference_fault(data, set(known)), data
+        assert (_scan(data, fixed, textscan.LOOKUP, True)[:2]
+                == reference_fault(data, set(known))), data
     assert len(statuses) >= 9  # the damage reaches most kinds of fault
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_threaded_lookup_matches_one_thread(tmp_path, monkeypatch, threads):
-    """Without -c the chunks are scanned on threads at once; rows come back in file order."""
+def _same_records(a, b):
+    assert a.labels == b.labels
+    assert a.indptr.tolist() == b.indptr.tolist()
+    assert a.indices.tolist() == b.indices.tolist()
+    assert a.values.tolist() == b.values.tolist()
+    assert (a.dropped, a.lines_with_drops, a.sources) == (b.dropped, b.lines_with_drops, b.sources)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_read_as_one_thread(tmp_path, monkeypatch, threads):
+    """Chunks scanned on threads at once give one thread's records, in file order, and (with
+    a new index) one thread's numbering, new names appearing in every round of chunks."""
     rng = np.random.default_rng(5)
-    text = _random_text(rng, rows=400, vocab=60, with_values=True)
-    path = tmp_path / "in.txt"
-    path.write_text(text, encoding="utf-8")
-    table = LabelTable()
-    read_records([str(path)], table, update=True)  # every name known...
-    names = table.labels()
-    fixed = LabelTable()
-    fixed.add_labels(names[::2], np.arange(0, len(names), 2))  # ...then half of them dropped
-    whole = read_records([str(path)], fixed, update=False)
+    paths = []
+    for i, vocab in enumerate((40, 300)):  # the second file brings names the first lacks
+        paths.append(str(tmp_path / f"in{i}.txt"))
+        with open(paths[-1], "w", encoding="utf-8") as f:
+            f.write(_random_text(rng, rows=400, vocab=vocab, with_values=True))
     monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 300)
+    monkeypatch.setattr(destiny.io.text, "get_num_threads", lambda: 1)
+    one_table = LabelTable(capacity=2)
+    one = read_records(paths, one_table, update=True)
+    names = one_table.labels()
+    fixed = LabelTable()
+    fixed.add_labels(names[::2], np.arange(0, len(names), 2))  # half the names unknown
+    one_fixed = read_records(paths, fixed, update=False)
+    assert one_fixed.dropped > 0
+
     monkeypatch.setattr(destiny.io.text, "get_num_threads", lambda: threads)
-    chunked = read_records([str(path), str(path)], fixed, update=False)
-    assert chunked.labels == whole.labels * 2
-    n = len(whole.indices)
-    assert chunked.indptr.tolist() == whole.indptr.tolist() + (whole.indptr[1:] + n).tolist()
-    assert chunked.indices.tolist() == whole.indices.tolist() * 2
-    assert chunked.values.tolist() == whole.values.tolist() * 2
-    assert (chunked.dropped, chunked.lines_with_drops) == (2 * whole.dropped, 2 * whole.lines_with_drops)
-    assert whole.dropped > 0
-    assert chunked.sources == [(str(path), 400), (str(path), 400)]
+    table = LabelTable(capacity=2)  # grown between rounds
+    _same_records(read_records(paths, table, update=True), one)
+    assert table.to_dict() == one_table.to_dict()
+    _same_records(read_records(paths, fixed, update=False), one_fixed)
+    assert len(fixed) == len(names[::2])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from itertools import islice
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -103,18 +104,22 @@ def read_records(
     ``values`` stays empty, though every value is still checked. ``progress(n)`` is called with the
     number of bytes consumed since the last call.
 
-    Without ``update`` the table is only read, so chunks are scanned on numba's threads at
-    once (the scanner releases the GIL); the result, and the first error of the input in file
-    order, are the same as one thread's.
+    The chunks are scanned on numba's threads at once (the scanner releases the GIL); the
+    result, the table's numbering and the first error of the input in file order are one
+    thread's. Without ``update`` the table is only read. With it, the threads scan a round of
+    chunks against the table as it stands, listing the names it lacks, and between rounds those
+    are numbered in file order, which is the order of first appearance a new name's index
+    follows (spec 1.3).
     """
-    threads = 1 if update else get_num_threads()
+    threads = get_num_threads()
+    mode = textscan.LOOKUP if not update else textscan.DEFER if threads > 1 else textscan.UPDATE
     chunks: list[_Chunk] = []
     dropped = lines_with_drops = 0
     sources = []
     with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
         for path in paths:
             line_no = 1
-            for chunk in _scanned(path, features, update, strict, keep_values, pool, threads):
+            for chunk in _scanned(path, features, mode, strict, keep_values, pool, threads):
                 if chunk.status != textscan.OK:
                     raise _scan_error(path, chunk, line_no)
                 chunks.append(chunk)
@@ -146,7 +151,8 @@ class _Chunk:
 
     size: int  # bytes
     status: int
-    data: bytes | None = None  # kept for a fault only, to quote it
+    data: bytes | None = None  # kept to quote a fault, or for the names in `pending`
+    pending: np.ndarray | None = None  # (entry, name start, name end) of names to number
     pos: int = 0  # the offending byte, for a fault
     utf8_end: int = 0  # the end of the bytes that are not UTF-8, for that fault
     labels: list[str] = field(default_factory=list)
@@ -161,19 +167,43 @@ class _Chunk:
         return len(self.labels)
 
 
-def _scanned(path, features, update, strict, keep_values, pool, threads):
+def _scanned(path, features, mode, strict, keep_values, pool, threads):
     """Yield the scanned chunks of ``path`` in order, ``threads`` of them in flight at once."""
+    chunks = _chunks(path)
     if pool is None:
-        for data in _chunks(path):
-            yield _scan_chunk(data, features, update, strict, keep_values)
-        return
-    pending: deque = deque()
-    for data in _chunks(path):
-        pending.append(pool.submit(_scan_chunk, data, features, update, strict, keep_values))
-        if len(pending) > threads:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
+        for data in chunks:
+            yield _scan_chunk(data, features, mode, strict, keep_values)
+    elif mode == textscan.DEFER:
+        # In rounds: the table must not change while a thread reads it.
+        while batch := list(islice(chunks, threads)):
+            futures = [pool.submit(_scan_chunk, data, features, mode, strict, keep_values)
+                       for data in batch]
+            for future in futures:
+                chunk = future.result()
+                if chunk.pending is not None:
+                    _number_pending(chunk, features)
+                yield chunk
+    else:
+        in_flight: deque = deque()
+        for data in chunks:
+            in_flight.append(pool.submit(_scan_chunk, data, features, mode, strict, keep_values))
+            if len(in_flight) > threads:
+                yield in_flight.popleft().result()
+        while in_flight:
+            yield in_flight.popleft().result()
+
+
+def _number_pending(chunk: _Chunk, features: LabelTable) -> None:
+    """Give the names a DEFER scan listed their indices, adding the new ones in order."""
+    pending, buf = chunk.pending, np.frombuffer(chunk.data, dtype=np.uint8)
+    done = 0
+    while done < len(pending):
+        done = textscan.resolve_pending(*features.scan_args(), buf, pending, done,
+                                        len(pending), chunk.indices)
+        if done < len(pending):
+            rest = pending[done:]
+            features.reserve(len(rest), int((rest[:, 2] - rest[:, 1]).sum()))
+    chunk.data = chunk.pending = None
 
 
 def _chunks(path):
@@ -194,7 +224,7 @@ def _chunks(path):
             yield chunk
 
 
-def _scan_chunk(data: bytes, features: LabelTable, update: bool, strict: bool,
+def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                 keep_values: bool) -> _Chunk:
     if not data.isascii():  # isascii is a fast scan; decoding checks the rest
         try:
@@ -210,24 +240,26 @@ def _scan_chunk(data: bytes, features: LabelTable, update: bool, strict: bool,
     row_end = np.empty(most, dtype=np.int64)
     tok_index = np.empty(most, dtype=np.int32)
     tok_value = np.empty(most, dtype=np.float32)
-    counts = np.zeros(4, dtype=np.int64)
+    pending = np.empty((most if mode == textscan.DEFER else 0, 3), dtype=np.int64)
+    counts = np.zeros(5, dtype=np.int64)
     pos = 0
     while True:
         status, pos = textscan.scan_records(
-            buf, pos, *features.scan_args(), update, strict,
-            label_start, label_end, row_end, tok_index, tok_value, counts)
+            buf, pos, *features.scan_args(), mode, strict,
+            label_start, label_end, row_end, tok_index, tok_value, pending, counts)
         if status != textscan.NEED_ROOM:
             break
         line_len = data.find(b"\n", pos) - pos
         features.reserve(max(line_len // 2 + 1, len(features)), max(line_len, len(data)))
     if status != textscan.OK:
         return _Chunk(len(data), status, data, pos=pos)
-    lines, entries = int(counts[0]), int(counts[1])
+    lines, entries, n_pending = int(counts[0]), int(counts[1]), int(counts[4])
     labels = [data[s:e].decode("utf-8")
               for s, e in zip(label_start[:lines].tolist(), label_end[:lines].tolist())]
-    return _Chunk(len(data), status, labels=labels, row_end=row_end[:lines].copy(),
-                  indices=tok_index[:entries].copy(),
+    return _Chunk(len(data), status, data if n_pending else None, labels=labels,
+                  row_end=row_end[:lines].copy(), indices=tok_index[:entries].copy(),
                   values=tok_value[:entries].copy() if keep_values else None,
+                  pending=pending[:n_pending].copy() if n_pending else None,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
 
 

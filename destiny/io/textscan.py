@@ -16,6 +16,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# What scan_records does with a feature name the table lacks.
+LOOKUP = 0  # drop it and count it (or, strict, report it)
+UPDATE = 1  # add it, numbered len(table) (spec 1.3)
+DEFER = 2  # list it in `pending` for resolve_pending, which numbers the names in file order
+
 # Status codes returned by scan_records (OK = 0; NEED_ROOM asks the caller to grow the table).
 OK = 0
 NEED_ROOM = 1
@@ -65,6 +70,13 @@ def table_find(slots, key_hash, key_start, key_len, arena, buf, start, end, h):
             if same:
                 return k
         i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _has_room(slots, key_hash, arena, state, n_bytes):
+    """Whether one more key of ``n_bytes`` fits, the slots kept at most half full."""
+    return (2 * (state[0] + 1) <= len(slots) and state[0] + 1 <= len(key_hash)
+            and state[1] + n_bytes <= len(arena))
 
 
 @njit(cache=True)
@@ -207,22 +219,24 @@ def scan_records(
     key_value,
     arena,
     state,
-    update,
+    mode,
     strict,
     label_start,
     label_end,
     row_end,
     tok_index,
     tok_value,
+    pending,
     counts,
 ):
     """Scan the complete lines of ``buf`` from byte ``pos``.
 
     Writes, per line, the label's byte span and the running entry count (``row_end``), and per
-    kept feature its index and value (0.0 without one). ``update`` lets new feature names
-    enter the table with index = number of keys (DSSTNE's ``len(map)`` rule, spec 1.3); without
-    it unknown names are dropped (or, with ``strict``, reported). ``counts`` accumulates
-    [lines, entries, dropped features, lines with a dropped feature].
+    kept feature its index and value (0.0 without one). A name the table lacks is, by
+    ``mode``: LOOKUP, dropped (or, with ``strict``, reported); UPDATE, added with index =
+    number of keys (DSSTNE's ``len(map)`` rule, spec 1.3); DEFER, kept with index -1 and listed
+    in ``pending`` as (entry, name start, name end), the table left alone. ``counts``
+    accumulates [lines, entries, dropped features, lines with a dropped feature, pending].
 
     Returns (status, byte position): for OK the end of ``buf``; for NEED_ROOM the start of the
     line that did not fit in the table; for an error the offending byte. Of a line with
@@ -288,16 +302,21 @@ def scan_records(
                     return _line_error(buf, ls, BAD_VALUE, vs)
             k = table_find(slots, key_hash, key_start, key_len, arena, buf, ts, name_end, h)
             if k < 0:
-                if update:
-                    if (2 * (state[0] + 1) > len(slots) or state[0] + 1 > len(key_hash)
-                            or state[1] + (name_end - ts) > len(arena)):
+                if mode == UPDATE:
+                    if not _has_room(slots, key_hash, arena, state, name_end - ts):
                         return NEED_ROOM, ls  # the caller grows the table; the line restarts
                     k = table_insert(slots, key_hash, key_start, key_len, key_value, arena, state,
                                      buf, ts, name_end, h, -k - 1, state[0])
+                elif mode == DEFER:
+                    w = counts[4]
+                    pending[w, 0] = entries
+                    pending[w, 1] = ts
+                    pending[w, 2] = name_end
+                    counts[4] = w + 1
                 elif strict:
                     return _line_error(buf, ls, UNKNOWN_FEATURE, ts)
-            if k >= 0:
-                tok_index[entries] = key_value[k]
+            if k >= 0 or mode == DEFER:
+                tok_index[entries] = key_value[k] if k >= 0 else -1
                 tok_value[entries] = value
                 entries += 1
             else:
@@ -317,3 +336,23 @@ def scan_records(
             counts[3] += 1
         pos = p + 1
     return OK, n
+
+
+@njit(cache=True)
+def resolve_pending(slots, key_hash, key_start, key_len, key_value, arena, state, buf, pending,
+                    first, count, tok_index):
+    """Number the names DEFER listed, ``pending[first:count]``, in order: each takes its index
+    from the table, or enters it with index = number of keys. Returns ``count``, or the first
+    position that did not fit in the table (the caller grows it and goes on from there).
+    """
+    for i in range(first, count):
+        s, e = pending[i, 1], pending[i, 2]
+        h = _hash(buf, s, e)
+        k = table_find(slots, key_hash, key_start, key_len, arena, buf, s, e, h)
+        if k < 0:
+            if not _has_room(slots, key_hash, arena, state, e - s):
+                return i
+            k = table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf,
+                             s, e, h, -k - 1, state[0])
+        tok_index[pending[i, 0]] = key_value[k]
+    return count
