@@ -152,7 +152,7 @@ def test_error_deep_in_file(chunk_bytes, mode, monkeypatch):
     if chunk_bytes:  # file read in many chunks: line numbers must carry across them
         monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
     # Reusing an index, the chunks are scanned on threads at once; a fault in a later
-    # chunk (line 5103) must not be reported before the first one.
+    # chunk (line 5101) must not be reported before the first one.
     monkeypatch.setattr(destiny.io.text, "get_num_threads", lambda: 3)
     message = fails_on(_lines(4999) + "u4999\tf1::f2\n" + _lines(100, 5000) + "u5100\tf1,x\n"
                        + _lines(100, 5101), *mode)

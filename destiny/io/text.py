@@ -109,7 +109,7 @@ def read_records(
     thread's. Without ``update`` the table is only read. With it, the threads scan a round of
     chunks against the table as it stands, listing the names it lacks, and between rounds those
     are numbered in file order, which is the order of first appearance a new name's index
-    follows (spec 1.3).
+    follows (spec 1.3). Up to one chunk per thread, and one more, is held at once.
     """
     threads = get_num_threads()
     mode = textscan.LOOKUP if not update else textscan.DEFER if threads > 1 else textscan.UPDATE
@@ -174,7 +174,11 @@ def _scanned(path, features, mode, strict, keep_values, pool, threads):
         for data in chunks:
             yield _scan_chunk(data, features, mode, strict, keep_values)
     elif mode == textscan.DEFER:
-        # In rounds: the table must not change while a thread reads it.
+        # The first chunk alone adds its names as one thread would: against an empty index
+        # every name of a round would wait in `pending`, each with its chunk's bytes.
+        for data in islice(chunks, 1):
+            yield _scan_chunk(data, features, textscan.UPDATE, strict, keep_values)
+        # Then in rounds: the table must not change while a thread reads it.
         while batch := list(islice(chunks, threads)):
             futures = [pool.submit(_scan_chunk, data, features, mode, strict, keep_values)
                        for data in batch]
@@ -185,12 +189,17 @@ def _scanned(path, features, mode, strict, keep_values, pool, threads):
                 yield chunk
     else:
         in_flight: deque = deque()
-        for data in chunks:
-            in_flight.append(pool.submit(_scan_chunk, data, features, mode, strict, keep_values))
-            if len(in_flight) > threads:
+        try:
+            for data in chunks:
+                in_flight.append(pool.submit(_scan_chunk, data, features, mode, strict,
+                                             keep_values))
+                if len(in_flight) > threads:
+                    yield in_flight.popleft().result()
+            while in_flight:
                 yield in_flight.popleft().result()
-        while in_flight:
-            yield in_flight.popleft().result()
+        finally:  # a fault (or an interrupt) stops the read: scan no more chunks
+            for future in in_flight:
+                future.cancel()
 
 
 def _number_pending(chunk: _Chunk, features: LabelTable) -> None:

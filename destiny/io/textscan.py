@@ -239,12 +239,15 @@ def scan_records(
     accumulates [lines, entries, dropped features, lines with a dropped feature, pending].
 
     Returns (status, byte position): for OK the end of ``buf``; for NEED_ROOM the start of the
-    line that did not fit in the table; for an error the offending byte. Of a line with
-    several faults the first is reported, except that a CR anywhere outranks the rest.
+    line whose next new name did not fit in the table (its earlier new names are in it: the
+    caller grows the table and scans again from that line); for an error the offending byte.
+    Of a line with several faults the first is reported, except that a CR anywhere outranks
+    the rest.
 
-    Each byte is read once on the way (a feature's name is hashed as it is read, and a value
-    that is a plain integer, as timestamps and ratings are, is parsed as it is read); only a
-    value with a sign, point or exponent is read again, by ``_parse_value``.
+    The bytes are walked once: a feature's name is hashed as it is read, and a value that is
+    a plain integer of up to 18 digits, as timestamps and ratings are, is parsed as it is read.
+    Only other values are read again, by ``_parse_value`` (and a name found in the table is
+    compared with its copy there).
     """
     n = len(buf)
     while pos < n:
