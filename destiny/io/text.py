@@ -26,6 +26,10 @@ from destiny.io import textscan
 from destiny.io.index import LabelTable
 
 CHUNK_BYTES = 16 << 20
+# Each scanning thread holds a chunk and its outputs (about 40 MB for MovieLens-20M's); past
+# a few threads the reading, the UTF-8 checks and the labels' decoding (one thread at a time,
+# under the GIL) bound the parse anyway.
+MAX_THREADS = 8
 _NOT_UTF8 = -1  # a chunk's status when its bytes are not UTF-8 (the scanner's are >= 0)
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
@@ -104,14 +108,15 @@ def read_records(
     ``values`` stays empty, though every value is still checked. ``progress(n)`` is called with the
     number of bytes consumed since the last call.
 
-    The chunks are scanned on numba's threads at once (the scanner releases the GIL); the
-    result, the table's numbering and the first error of the input in file order are one
-    thread's. Without ``update`` the table is only read. With it, the threads scan a round of
+    The chunks are scanned on as many threads at once as numba uses (the scanner releases the
+    GIL); the result, the table's numbering and the first error of the input in file order are
+    one thread's. Without ``update`` the table is only read. With it, the threads scan a round of
     chunks against the table as it stands, listing the names it lacks, and between rounds those
     are numbered in file order, which is the order of first appearance a new name's index
-    follows (spec 1.3). Up to one chunk per thread, and one more, is held at once.
+    follows (spec 1.3). Up to one chunk per thread (at most ``MAX_THREADS``), and one more, is
+    held at once.
     """
-    threads = get_num_threads()
+    threads = min(get_num_threads(), MAX_THREADS)
     mode = textscan.LOOKUP if not update else textscan.DEFER if threads > 1 else textscan.UPDATE
     chunks: list[_Chunk] = []
     dropped = lines_with_drops = 0
