@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO := build/demo
 
-.PHONY: install test demo bench bench-generate bench-train bench-predict bench-parallel gpu-check sample-data clean
+.PHONY: install test cuda-compile-check demo bench bench-generate bench-train bench-predict bench-parallel gpu-check sample-data clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +13,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,mpi]'
 	touch $@
 
+# numba-cuda's compiler (with NVVM from NVIDIA's wheels; no GPU needed) in an environment of
+# its own: installed beside the tests' numba, numba-cuda would take over numba.cuda and with it
+# the simulator the tests run the CUDA kernels in.
+CUDA_VENV ?= .venv-cuda
+CUDA_STAMP := $(CUDA_VENV)/.installed
+SIGNATURES := build/cuda-signatures.json
+
+$(CUDA_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CUDA_VENV)/bin/python -m pip install --quiet -e . 'numba-cuda[cu12]'
+	touch $@
+
 install: $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# The suite (CUDA kernels under numba's simulator), then every CUDA kernel compiled for an
+# H100 with the argument types the suite launched it with (scripts/cuda_compile_check.py).
+test: $(STAMP) $(CUDA_STAMP)
+	@mkdir -p build
+	DESTINY_CUDA_SIGNATURES=$(SIGNATURES) $(BIN)/python -m pytest -q
+	$(CUDA_VENV)/bin/python scripts/cuda_compile_check.py --signatures $(SIGNATURES)
+
+# The same compile check after the CUDA tests alone (about 2 minutes).
+cuda-compile-check: $(STAMP) $(CUDA_STAMP)
+	@mkdir -p build
+	DESTINY_CUDA_SIGNATURES=$(SIGNATURES) NUMBA_ENABLE_CUDASIM=1 $(BIN)/python -m pytest -q \
+		-p no:cacheprovider -k "cuda or gpu" tests/test_kernels_*.py tests/test_train_gpu.py
+	$(CUDA_VENV)/bin/python scripts/cuda_compile_check.py --signatures $(SIGNATURES)
 
 # The DSSTNE MovieLens pipeline on the bundled sample: raw CSV -> DSSTNE text -> held-out
 # split -> NetCDF -> train -> predict -> evaluate against a popularity ranking.

@@ -13,12 +13,25 @@ if not os.path.exists("/dev/nvidiactl"):
 
 import pytest  # noqa: E402
 
+# `make test` records every CUDA kernel launch's signature for scripts/cuda_compile_check.py;
+# the recorder goes in before anything imports a kernel module.
+SIGNATURES = os.environ.get("DESTINY_CUDA_SIGNATURES")
+if SIGNATURES:
+    from tests import cuda_signatures  # noqa: E402
+
+    cuda_signatures.install()
+
 from destiny import synthetic  # noqa: E402
 from destiny.fit import fit  # noqa: E402
 from destiny.generate import generate_netcdf  # noqa: E402
 from destiny.train import train_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if SIGNATURES:
+        cuda_signatures.write(SIGNATURES)
 
 
 def pytest_collection_modifyitems(config, items):
