@@ -13,7 +13,9 @@ launched is reported too.
 
 `make test` does both; the second needs numba-cuda (`pip install 'numba-cuda[cu12]'`), in an
 environment of its own (see the Makefile). Exit status 1 if any signature fails to compile
-(with numba's message) or any kernel was never launched.
+(with numba's message) or any kernel was never launched. With ``--resources`` each compiled
+kernel also goes through ptxas (from the same wheels), which says what it would occupy on the
+GPU: registers per thread, shared memory per block, and any spills to local memory.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -50,6 +55,31 @@ def host_value(d):
     return a
 
 
+def short(numba_type) -> str:
+    """``float32[:, :]`` for a 2-D float32 array type; a scalar's or tuple's own name."""
+    if hasattr(numba_type, "ndim") and hasattr(numba_type, "dtype"):
+        return f"{numba_type.dtype}[{', '.join([':'] * numba_type.ndim)}]"
+    return str(numba_type)
+
+
+def ptxas_resources(ptx: str, arch: str) -> str:
+    """What ptxas reports a kernel would use: registers, shared memory, spills, stack."""
+    import nvidia.cuda_nvcc
+
+    ptxas = os.path.join(list(nvidia.cuda_nvcc.__path__)[0], "bin", "ptxas")  # a namespace package
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        out = subprocess.run([ptxas, f"-arch={arch}", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+
+    def number(what):
+        m = re.search(r"(\d+) " + what, out)
+        return int(m.group(1)) if m else 0
+    return (f"{number('registers'):3d} registers, {number('bytes smem'):6d} B shared, "
+            f"{number('bytes spill stores')} B spilled, {number('bytes stack frame')} B stack")
+
+
 def every_kernel() -> set[tuple[str, str]]:
     """(module, name) of every kernel of the CUDA backend."""
     import pkgutil
@@ -71,7 +101,9 @@ def every_kernel() -> set[tuple[str, str]]:
               help="Compute capability to compile for (9.0: H100 and H200).")
 @click.option("--signatures", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The launches a test run recorded (DESTINY_CUDA_SIGNATURES).")
-def main(cc, signatures):
+@click.option("--resources", is_flag=True,
+              help="Also print each kernel's registers, shared memory and spills (ptxas -v).")
+def main(cc, signatures, resources):
     """Compile every recorded CUDA kernel signature to PTX, without a GPU."""
     from numba import config, cuda
 
@@ -99,7 +131,11 @@ def main(cc, signatures):
         argtypes = tuple(dispatcher.typeof_pyval(host_value(d)) for d in described)
         kernels.add((module, name))
         try:
-            cuda.compile_ptx(dispatcher.py_func, argtypes, cc=(major, minor))
+            ptx, _ = cuda.compile_ptx(dispatcher.py_func, argtypes, cc=(major, minor))
+            if resources:
+                print(f"{module.rsplit('.', 1)[1]}.{name}: "
+                      f"{ptxas_resources(ptx, f'sm_{major}{minor}')}  "
+                      f"({', '.join(map(short, argtypes))})")
         except Exception as e:  # noqa: BLE001 - every failure is reported, then exit 1
             failures.append(f"{module}.{name}{argtypes}:\n  {type(e).__name__}: "
                             + str(e).strip().replace("\n", "\n  "))
