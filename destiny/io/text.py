@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from itertools import islice
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable
 
 import numpy as np
