@@ -31,6 +31,19 @@ def library_errors(fn):
     return wrapper
 
 
+# train and predict: the GPU's dense products in TF32 (destiny.kernels.get_backend's tf32).
+tf32_option = click.option(
+    "--tf32", is_flag=True,
+    help="Allow the GPU to compute the dense products in TF32 on its tensor cores (as "
+         "PyTorch's allow_tf32): several times faster products, inputs rounded to 10 bits of "
+         "mantissa. Off: float32, as DSSTNE. No effect on the cpu.")
+
+
+def products_note(kernels) -> str:
+    """What a backend note adds when the products are not float32."""
+    return " with TF32 products" if kernels.products == "tf32" else ""
+
+
 def note(command: str, message: str) -> None:
     """One line of information on stderr (stdout is kept for data)."""
     click.echo(f"{command}: {message}", err=True)

@@ -8,7 +8,8 @@ from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, run_command
+from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
+                                tf32_option)
 
 NAME = "predict"
 
@@ -53,10 +54,7 @@ def _check_format(ctx, param, fmt: str) -> str:
               help="Output layer to read.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True)
-@click.option("--tf32", is_flag=True,
-              help="Allow the GPU to compute the dense products in TF32 on its tensor cores (as "
-                   "PyTorch's allow_tf32): several times faster products, inputs rounded to "
-                   "10 bits of mantissa. Off: float32, as DSSTNE. No effect on the cpu.")
+@tf32_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
 @library_errors
 def predict(network_path, input_path, input_index, output_index, output_path, filter_path,
@@ -99,7 +97,7 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
         note(NAME, f"wrote {report.samples:,} recommendation lines (top {k}) to {where}"
                    + (f", {report.filtered:,} filter entries applied ({filter_mode})"
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
-                   + (" with TF32 products" if predictor.kernels.products == "tf32" else ""))
+                   + products_note(predictor.kernels))
 
 
 @contextlib.contextmanager

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, run_command
+from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
+                                tf32_option)
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
 NAME = "train"
@@ -42,10 +43,7 @@ NAME = "train"
               help="Shuffle examples every epoch [default: the definition's ShuffleIndices].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True)
-@click.option("--tf32", is_flag=True,
-              help="Allow the GPU to compute the dense products in TF32 on its tensor cores (as "
-                   "PyTorch's allow_tf32): several times faster products, inputs rounded to "
-                   "10 bits of mantissa. Off: float32, as DSSTNE. No effect on the cpu.")
+@tf32_option
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=10, show_default=True,
               metavar="N", help="Write NET.nc<epoch>.nc every N epochs (0: never).")
 @click.option("--resume", is_flag=True,
@@ -102,8 +100,7 @@ class _Progress:
         import numba
 
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
-        products = " with TF32 products" if net.backend.products == "tf32" else ""
-        note(NAME, f"backend {net.backend.name}{products} ({where}{numba.get_num_threads()} "
+        note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}{numba.get_num_threads()} "
                    f"threads), optimizer "
                    f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
                    f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")

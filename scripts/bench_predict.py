@@ -118,6 +118,7 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, with_tor
     t = time.perf_counter()
     records = predictor.read_input(text)
     parse_s = time.perf_counter() - t
+    text_bytes = os.path.getsize(text)
     rows = len(records.labels)
     filt = (records.indptr, records.indices, np.zeros(len(records.indices), np.float32))
     rates, done, started = [], 0, time.perf_counter()
@@ -137,12 +138,12 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, with_tor
               "predict_topk_samples_per_s": statistics.median(rates), "users": rows,
               "batch": batch, "topk": topk, "records_ms_per_batch": records_ms,
               "backend": predictor.kernels.name, "parse_input_s": parse_s,
-              "input_bytes": os.path.getsize(text)}
+              "input_bytes": text_bytes}
     print(f"destiny predict: load + one user {result['load_and_predict_one_user_s']:.2f} s "
           f"(median of {len(loads)} fresh processes; fastest {min(loads):.2f}, slowest "
           f"{max(loads):.2f})")
     print(f"destiny predict: parsing the input: {parse_s:.2f} s for {rows:,} users "
-          f"({os.path.getsize(text) / parse_s / 1e6:,.0f} MB/s, one run)")
+          f"({text_bytes / parse_s / 1e6:,.0f} MB/s, one run)")
     print(f"destiny predict: scoring + filtered top-{topk}: "
           f"{result['predict_topk_samples_per_s']:,.0f} samples/s (batch {batch})")
     print(f"destiny predict: the records of a batch: {records_ms['kernel']:.2f} ms "
