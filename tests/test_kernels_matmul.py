@@ -41,6 +41,19 @@ def test_gemm_matches_numpy(trans_a, trans_b):
     np.testing.assert_allclose(out, -0.5 * product + 2.0 * c, rtol=1e-5, atol=1e-5)
 
 
+def test_tiled_gemm_rows_beyond_the_grid(monkeypatch):
+    """More row tiles than the grid's y holds (65,535 on a GPU: a catalogue-wide layer's
+    gradient has millions of rows): the blocks stride over the rest."""
+    monkeypatch.setattr(matmul, "MAX_GRID_Y", 2)
+    rng = np.random.default_rng(9)
+    m = 5 * matmul.TILE + 1
+    for trans_a in (False, True):
+        a, b, product = operands(rng, m, 3, 4, trans_a, False)
+        out = np.full((m, 3), np.nan, dtype=np.float32)
+        tiled_gemm(out, a, b, trans_a, False)
+        np.testing.assert_allclose(out, product, rtol=1e-5, atol=1e-5)
+
+
 def test_gemm_empty_inner_dimension_and_bad_shapes():
     out = np.full((2, 3), 4.0, dtype=np.float32)
     gemm(out, np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32), False, False, 1.0, 0.5)

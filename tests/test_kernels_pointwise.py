@@ -332,6 +332,24 @@ def test_penalty_and_norms_match_reference(backend):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_weight_norm_of_a_tall_matrix_matches_reference(backend):
+    """A layer's W with many more rows than columns (the CUDA kernels split its rows in
+    chunks, several column groups to a block; the simulator's shape has 3 chunks and 3
+    groups over 2 blocks)."""
+    rng = np.random.default_rng(61)
+    W = rng.normal(size=(9, 5) if tiny(backend) else (3000, 70)).astype(np.float32)
+    norms = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))
+    limit = np.median(norms)
+    got, ref = W.copy(), W.copy()
+    BACKENDS[backend].weight_norm(got, limit)
+    BACKENDS["reference"].weight_norm(ref, limit)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
+    moved = norms > limit
+    assert moved.any() and not moved.all()
+    np.testing.assert_array_equal(got[:, ~moved], W[:, ~moved])
+
+
 @pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH])
 def test_large_sigmoid_and_tanh_split_by_rows_equal_one_pass(act):
     # Arrays of >= 1 M values are computed in blocks of rows by several threads (a float32

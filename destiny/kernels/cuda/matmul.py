@@ -137,30 +137,36 @@ def _tiled(out, a, b, trans_a, trans_b, alpha, beta, k_total):
     tile_a = cuda.shared.array((TILE, TILE), np.float64)
     tile_b = cuda.shared.array((TILE, TILE), np.float64)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    row = cuda.blockIdx.y * TILE + ty  # of out
-    col = cuda.blockIdx.x * TILE + tx
     m, n = out.shape
-    acc = 0.0
-    for k0 in range(0, k_total, TILE):
-        # Each thread loads one element of op(a)[row, k0 + tx] and of op(b)[k0 + ty, col].
-        ka, kb = k0 + tx, k0 + ty
-        value = 0.0
-        if row < m and ka < k_total:
-            value = a[ka, row] if trans_a else a[row, ka]
-        tile_a[ty, tx] = value
-        value = 0.0
-        if kb < k_total and col < n:
-            value = b[col, kb] if trans_b else b[kb, col]
-        tile_b[ty, tx] = value
-        cuda.syncthreads()
-        for kk in range(TILE):
-            acc += tile_a[ty, kk] * tile_b[kk, tx]
-        cuda.syncthreads()
-    if row < m and col < n:
-        if beta == 0.0:
-            out[row, col] = alpha * acc
-        else:
-            out[row, col] = alpha * acc + beta * np.float64(out[row, col])
+    col = cuda.blockIdx.x * TILE + tx
+    # Row tiles stride over the grid's y, which holds at most 65,535 blocks: a product with
+    # millions of rows (a catalogue-wide layer's gradient) has more tiles than that.
+    for row0 in range(cuda.blockIdx.y * TILE, m, cuda.gridDim.y * TILE):
+        row = row0 + ty  # of out
+        acc = 0.0
+        for k0 in range(0, k_total, TILE):
+            # Each thread loads one element of op(a)[row, k0 + tx] and of op(b)[k0 + ty, col].
+            ka, kb = k0 + tx, k0 + ty
+            value = 0.0
+            if row < m and ka < k_total:
+                value = a[ka, row] if trans_a else a[row, ka]
+            tile_a[ty, tx] = value
+            value = 0.0
+            if kb < k_total and col < n:
+                value = b[col, kb] if trans_b else b[kb, col]
+            tile_b[ty, tx] = value
+            cuda.syncthreads()
+            for kk in range(TILE):
+                acc += tile_a[ty, kk] * tile_b[kk, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            if beta == 0.0:
+                out[row, col] = alpha * acc
+            else:
+                out[row, col] = alpha * acc + beta * np.float64(out[row, col])
+
+
+MAX_GRID_Y = 65_535
 
 
 @device_arrays
@@ -169,6 +175,6 @@ def tiled_gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
     m, n, k = _check_shapes(out, a, b, trans_a, trans_b)
     if m == 0 or n == 0:
         return
-    grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE)
+    grid = ((n + TILE - 1) // TILE, min((m + TILE - 1) // TILE, MAX_GRID_Y))
     _tiled[grid, (TILE, TILE)](out, a, b, bool(trans_a), bool(trans_b), float(alpha),
                                float(beta), k)

@@ -198,10 +198,14 @@ def _claim_rows(rows, current, t, out_rows, out_steps, count):
 @cuda.jit(device=True)
 def _decayed(x, steps, m):
     # What `steps` updates with a zero gradient do to a decaying state value: x = m * x + 0.
+    # Once a multiply leaves x as it was, every later one would too: 0, or the subnormal that
+    # m * x rounds back to (4 units of 2**-149 for m = 0.9), reached after a few hundred steps
+    # for m = 0.9 and tens of thousands for m = 0.999, where the loop would otherwise go on.
     for _ in range(steps):
-        if x == 0:  # m * 0 is 0: the rest of the loop would change nothing
+        y = m * x
+        if y == x:
             break
-        x = m * x
+        x = y
     return x
 
 

@@ -7,9 +7,13 @@ computed in float64 and stored in the output's dtype, with the formulas of the r
 
 Elementwise work is one grid-stride loop over the flattened [B, N] block. A SoftMax row, and
 DeltaNorm's row norm, need a row-wide sum: those kernels give a block to each row and reduce
-in shared memory (``_block_sum``). Column statistics (sparseness penalty, WeightNorm)
-give a thread to each column, which reads its column down the rows: neighbouring threads
-read neighbouring elements, and each sum is taken in row order, as on the cpu.
+in shared memory (``_block_sum``). Column statistics (sparseness penalty, WeightNorm) take
+``column_mean``'s layout (``destiny.kernels.cuda.dense``): a block of COLUMNS neighbouring
+columns times LANES row lanes, the lanes' float64 sums added pairwise in a fixed order, so the
+same bits every run (the cpu sums in row order: in float64 both give the same float32 but for
+near-ties). A thread per column gave a 1,024-unit layer 4 blocks on the whole GPU, each
+thread walking its column alone: WeightNorm over a 27,392-row input layer is 28 M serial loads
+spread over 1,024 threads.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ from numba import cuda
 
 from destiny.kernels import unit
 from destiny.kernels.codes import ELU, SELU, SIGMOID, SOFTMAX, check_activation
-from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, THREADS, blocks_for,
-                                         device_arrays, kernel)
-from destiny.kernels.cuda.dense import add_bias, copy, empty
+from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, THREADS,
+                                         blocks_for, device_arrays, kernel, scratch)
+from destiny.kernels.cuda.dense import COLUMNS, LANES, add_bias, copy, empty
 from destiny.kernels.cuda.rng import uniform
 from destiny.kernels.reference.pointwise import alpha_dropout_constants
 
@@ -283,18 +287,45 @@ def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, ke
                                               int(col_offset), float(p), *constants)
 
 
+@cuda.jit(device=True)
+def _lane_sum(partial, value):
+    """The sum of ``value`` over the LANES row lanes of column threadIdx.x, returned to each
+    of them (``partial``: a (LANES, COLUMNS) float64 shared array, free again on return)."""
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    partial[ty, tx] = value
+    cuda.syncthreads()
+    half = LANES // 2
+    while half > 0:
+        if ty < half:
+            partial[ty, tx] += partial[ty + half, tx]
+        cuda.syncthreads()
+        half //= 2
+    total = partial[0, tx]
+    cuda.syncthreads()
+    return total
+
+
+def _column_blocks(n_cols):
+    return min((n_cols + COLUMNS - 1) // COLUMNS, MAX_BLOCKS)
+
+
 @kernel
 def _sparseness_penalty(da, a, p, beta):
-    n_rows = a.shape[0]
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for j in range(start, a.shape[1], stride):
+    partial = cuda.shared.array((LANES, COLUMNS), np.float64)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_rows, n_cols = a.shape
+    for j0 in range(cuda.blockIdx.x * COLUMNS, n_cols, cuda.gridDim.x * COLUMNS):
+        j = j0 + tx
         total = 0.0
-        for r in range(n_rows):
-            total += np.float64(a[r, j])
-        rho = min(max(total / max(n_rows, 1), 1e-6), 0.999999)
-        penalty = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
-        for r in range(n_rows):
-            da[r, j] = np.float64(da[r, j]) + penalty
+        if j < n_cols:
+            for r in range(ty, n_rows, LANES):
+                total += np.float64(a[r, j])
+        total = _lane_sum(partial, total)
+        if j < n_cols:
+            rho = min(max(total / max(n_rows, 1), 1e-6), 0.999999)
+            penalty = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+            for r in range(ty, n_rows, LANES):
+                da[r, j] = np.float64(da[r, j]) + penalty
 
 
 @device_arrays
@@ -304,7 +335,8 @@ def sparseness_penalty(da, a, p, beta):
     Spec 3.10; ``da`` [B, N] is the delta before the activation derivative.
     """
     if a.size:
-        _sparseness_penalty[_flat_launch(a.shape[1])](da, a, float(p), float(beta))
+        _sparseness_penalty[_column_blocks(a.shape[1]), (COLUMNS, LANES)](da, a, float(p),
+                                                                         float(beta))
 
 
 @kernel
@@ -331,24 +363,58 @@ def delta_norm(d, limit):
         _delta_norm[_row_launch(d.shape[0])](d, float(limit))
 
 
+# WeightNorm's W can have millions of rows (a catalogue-wide layer): its grid also splits the
+# rows, in at most NORM_CHUNKS chunks of at least NORM_CHUNK_ROWS rows, and each chunk's sums of
+# squares are added in chunk order.
+NORM_CHUNKS = 3 if SIMULATED else 64
+NORM_CHUNK_ROWS = 2 if SIMULATED else 256
+
+
 @kernel
-def _weight_norm(W, limit):
-    n_in = W.shape[0]
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for j in range(start, W.shape[1], stride):
+def _column_squares(sums, W, chunk_rows):
+    partial = cuda.shared.array((LANES, COLUMNS), np.float64)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_rows, n_cols = W.shape
+    r0 = cuda.blockIdx.y * chunk_rows
+    r1 = min(r0 + chunk_rows, n_rows)
+    for j0 in range(cuda.blockIdx.x * COLUMNS, n_cols, cuda.gridDim.x * COLUMNS):
+        j = j0 + tx
         total = 0.0
-        for i in range(n_in):
-            x = np.float64(W[i, j])
-            total += x * x
+        if j < n_cols:
+            for r in range(r0 + ty, r1, LANES):
+                x = np.float64(W[r, j])
+                total += x * x
+        total = _lane_sum(partial, total)
+        if ty == 0 and j < n_cols:
+            sums[cuda.blockIdx.y * n_cols + j] = total
+
+
+@kernel
+def _scale_columns(W, sums, limit, chunk_rows, n_chunks):
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    n_rows, n_cols = W.shape
+    r0 = cuda.blockIdx.y * chunk_rows
+    r1 = min(r0 + chunk_rows, n_rows)
+    for j in range(cuda.blockIdx.x * COLUMNS + tx, n_cols, cuda.gridDim.x * COLUMNS):
+        total = 0.0
+        for c in range(n_chunks):
+            total += sums[c * n_cols + j]
         norm = math.sqrt(total)
         if norm > limit:
             scale = limit / norm
-            for i in range(n_in):
-                W[i, j] = np.float64(W[i, j]) * scale
+            for r in range(r0 + ty, r1, LANES):
+                W[r, j] = np.float64(W[r, j]) * scale
 
 
 @device_arrays
 def weight_norm(W, limit):
     """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
-    if W.size:
-        _weight_norm[_flat_launch(W.shape[1])](W, float(limit))
+    if W.size == 0:
+        return
+    n_rows, n_cols = W.shape
+    n_chunks = max(1, min(NORM_CHUNKS, n_rows // NORM_CHUNK_ROWS))
+    chunk_rows = (n_rows + n_chunks - 1) // n_chunks
+    sums = scratch("weight_norm.sums", n_chunks * n_cols, np.float64)
+    grid = (_column_blocks(n_cols), n_chunks)
+    _column_squares[grid, (COLUMNS, LANES)](sums, W, chunk_rows)
+    _scale_columns[grid, (COLUMNS, LANES)](W, sums, float(limit), chunk_rows, n_chunks)
