@@ -27,6 +27,15 @@ def library_errors(fn):
             if os.environ.get("DESTINY_DEBUG"):
                 raise
             raise click.ClickException(str(e)) from None
+        except MemoryError as e:  # NumPy's says how much one array needed
+            if os.environ.get("DESTINY_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
+                "gradients and optimizer state, the data and a batch must fit in this "
+                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
+                "layers over several machines with mpiexec (the README's train section)."
+            ) from None
 
     return wrapper
 

@@ -65,7 +65,10 @@ def fit(
     comm = comm or Comm()
     with all_or_none(comm):
         if comm.is_root:
-            _check_outputs(network_path, metrics_path, initial_network, force)
+            _check_outputs(network_path, metrics_path, initial_network, force,
+                           inputs=((config_path, "network definition (-c)"),
+                                   (input_path, "input dataset file (-i)"),
+                                   (output_path, "output dataset file (-o)")))
         kernels = get_backend(backend, tf32=tf32)  # fail fast, before reading the data
         pool = dataset_pool([input_path, output_path])
         netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
@@ -126,13 +129,15 @@ def fit(
                      records=records, written=str(network_path))
 
 
-def _check_outputs(network_path, metrics_path, initial_network, force: bool) -> None:
+def _check_outputs(network_path, metrics_path, initial_network, force: bool, inputs) -> None:
+    outputs = ((network_path, "network file (-n)"), (metrics_path, "metrics file"),
+               (initial_network, "initial network"))
+    atomic.check_distinct(outputs, inputs)
     if os.path.exists(network_path) and not force:
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "
                           "another -n, or pass --force.")
-    for path, what in ((network_path, "network file"), (metrics_path, "metrics file"),
-                       (initial_network, "initial network")):
+    for path, what in outputs:
         if path:
             atomic.check_writable(path, what)
 

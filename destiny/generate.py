@@ -66,8 +66,10 @@ def generate_netcdf(
         raise DestinyError("the dataset name (-d) is empty; give the DataSet name of the "
                            "network layer that will read this file.")
     update = create or merge
-    for path, what in ((output, "output NetCDF file"), (feature_index, "feature index"),
-                       (sample_index, "sample index")):
+    outputs = ((output, "output NetCDF file (-o)"), (feature_index, "feature index (-f)"),
+               (sample_index, "sample index (-s)"))
+    atomic.check_distinct(outputs, inputs=[(input_path, "input text (-i)")])
+    for path, what in outputs:
         atomic.check_writable(path, what)
     files = input_files(input_path)
 

@@ -163,12 +163,17 @@ class Predictor:
         # is the input's own parse (read_filter).
         self.indices_alike = in_labels == labels and np.array_equal(in_values, values)
         names = [lay.name for lay in nf.netdef.layers]
+        outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
         if layer not in names:
-            outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
             raise DestinyError(
                 f"{network_path}: the network has no layer named {layer!r}; its output layers "
                 f"are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the layer "
                 "named 'Output' (name it so in the JSON definition), or choose one with -l.")
+        if nf.netdef.layer(layer).kind == LayerKind.Input:
+            raise DestinyError(
+                f"-l {layer}: is the network's input layer, which has no activations to rank; "
+                f"-l names the layer whose units are the output index's items: an output "
+                f"layer ({', '.join(map(repr, outputs))}).")
         self.net = Network(nf.netdef, self.kernels)
         self.layer = layer
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]

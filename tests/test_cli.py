@@ -48,3 +48,39 @@ def test_console_script_installed(name):
 def test_version():
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0 and "destiny" in result.output
+
+
+def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
+    """A network too large for the machine: NumPy's MemoryError (which names the size) becomes
+    the commands' one-paragraph error, exit code 1."""
+    import destiny.fit
+    from destiny.cli.train import train
+
+    def too_large(**_):
+        raise MemoryError("Unable to allocate 763. GiB for an array with shape "
+                          "(1024, 200000000) and data type float32")
+
+    monkeypatch.setattr(destiny.fit, "fit", too_large)
+    result = CliRunner().invoke(train, ["-c", "n.json", "-i", "i.nc", "-o", "o.nc", "-n", "x.nc"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of memory (Unable to allocate 763. GiB")
+    assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
+
+
+def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
+    """check_writable passed, but creating the temporary file fails (a full or read-only
+    file system, /proc): an OutputError naming the output, not an OSError."""
+    import errno
+    import tempfile
+
+    from destiny.errors import OutputError
+    from destiny.io.atomic import atomic_outputs
+
+    def refuse(**_):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputError, match=r"out\.nc: cannot create a file in .* \(Read-only"):
+        with atomic_outputs() as out:
+            out.path(tmp_path / "out.nc")
+    assert list(tmp_path.iterdir()) == []

@@ -218,6 +218,15 @@ def test_errors(tmp_path, name, content, args, message):
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
 
 
+def test_output_over_the_input_is_refused(csv_path, tmp_path):
+    src = tmp_path / "ratings.csv"
+    shutil.copy(csv_path, src)
+    result = run_script(src, "-o", src)
+    assert result.returncode == 1
+    assert "the converted ratings (-o) would replace the ratings file" in result.stderr
+    assert src.read_bytes() == csv_path.read_bytes()
+
+
 def test_unreadable_input(tmp_path):
     result = run_script(tmp_path / "missing.csv")
     assert result.returncode == 1

@@ -182,6 +182,12 @@ def test_unwritable_json_out_fails_before_reading():
     assert result.exit_code == 1 and "does not exist" in result.stderr
 
 
+def test_json_out_over_an_input_is_refused():
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json-out", "held.txt"])
+    assert result.exit_code == 1
+    assert "the JSON output (--json-out) would replace the held-out items (-t)" in result.stderr
+
+
 @pytest.mark.parametrize("k", ["0", "-3", "x"])
 def test_bad_k_is_a_usage_error(k):
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", k])

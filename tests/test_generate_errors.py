@@ -314,6 +314,26 @@ def test_output_is_a_directory():
     assert message.startswith("Error: out_dir.nc: ") and "is a directory" in message
 
 
+@pytest.mark.parametrize("flags,message", [
+    (["-o", "in.txt"], "in.txt: the output NetCDF file (-o) would replace the input text (-i)"),
+    (["-f", "./in.txt"], "./in.txt: the feature index (-f) would replace the input text (-i, "
+                         "as in.txt)"),
+    (["-s", "features.idx"], "features.idx: given as both the feature index (-f) and the "
+                             "sample index (-s)"),
+    (["-o", "link.idx"], "features.idx: given as both the output NetCDF file (-o, as link.idx) "
+                         "and the feature index (-f)"),
+])
+def test_an_output_on_an_input_or_another_output(flags, message):
+    """Each would have replaced a file this run reads or writes (the input turned into a
+    NetCDF file, one index lost), and exited 0."""
+    write("in.txt", "u1\ta:b\n")
+    os.symlink("features.idx", "link.idx")
+    args = ["-i", "in.txt", *OUTPUTS, "-c"]
+    for flag, value in zip(flags[::2], flags[1::2]):
+        args[args.index(flag) + 1] = value
+    assert message in fails(args)
+
+
 def test_empty_dataset_name():
     write("in.txt", "u1\ta:b\n")
     args = ["-i", "in.txt", *OUTPUTS, "-c"]

@@ -256,6 +256,14 @@ def test_missing_file(tmp_path):
         load_netdef(tmp_path / "nope.json")
 
 
+def test_binary_file_is_named_as_another_kind_of_file(tmp_path):
+    path = tmp_path / "gl.nc"
+    path.write_bytes(b'{"Layers": 1}\x89HDF\r\n\x1a\n')  # a NetCDF file given as -c
+    with pytest.raises(NetDefError, match=r"gl\.nc: byte 13: 0x89 is not valid UTF-8; a network "
+                                          r"definition is JSON text\. Is this another kind"):
+        load_netdef(path)
+
+
 def test_netdef_is_frozen():
     net = load_netdef(minimal())
     with pytest.raises(AttributeError):

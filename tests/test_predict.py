@@ -126,6 +126,7 @@ def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["-d", "ml"], "-d ml: the network's input layer reads the dataset 'gl_input'"),
     (["-l", "Out"], "the network has no layer named 'Out'"),
+    (["-l", "Input"], "-l Input: is the network's input layer, which has no activations"),
     (["-p", "q"], "is not a printf conversion"),
 ])
 def test_predict_errors(model, tmp_path, args, message):
@@ -133,6 +134,19 @@ def test_predict_errors(model, tmp_path, args, message):
     result = run(model, "-r", str(model / "ratings.txt"), *args, output=str(out))
     assert result.exit_code in (1, 2) and message in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("target,what", [
+    ("ratings.txt", "would replace the input text (-r)"),
+    ("features_output", "would replace the output index (-o)"),
+    ("gl.nc", "would replace the network file (-n)"),
+])
+def test_predict_refuses_to_write_over_an_input(model, target, what):
+    path = model / target
+    before = path.read_bytes()
+    result = run(model, "-r", str(model / "ratings.txt"), output=str(path))
+    assert result.exit_code == 1 and f"recommendations file (-s) {what}" in result.output
+    assert path.read_bytes() == before
 
 
 def wide_network(output_activation="Sigmoid", n_out=3000, extra_layer=False):

@@ -442,6 +442,9 @@ def test_resume_refuses_other_settings(files):
     ("gpu", "--backend gpu: no NVIDIA GPU is usable here"),
     ("rows-differ", "the datasets hold different numbers of examples"),
     ("network-dir", "the directory"),
+    ("network-on-input", "the network file (-n) would replace the input dataset file (-i)"),
+    ("network-on-config", "the network file (-n) would replace the network definition (-c)"),
+    ("metrics-on-network", "given as both the network file (-n) and the metrics file"),
 ])
 def test_train_bad_input(files, case, expected, monkeypatch):
     args = {"-c": str(files / "net.json"), "-i": str(files / "gl_input.nc"),
@@ -472,11 +475,19 @@ def test_train_bad_input(files, case, expected, monkeypatch):
         args["-o"] = str(files / "short.nc")
     elif case == "network-dir":
         args["-n"] = str(files / "no" / "such" / "dir.nc")
-    before = sorted(os.listdir(files))
+    elif case == "network-on-input":
+        args["-n"] = args["-i"]
+        extra = ["--force"]
+    elif case == "network-on-config":
+        args["-n"] = str(files / "." / "net.json")
+        extra = ["--force"]
+    elif case == "metrics-on-network":
+        extra = ["--metrics", args["-n"]]
+    before = {p.name: p.read_bytes() for p in files.iterdir() if p.is_file()}
     result = CliRunner().invoke(train, [x for kv in args.items() for x in kv] + extra)
     assert result.exit_code == 1, result.output
     assert expected in result.output
-    assert sorted(os.listdir(files)) == before  # nothing written
+    assert {p.name: p.read_bytes() for p in files.iterdir() if p.is_file()} == before
 
 
 def test_denoising_norms_and_penalty_train_alike_on_both_backends(files):

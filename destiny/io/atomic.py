@@ -27,6 +27,45 @@ def check_writable(path, what: str) -> None:
         raise OutputError(f"{path}: is a directory; the {what} must be a file path.")
 
 
+def check_distinct(outputs, inputs=()) -> None:
+    """Fail early if an output would replace one of the inputs, or two outputs are one file.
+
+    ``outputs`` and ``inputs`` are (path, what) pairs; empty paths and '-' (a standard stream)
+    are skipped. Two paths are one file when they resolve to the same path (``./``, symbolic
+    links) or are hard links of one file. Without this check the rename that publishes an
+    output would silently replace the input (a training text turned into a NetCDF file), or
+    the later of two outputs would replace the earlier.
+    """
+    seen = []
+    for path, what in inputs:
+        if path and path != "-":
+            seen.append((os.fspath(path), what, False))
+    for path, what in outputs:
+        if not path or path == "-":
+            continue
+        path = os.fspath(path)
+        for other, other_what, is_output in seen:
+            if _same_file(path, other):
+                if other != path:  # the same file by another name
+                    other_what = f"{other_what[:-1]}, as {other})" if other_what.endswith(
+                        ")") else f"{other_what} ({other})"
+                if is_output:
+                    raise OutputError(f"{path}: given as both the {other_what} and the {what}; "
+                                      "each output needs a path of its own.")
+                raise OutputError(f"{path}: the {what} would replace the {other_what}, which is "
+                                  f"an input of this command; choose another path for the {what}.")
+        seen.append((path, what, True))
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (yet): not the same file
+        return False
+
+
 class OutputSet:
     """Temporary paths for several outputs, published together by ``commit``."""
 
@@ -37,7 +76,11 @@ class OutputSet:
         """A temporary path in ``final``'s directory; write the output there."""
         final = os.fspath(final)
         directory, name = os.path.split(os.path.abspath(final))
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+        except OSError as e:  # check_writable passed, but this file system refuses new files
+            raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
+                              f"({e.strerror}); choose another path.") from None
         os.close(fd)
         self._pending.append((tmp, final))
         return tmp
