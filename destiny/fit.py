@@ -24,7 +24,7 @@ from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
-from destiny.io.dataset import dataset_widths, read_dataset
+from destiny.io.dataset import dataset_indexes, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -74,6 +74,7 @@ def fit(
         netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
         with open(config_path, encoding="utf-8") as f:
             netdef_text = json.dumps(json.load(f), separators=(",", ":"))
+        run = {"netdef_json": netdef_text} | trained_indexes(netdef, pool)
         if cfg.shuffle is None:
             cfg = replace(cfg, shuffle=netdef.shuffle_indices)
         net = Network(netdef, kernels, comm=comm)
@@ -91,7 +92,7 @@ def fit(
             _check_same_run(resumed_from, extras, settings)
         state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
     elif initial_network and not resume:
-        save_network(initial_network, net, destiny=_extras(kernels, cfg, state, netdef_text))
+        save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
     if on_start is not None:
         on_start(net, data, state)
 
@@ -106,7 +107,7 @@ def fit(
             metrics.write(record.json() + "\n")
             metrics.flush()
         if checkpoint_every > 0 and st.epoch % checkpoint_every == 0 and st.epoch < cfg.epochs:
-            extras = _extras(kernels, cfg, st, netdef_text) | {
+            extras = _extras(kernels, cfg, st, run) | {
                 "settings": json.dumps(settings, sort_keys=True)}
             save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
                          optimizer_state=True)
@@ -123,7 +124,7 @@ def fit(
     counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
                   np.bincount(ds.indices, minlength=net.local_n(name))))
               for name, ds in data.targets.items()}
-    save_network(network_path, net, destiny=_extras(kernels, cfg, state, netdef_text),
+    save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
                  arrays=counts)
     return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                      records=records, written=str(network_path))
@@ -174,11 +175,25 @@ def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> di
             for name in needed}
 
 
-def _extras(kernels, cfg: TrainConfig, state: TrainState, netdef_text: str) -> dict:
+def _extras(kernels, cfg: TrainConfig, state: TrainState, run: dict) -> dict:
     return {"version": __version__, "backend": kernels.name, "products": kernels.products,
             "optimizer": cfg.optimizer,
-            "seed": cfg.seed, "epoch": state.epoch, "updates": state.updates,
-            "netdef_json": netdef_text}
+            "seed": cfg.seed, "epoch": state.epoch, "updates": state.updates} | run
+
+
+def trained_indexes(netdef, pool) -> dict:
+    """``{"indexes": JSON}``: for each input and output layer whose dataset file records the
+    feature index it was written with, that index's (entries, digest) (`index_digest`), for
+    predict to check its indexes against; ``{}`` where no dataset records one (DSSTNE's)."""
+    recorded, by_file = {}, {}
+    for layer in netdef.layers:
+        if layer.kind in (LayerKind.Input, LayerKind.Output) and layer.dataset in pool:
+            path = pool[layer.dataset][0]
+            if path not in by_file:
+                by_file[path] = dataset_indexes(path)
+            if layer.dataset in by_file[path]:
+                recorded[layer.name] = list(by_file[path][layer.dataset])
+    return {"indexes": json.dumps(recorded, sort_keys=True)} if recorded else {}
 
 
 def _check_same_run(path, extras: dict, settings: dict) -> None:

@@ -18,7 +18,8 @@ import numpy as np
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io import atomic
 from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
-from destiny.io.index import LabelTable, check_appendable, load_table, read_index, write_index
+from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
+                              write_index)
 from destiny.io.text import Records, input_files, read_records
 from destiny.sparse import take_rows
 
@@ -117,17 +118,19 @@ def generate_netcdf(
             "input; rows follow the samples present, so datasets built from different inputs "
             "line up only if they hold the same samples (DSSTNE quirk, spec 1.4).")
 
+    labels, values = features.labels(), features.values()
     with atomic.atomic_outputs() as out:
-        write_dataset(out.path(output), dataset)
+        write_dataset(out.path(output), dataset,
+                      index=(len(labels), index_digest(labels, values)))
         report.written.append(str(output))
         if create or report.new_features:
-            write_index(out.path(feature_index), features.labels(), features.values())
+            write_index(out.path(feature_index), labels, values)
             report.written.append(str(feature_index))
         if new_samples:
-            labels = list(samples) + new_samples
-            values = np.array(list(samples.values())
-                              + list(range(len(samples), len(samples) + len(new_samples))))
-            write_index(out.path(sample_index), labels, values)
+            names = list(samples) + new_samples
+            numbers = np.array(list(samples.values())
+                               + list(range(len(samples), len(samples) + len(new_samples))))
+            write_index(out.path(sample_index), names, numbers)
             report.written.append(str(sample_index))
     return report
 

@@ -11,6 +11,7 @@ recommended.
 from __future__ import annotations
 
 import io
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
@@ -18,7 +19,7 @@ from typing import Callable, Iterator, TextIO
 import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
-from destiny.io.index import LabelTable, read_index, table_of
+from destiny.io.index import LabelTable, index_digest, read_index, table_of
 from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
@@ -143,6 +144,23 @@ class PredictReport:
     notes: list[str] = field(default_factory=list)
 
 
+def check_trained_index(path, labels, values, trained, which: str, layer: str) -> None:
+    """Refuse an index other than the one layer ``layer`` was trained with: ``trained`` is the
+    (entries, digest) its dataset file recorded (`index_digest`). An index grown since keeps
+    its first entries and passes."""
+    entries, digest = trained
+    if len(labels) >= entries and index_digest(labels, values, entries) == digest:
+        return
+    found = (f"this file has only {len(labels):,}" if len(labels) < entries else
+             f"this file's first {entries:,} entries differ from them")
+    raise DataFormatError(path, f"is not the {which} index this network was trained with: its "
+                          f"layer {layer!r} learned from a dataset written with an index of "
+                          f"{entries:,} entries, and {found}. Give the index generate-netcdf "
+                          "wrote with the training data (an index rebuilt with -c numbers the "
+                          "items anew), or train the network again on data written with this "
+                          "index.")
+
+
 class Predictor:
     """A trained network with its output labels, ready to score DSSTNE text."""
 
@@ -182,6 +200,12 @@ class Predictor:
                 f"-d {dataset}: the network's input layer reads the dataset "
                 f"{input_layer.dataset!r}, and predict looks for '<-d>_input' (as DSSTNE does); "
                 f"use -d {input_layer.dataset.removesuffix('_input')}.")
+        trained = json.loads(nf.destiny.get("indexes", "{}"))
+        for path, (names, numbers), name, which in (
+                (input_index, (in_labels, in_values), input_layer.name, "input"),
+                (output_index, (labels, values), layer, "output")):
+            if name in trained:
+                check_trained_index(path, names, numbers, trained[name], which, name)
         load_weights(self.net, network_path, gradients=False, nf=nf)
         if len(self.features) > input_layer.n:
             raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "

@@ -5,18 +5,30 @@ For every line ``NAME<TAB>feat:feat...``, a seeded random fraction of the featur
 held-out file and the rest to the training file (samples with fewer than 2 features keep them
 all). Train on the first, `predict` with it as the filter, and `evaluate` against the second.
 
+Both outputs are written beside their targets and renamed into place only when the whole
+input split, so a failed run leaves no partial file. Bad input (a line without a TAB, CRLF
+line ends, bytes that are not UTF-8, an output that is the input, ...): a message on stderr
+starting with 'Error: ' that names the file and line, and exit code 1.
+
 Example:
   python scripts/split_holdout.py ratings.txt --train train.txt --heldout heldout.txt --fraction 0.2
 """
 
 from __future__ import annotations
 
+import sys
+
 import click
 import numpy as np
 
+from destiny.errors import DataFormatError, DestinyError
+from destiny.io.atomic import atomic_outputs, check_distinct, check_writable
+
+_FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("text", type=click.Path(exists=True, dir_okay=False))
+@click.argument("text", type=click.Path())
 @click.option("--train", "train_path", required=True, help="Training part to write.")
 @click.option("--heldout", "heldout_path", required=True, help="Held-out part to write.")
 @click.option("--fraction", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.2,
@@ -24,25 +36,83 @@ import numpy as np
 @click.option("--seed", type=int, default=1, show_default=True)
 def main(text, train_path, heldout_path, fraction, seed):
     """Hold out a fraction of each sample's features."""
+    outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
+    try:
+        check_distinct(outputs, [(text, "input text")])
+        for path, what in outputs:
+            check_writable(path, what)
+        with atomic_outputs() as out, \
+                open(out.path(train_path), "w", encoding="utf-8", newline="\n") as train, \
+                open(out.path(heldout_path), "w", encoding="utf-8", newline="\n") as heldout:
+            kept, held = split_text(text, train, heldout, fraction, seed)
+    except DestinyError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(1)
+    click.echo(f"split_holdout: {kept:,} features to {train_path}, {held:,} to {heldout_path}",
+               err=True)
+
+
+def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, int]:
+    """Write each sample of ``path`` to ``train`` and ``heldout``; (features kept, held out)."""
     rng = np.random.default_rng(seed)
     kept = held = 0
-    with open(text, encoding="utf-8") as src, \
-            open(train_path, "w", encoding="utf-8", newline="\n") as train, \
-            open(heldout_path, "w", encoding="utf-8", newline="\n") as out:
-        for line in src:
-            name, _, rest = line.rstrip("\n").partition("\t")
-            tokens = rest.split(":") if rest else []
+    try:
+        src = open(path, "rb")  # lines end at LF only: a CR stays in the line and is reported
+    except OSError as e:
+        raise DataFormatError(path, f"the input text cannot be read ({e.strerror or e}); check "
+                              "the path and its permissions.") from None
+    with src:
+        line_no = 0
+        for line_no, raw in enumerate(src, 1):
+            name, tokens = _parse(path, raw, line_no)
             n_out = int(round(len(tokens) * fraction)) if len(tokens) >= 2 else 0
             chosen = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
             train.write(name + "\t" + ":".join(t for i, t in enumerate(tokens) if i not in chosen)
                         + "\n")
             if chosen:
-                out.write(name + "\t" + ":".join(t for i, t in enumerate(tokens) if i in chosen)
-                          + "\n")
+                heldout.write(name + "\t"
+                              + ":".join(t for i, t in enumerate(tokens) if i in chosen) + "\n")
             kept += len(tokens) - n_out
             held += n_out
-    click.echo(f"split_holdout: {kept:,} features to {train_path}, {held:,} to {heldout_path}",
-               err=True)
+    if line_no == 0:
+        raise DataFormatError(path, f"the file is empty; expected samples. {_FIX_FORMAT}; check "
+                              "that the right file was given.", line=1)
+    return kept, held
+
+
+def _parse(path, raw: bytes, line_no: int) -> tuple[str, list[str]]:
+    """(name, features) of one line, or the error generate-netcdf would give it later."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, f"byte 0x{raw[e.start]:02x} is not valid UTF-8; Destiny "
+                              "reads text as UTF-8. Convert the file first (for example with "
+                              "`iconv -f latin1 -t utf-8`).", line=line_no,
+                              column=e.start + 1) from None
+    line = line.removesuffix("\n")
+    quote = "the line " + repr(line if len(line) <= 80 else line[:77] + "...")
+    name, tab, rest = line.partition("\t")
+    problem = None
+    if "\r" in line:
+        problem = (f"{quote} contains a carriage return (Windows CRLF line ends). Convert the "
+                   "file with `dos2unix` or `sed -i 's/\\r$//'`.")
+    elif not line:
+        problem = "the line is blank. Remove blank lines (for example with `grep -v '^$'`)."
+    elif not tab:
+        problem = (f"{quote} has no TAB between the sample name and its features. "
+                   f"{_FIX_FORMAT}; check the separator (spaces are not a TAB).")
+    elif not name:
+        problem = f"{quote} starts with a TAB: the sample name is empty. {_FIX_FORMAT}."
+    elif "\t" in rest:
+        problem = (f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only the "
+                   "first TAB separates the name; features are separated by ':'.")
+    tokens = rest.split(":") if rest else []
+    if problem is None and "" in tokens:
+        problem = (f"{quote} has an empty feature ('::', or ':' at the start or end of the "
+                   f"features). {_FIX_FORMAT}: features are separated by single ':'.")
+    if problem is not None:
+        raise DataFormatError(path, problem, line=line_no)
+    return name, tokens
 
 
 if __name__ == "__main__":

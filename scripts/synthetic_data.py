@@ -4,6 +4,8 @@
 The output is MovieLens' ratings.csv (``userId,movieId,rating,timestamp``; feed it to
 scripts/convert_ratings.py) or, with ``--format dsstne``, DSSTNE text directly
 (``user<TAB>item,timestamp:...``), which skips the conversion for large benchmark inputs.
+The file is written beside the target and renamed into place at the end, so a failed run never
+leaves a partial file; an output that cannot be written is an 'Error: ' line and exit code 1.
 The defaults have MovieLens-20M's shape: 138,493 users, 27,278 items, ~144 items per user.
 
 Example:
@@ -20,6 +22,8 @@ import click
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from destiny import synthetic  # noqa: E402
+from destiny.errors import DestinyError  # noqa: E402
+from destiny.io.atomic import atomic_outputs, check_writable  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,20 +42,20 @@ from destiny import synthetic  # noqa: E402
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
     try:
+        check_writable(output, "ratings file (-o)")
+    except DestinyError as e:
+        click.echo(f"Error: {e}", err=True)
+        sys.exit(1)
+    try:
         r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
                                        clusters=clusters, zipf=zipf, seed=seed)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    tmp = f"{output}.tmp-{os.getpid()}"
-    try:
+    with atomic_outputs() as outputs:
         if fmt == "csv":
-            synthetic.write_ratings_csv(tmp, r)
+            synthetic.write_ratings_csv(outputs.path(output), r)
         else:
-            synthetic.write_ratings_dsstne(tmp, r, value=value)
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            synthetic.write_ratings_dsstne(outputs.path(output), r, value=value)
     click.echo(f"wrote {output}: {len(r):,} ratings from {users:,} users on {items:,} items",
                err=True)
 

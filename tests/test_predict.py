@@ -149,6 +149,34 @@ def test_predict_refuses_to_write_over_an_input(model, target, what):
     assert path.read_bytes() == before
 
 
+def test_predict_refuses_an_index_the_network_was_not_trained_with(model, tmp_path):
+    """The network records the feature index of each dataset it was trained on: an index cut
+    short, or rebuilt with -c on other data (same items, numbered anew), would label its
+    units with the wrong items, silently; an index grown since (-m) still fits."""
+    lines = (model / "features_output").read_text().splitlines(keepends=True)
+    names = [line.split("\t")[0] for line in lines]
+    cases = {
+        "short": ("".join(lines[:len(lines) // 2]), "this file has only"),
+        "renumbered": ("".join(f"{n}\t{i}\n" for i, n in enumerate(reversed(names))),
+                       f"this file's first {len(lines)} entries differ from them"),
+        "grown": ("".join(lines) + f"new-item\t{len(lines)}\n", None),
+    }
+    for case, (text, message) in cases.items():
+        index = tmp_path / f"{case}_output"
+        index.write_text(text)
+        out = tmp_path / f"{case}.txt"
+        argv = ["-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o", str(index),
+                "-s", str(out), "-r", str(model / "ratings.txt")]
+        result = CliRunner().invoke(predict, argv)
+        if message is None:
+            assert result.exit_code == 0, result.output
+            continue
+        assert result.exit_code == 1, case
+        assert f"{index}: is not the output index this network was trained with" in result.output
+        assert f"an index of {len(lines)} entries, and {message}" in result.output
+        assert not out.exists()
+
+
 def wide_network(output_activation="Sigmoid", n_out=3000, extra_layer=False):
     """An untrained network with a wide output layer whose large weights saturate many
     Sigmoid units to 1.0 (ties that go by item) and a sparse input batch for it."""

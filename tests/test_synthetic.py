@@ -77,3 +77,66 @@ def test_csv_and_dsstne_writers(tmp_path):
 def test_bad_parameters():
     with pytest.raises(ValueError, match="mean_per_user"):
         synthetic.generate_ratings(users=10, items=10, mean_per_user=9)
+
+
+# --- scripts/synthetic_data.py: written atomically, output errors refused before any work ------
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "synthetic_data.py"
+    spec = importlib.util.spec_from_file_location("synthetic_data_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+SMALL = ["--users", "20", "--items", "10", "--mean-per-user", "3", "--seed", "5"]
+
+
+def _run(*args):
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(_script(), [*map(str, args), *SMALL])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "dsstne"])
+def test_script_writes_atomically(tmp_path, fmt):
+    result = _run("-o", tmp_path / "r.out", "--format", fmt)
+    assert result.exit_code == 0, result.output
+    r = synthetic.generate_ratings(users=20, items=10, mean_per_user=3, seed=5)
+    write = synthetic.write_ratings_csv if fmt == "csv" else synthetic.write_ratings_dsstne
+    write(tmp_path / "direct", r)
+    assert (tmp_path / "r.out").read_bytes() == (tmp_path / "direct").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["direct", "r.out"]  # no temporary
+
+
+def _refused(result, output, *texts):
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert result.stderr.startswith(f"Error: {output}: ") and result.stderr.count("\n") == 1
+    for text in texts:
+        assert text in result.stderr, result.stderr
+
+
+def test_script_output_directory_missing(tmp_path):
+    out = tmp_path / "nodir" / "r.csv"
+    _refused(_run("-o", out), out, "-o", "does not exist")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_script_output_is_a_directory(tmp_path):
+    _refused(_run("-o", tmp_path), tmp_path, "-o", "is a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_script_output_directory_read_only(tmp_path, monkeypatch):
+    """Simulated, so that it also holds where the tests run as root."""
+    import os
+
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if os.fspath(path) == str(tmp_path) else real_access(path, mode, **kw)))
+    _refused(_run("-o", tmp_path / "r.csv"), tmp_path / "r.csv", "-o", "not writable")
+    assert list(tmp_path.iterdir()) == []

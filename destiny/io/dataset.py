@@ -72,8 +72,13 @@ class SparseDataset:
         return self.values is None
 
 
-def write_dataset(path, ds: SparseDataset) -> None:
-    """Write ``ds`` exactly as DSSTNE's generateNetCDF does (spec 1.5)."""
+def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None) -> None:
+    """Write ``ds`` exactly as DSSTNE's generateNetCDF does (spec 1.5).
+
+    ``index``: the feature index's (entries, ``index_digest``), written after DSSTNE's
+    attributes as ``destiny_indexEntries0`` and ``destiny_indexDigest0`` (DSSTNE reads its
+    own attributes by name and never sees them).
+    """
     import netCDF4
 
     if ds.rows == 0 or ds.nnz == 0:
@@ -88,6 +93,9 @@ def write_dataset(path, ds: SparseDataset) -> None:
         nc.setncattr("dataType0", np.uint32(UINT if ds.indicator else FLOAT))
         nc.setncattr("dimensions0", np.uint32(1))
         nc.setncattr("width0", np.uint32(ds.width))
+        if index is not None:
+            nc.setncattr("destiny_indexEntries0", np.uint32(index[0]))
+            nc.setncattr("destiny_indexDigest0", index[1])
         nc.createDimension("examplesDim0", ds.rows)
         nc.createDimension("sparseDataDim0", ds.nnz)
         start = nc.createVariable("sparseStart0", "u4", ("examplesDim0",), fill_value=False)
@@ -135,6 +143,20 @@ def dataset_widths(path) -> dict[str, int]:
     with _open(path) as nc:
         return {_text(nc, path, f"name{n}"): _header(nc, path, n, _text(nc, path, f"name{n}"))[2]
                 for n in range(_count(nc, path))}
+
+
+def dataset_indexes(path) -> dict[str, tuple[int, str]]:
+    """(entries, digest) of the feature index each dataset of a file was written with, by
+    name, for the datasets that record it (``write_dataset``'s ``index``)."""
+    with _open(path) as nc:
+        attrs = nc.ncattrs()
+        found = {}
+        for n in range(_count(nc, path)):
+            if f"destiny_indexDigest{n}" in attrs and f"destiny_indexEntries{n}" in attrs:
+                found[_text(nc, path, f"name{n}")] = (
+                    int(nc.getncattr(f"destiny_indexEntries{n}")),
+                    str(nc.getncattr(f"destiny_indexDigest{n}")))
+        return found
 
 
 def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:

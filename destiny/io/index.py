@@ -8,6 +8,8 @@ scanner can look names up without touching Python objects.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from destiny.errors import DataFormatError
@@ -210,3 +212,19 @@ def write_index(path, labels: list[str], values: np.ndarray) -> None:
 def _show(line: str, limit: int = 60) -> str:
     shown = line if len(line) <= limit else line[:limit] + "..."
     return repr(shown)
+
+
+def index_digest(labels: list[str], values: np.ndarray, entries: int | None = None) -> str:
+    """A digest of the ``entries`` lowest-numbered entries of an index (all of them if None).
+
+    A dataset written by generate-netcdf records its feature index's size and digest, the
+    network trained on it records both, and predict compares them with the indexes it is
+    given: an index rebuilt with -c numbers the items anew, and predict would otherwise label
+    the network's units with the wrong items without a word. An index grown since (-m)
+    keeps its first entries, so it still matches.
+    """
+    values = np.asarray(values)
+    order = np.argsort(values, kind="stable")[:entries]
+    vals = values.tolist()
+    text = "".join(f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,179 @@
+"""scripts/split_holdout.py: a seeded per-sample split of DSSTNE text; bad input refused whole."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "split_holdout.py"
+_spec = importlib.util.spec_from_file_location("split_holdout_script", SCRIPT)
+split_holdout = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(split_holdout)
+
+# Samples with 0, 1, 2 and more features, values or none, the last line without its LF.
+GOOD = ("u1\t10,5:11,3:12,4:13,1:14,2\nu2\t7\nu3\t\nu4\ta:b\nu5\t" + ":".join(map(str, range(40)))
+        + "\nu6\tx,1.5:y:z,-2")
+
+
+@pytest.fixture(autouse=True)
+def work(tmp_path, monkeypatch):
+    """Every test runs in a scratch directory (the current one)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(name: str, data: str | bytes) -> str:
+    Path(name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return name
+
+
+def run(*args):
+    return CliRunner().invoke(split_holdout.main, [str(a) for a in args])
+
+
+def expected_split(text: str, fraction: float, seed: int) -> tuple[str, str]:
+    """The split's specification, written the slow and obvious way."""
+    rng = np.random.default_rng(seed)
+    train, held = [], []
+    for line in text.splitlines():
+        name, rest = line.split("\t")
+        tokens = rest.split(":") if rest else []
+        n_out = round(len(tokens) * fraction) if len(tokens) >= 2 else 0
+        out = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
+        train.append(f"{name}\t{':'.join(t for i, t in enumerate(tokens) if i not in out)}\n")
+        if out:
+            held.append(f"{name}\t{':'.join(t for i, t in enumerate(tokens) if i in out)}\n")
+    return "".join(train), "".join(held)
+
+
+# --- valid input ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fraction, seed", [(0.2, 1), (0.5, 7)])
+def test_split(work, fraction, seed):
+    write("in.txt", GOOD)
+    result = run("in.txt", "--train", "train.txt", "--heldout", "held.txt",
+                 "--fraction", fraction, "--seed", seed)
+    assert result.exit_code == 0, result.output
+    train, held = Path("train.txt").read_text(), Path("held.txt").read_text()
+    assert (train, held) == expected_split(GOOD, fraction, seed)
+    assert sorted(p.name for p in work.iterdir()) == ["held.txt", "in.txt", "train.txt"]
+    rows = dict(line.split("\t") for line in train.splitlines())
+    assert rows["u2"] == "7" and rows["u3"] == "" and len(rows) == 6  # < 2 features: all kept
+    held_rows = dict(line.split("\t") for line in held.splitlines())
+    assert len(held_rows["u5"].split(":")) == round(40 * fraction)
+    for name, features in held_rows.items():  # each feature in exactly one part
+        original = dict(line.split("\t") for line in GOOD.splitlines())[name].split(":")
+        parts = rows[name].split(":") + features.split(":")
+        assert sorted(parts) == sorted(original)
+
+
+def test_same_seed_same_split(work):
+    write("in.txt", GOOD)
+    texts = []
+    for seed in (3, 3, 4):
+        result = run("in.txt", "--train", "t.txt", "--heldout", "h.txt", "--seed", seed)
+        assert result.exit_code == 0, result.output
+        texts.append(Path("t.txt").read_text() + Path("h.txt").read_text())
+    assert texts[0] == texts[1] != texts[2]
+
+
+# --- bad input: exit 1, one paragraph naming file and line, nothing written ------------------
+
+BAD_INPUT = [
+    # (id, file bytes, line, text expected in the message)
+    ("utf-8", b"u1\ta:b\nu2\t\xff:c\n", "line 2, column 4", "not valid UTF-8"),
+    ("crlf", "u1\ta:b\r\nu2\tc:d\r\n", "line 1", "CRLF"),
+    ("cr later", "u1\ta:b\nu2\tc:d\r\n", "line 2", "dos2unix"),
+    ("no tab", "u1\ta:b\nu2 c:d\n", "line 2", "no TAB"),
+    ("blank line", "u1\ta:b\n\nu2\tc\n", "line 2", "blank"),
+    ("empty name", "u1\ta:b\n\tc:d\n", "line 2", "sample name is empty"),
+    ("second tab", "u1\ta\tb\n", "line 1", "second TAB"),
+    ("empty feature", "u1\ta::b\n", "line 1", "empty feature"),
+    ("trailing colon", "u1\ta:b:\n", "line 1", "empty feature"),
+    ("empty file", "", "line 1", "the file is empty"),
+]
+
+
+def assert_refused(result, prefix: str, *texts: str) -> str:
+    message = result.stderr
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert message.startswith(f"Error: {prefix}"), message
+    assert message.count("\n") == 1, message  # one paragraph
+    for text in texts:
+        assert text in message, message
+    return message
+
+
+@pytest.mark.parametrize("name, content, line, text", BAD_INPUT, ids=[e[0] for e in BAD_INPUT])
+def test_bad_input(work, name, content, line, text):
+    write("bad.txt", content)
+    result = run("bad.txt", "--train", "t.txt", "--heldout", "h.txt")
+    assert_refused(result, f"bad.txt, {line}: ", text)
+    assert [p.name for p in work.iterdir()] == ["bad.txt"]  # no output, no temporary
+
+
+@pytest.mark.parametrize("make", [None, os.mkdir], ids=["missing", "directory"])
+def test_unreadable_input(work, make):
+    if make:
+        make("in")
+    assert_refused(run("in", "--train", "t.txt", "--heldout", "h.txt"), "in: ", "cannot be read")
+    assert not Path("t.txt").exists() and not Path("h.txt").exists()
+
+
+@pytest.mark.parametrize("train, heldout, text", [
+    ("in.txt", "h.txt", "the training part (--train) would replace the input"),
+    ("t.txt", "in.txt", "the held-out part (--heldout) would replace the input"),
+    ("./in.txt", "h.txt", "would replace the input"),
+    ("o.txt", "o.txt", "given as both"),
+], ids=["train", "heldout", "alias", "same outputs"])
+def test_output_is_input_or_twice(work, train, heldout, text):
+    write("in.txt", GOOD)
+    assert_refused(run("in.txt", "--train", train, "--heldout", heldout), "", text)
+    assert [p.name for p in work.iterdir()] == ["in.txt"]
+    assert Path("in.txt").read_text() == GOOD  # the input untouched
+
+
+def test_output_directory_missing(work):
+    write("in.txt", GOOD)
+    result = run("in.txt", "--train", "t.txt", "--heldout", "nodir/h.txt")
+    assert_refused(result, "nodir/h.txt: ", "--heldout", "does not exist")
+    assert [p.name for p in work.iterdir()] == ["in.txt"]
+
+
+def test_output_is_a_directory(work):
+    write("in.txt", GOOD)
+    os.mkdir("d")
+    assert_refused(run("in.txt", "--train", "d", "--heldout", "h.txt"), "d: ", "--train",
+                   "is a directory")
+    assert sorted(p.name for p in work.iterdir()) == ["d", "in.txt"] and not os.listdir("d")
+
+
+def test_output_directory_read_only(work, monkeypatch):
+    """Simulated, so that it also holds where the tests run as root."""
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if os.path.basename(os.fspath(path)) == "ro" else real_access(path, mode, **kw)))
+    write("in.txt", GOOD)
+    os.mkdir("ro")
+    result = run("in.txt", "--train", "t.txt", "--heldout", "ro/h.txt")
+    assert_refused(result, "ro/h.txt: ", "--heldout", "not writable")
+    assert sorted(p.name for p in work.iterdir()) == ["in.txt", "ro"] and not os.listdir("ro")
+
+
+def test_script_process(work):
+    """As a user runs it: the message alone on stderr, no traceback, the input untouched."""
+    write("in.txt", GOOD)
+    done = subprocess.run([sys.executable, str(SCRIPT), "in.txt", "--train", "in.txt",
+                           "--heldout", "h.txt"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: in.txt: ") and done.stderr.count("\n") == 1
+    assert [p.name for p in work.iterdir()] == ["in.txt"] and Path("in.txt").read_text() == GOOD
