@@ -75,15 +75,34 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     if ignored_d is not None and not quiet:
         note(NAME, "-d is ignored, as in DSSTNE")
     progress = _Progress(cfg, quiet, comm.size)
-    report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
-                 network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
-                 checkpoint_every=checkpoint_every, resume=resume, force=force,
-                 metrics_path=metrics_path, initial_network=initial_network,
-                 on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
-                 comm=comm)
+    try:
+        report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
+                     network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
+                     checkpoint_every=checkpoint_every, resume=resume, force=force,
+                     metrics_path=metrics_path, initial_network=initial_network,
+                     on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
+                     comm=comm)
+    except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
+        progress.close()
+        raise click.ClickException(_interrupted(network_path)) from None
     progress.close()
     if not quiet:
-        note(NAME, f"wrote {report.written} after {report.epochs_run} epochs")
+        resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
+        note(NAME, f"wrote {report.written} at epoch {cfg.epochs} ({report.epochs_run} "
+                   f"epochs in this run{resumed})")
+
+
+def _interrupted(network_path) -> str:
+    from destiny.io.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(network_path)
+    if found is None:
+        return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
+                "the command again to start afresh (--checkpoint-every sets how often "
+                "checkpoints are written).")
+    path, epoch = found
+    return (f"interrupted; {network_path} was not written. The newest checkpoint is {path} "
+            f"(epoch {epoch}): run the same command with --resume to continue from it.")
 
 
 class _Progress:

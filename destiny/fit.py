@@ -13,6 +13,7 @@ alike (``all_or_none``); during training every decision comes from values summed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, replace
@@ -63,71 +64,74 @@ def fit(
 ) -> FitReport:
     """Train the network of ``config_path`` on the two dataset files and write ``network_path``."""
     comm = comm or Comm()
-    with all_or_none(comm):
-        if comm.is_root:
-            _check_outputs(network_path, metrics_path, initial_network, force,
-                           inputs=((config_path, "network definition (-c)"),
-                                   (input_path, "input dataset file (-i)"),
-                                   (output_path, "output dataset file (-o)")))
-        kernels = get_backend(backend, tf32=tf32)  # fail fast, before reading the data
-        pool = dataset_pool([input_path, output_path])
-        netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
-        with open(config_path, encoding="utf-8") as f:
-            netdef_text = json.dumps(json.load(f), separators=(",", ":"))
-        run = {"netdef_json": netdef_text} | trained_indexes(netdef, pool)
-        if cfg.shuffle is None:
-            cfg = replace(cfg, shuffle=netdef.shuffle_indices)
-        net = Network(netdef, kernels, comm=comm)
-        data = TrainData(net, read_training_datasets(pool, net))
-        net.initialize(cfg.seed)
-        net.init_optimizer(cfg.optimizer_config())
-        settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
-        state, resumed_from = TrainState(), None
-        found = latest_checkpoint(network_path) if resume and comm.is_root else None
-    found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
-    if found is not None:
-        resumed_from, _ = found
+    with contextlib.ExitStack() as lock:
         with all_or_none(comm):
-            extras = load_weights(net, resumed_from)
-            _check_same_run(resumed_from, extras, settings)
-        state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
-    elif initial_network and not resume:
-        save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
-    if on_start is not None:
-        on_start(net, data, state)
+            if comm.is_root:
+                _check_outputs(network_path, metrics_path, initial_network, force,
+                               inputs=((config_path, "network definition (-c)"),
+                                       (input_path, "input dataset file (-i)"),
+                                       (output_path, "output dataset file (-o)")))
+                # Overlapping runs (cron jobs) writing one network: the second stops here.
+                lock.enter_context(atomic.exclusive(network_path, "network file (-n)"))
+            kernels = get_backend(backend, tf32=tf32)  # fail fast, before reading the data
+            pool = dataset_pool([input_path, output_path])
+            netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
+            with open(config_path, encoding="utf-8") as f:
+                netdef_text = json.dumps(json.load(f), separators=(",", ":"))
+            run = {"netdef_json": netdef_text} | trained_indexes(netdef, pool)
+            if cfg.shuffle is None:
+                cfg = replace(cfg, shuffle=netdef.shuffle_indices)
+            net = Network(netdef, kernels, comm=comm)
+            data = TrainData(net, read_training_datasets(pool, net))
+            net.initialize(cfg.seed)
+            net.init_optimizer(cfg.optimizer_config())
+            settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
+            state, resumed_from = TrainState(), None
+            found = latest_checkpoint(network_path) if resume and comm.is_root else None
+        found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
+        if found is not None:
+            resumed_from, _ = found
+            with all_or_none(comm):
+                extras = load_weights(net, resumed_from)
+                _check_same_run(resumed_from, extras, settings)
+            state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
+        elif initial_network and not resume:
+            save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
+        if on_start is not None:
+            on_start(net, data, state)
 
-    records: list[EpochRecord] = []
-    metrics = None
-    if metrics_path and comm.is_root:
-        metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8")
+        records: list[EpochRecord] = []
+        metrics = None
+        if metrics_path and comm.is_root:
+            metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8")
 
-    def epoch_done(record: EpochRecord, st: TrainState) -> None:
-        records.append(record)
-        if metrics is not None:
-            metrics.write(record.json() + "\n")
-            metrics.flush()
-        if checkpoint_every > 0 and st.epoch % checkpoint_every == 0 and st.epoch < cfg.epochs:
-            extras = _extras(kernels, cfg, st, run) | {
-                "settings": json.dumps(settings, sort_keys=True)}
-            save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
-                         optimizer_state=True)
-        if on_epoch is not None:
-            on_epoch(record)
+        def epoch_done(record: EpochRecord, st: TrainState) -> None:
+            records.append(record)
+            if metrics is not None:
+                metrics.write(record.json() + "\n")
+                metrics.flush()
+            if checkpoint_every > 0 and st.epoch % checkpoint_every == 0:  # the last one too (5.2)
+                extras = _extras(kernels, cfg, st, run) | {
+                    "settings": json.dumps(settings, sort_keys=True)}
+                save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
+                             optimizer_state=True)
+            if on_epoch is not None:
+                on_epoch(record)
 
-    try:
-        train_epochs(net, data, cfg, state, on_batch=on_batch, on_epoch=epoch_done)
-    finally:
-        if metrics is not None:
-            metrics.close()
-    # How often each output unit was a target: predict never recommends units at 0 (items
-    # the model never saw, padding). Each rank counts its own units.
-    counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
-                  np.bincount(ds.indices, minlength=net.local_n(name))))
-              for name, ds in data.targets.items()}
-    save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
-                 arrays=counts)
-    return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
-                     records=records, written=str(network_path))
+        try:
+            train_epochs(net, data, cfg, state, on_batch=on_batch, on_epoch=epoch_done)
+        finally:
+            if metrics is not None:
+                metrics.close()
+        # How often each output unit was a target: predict never recommends units at 0 (items
+        # the model never saw, padding). Each rank counts its own units.
+        counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
+                      np.bincount(ds.indices, minlength=net.local_n(name))))
+                  for name, ds in data.targets.items()}
+        save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
+                     arrays=counts)
+        return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
+                         records=records, written=str(network_path))
 
 
 def _check_outputs(network_path, metrics_path, initial_network, force: bool, inputs) -> None:

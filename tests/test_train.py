@@ -396,6 +396,56 @@ def test_resume_after_kill_reaches_the_same_weights(files):
     assert all(not p.endswith(".tmp") or p in leftovers for p in os.listdir(files))
 
 
+def test_a_finished_run_continues_from_its_last_checkpoint(files):
+    """As DSSTNE (spec 5.2), the last epoch gets its checkpoint too (gl.nc4.nc after -e 4):
+    training on to more epochs later resumes from there instead of redoing the last ones,
+    and reaches the weights of one longer run."""
+    assert run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2").exit_code == 0
+    assert (files / "net.nc2.nc").exists() and (files / "net.nc4.nc").exists()
+    (files / "net.nc").unlink()
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert (f"wrote {files / 'net.nc'} at epoch 6 (2 epochs in this run, resumed from "
+            f"{files / 'net.nc4.nc'})") in result.output
+    assert run_train(files, "-b", "64", "-e", "6", network="straight.nc").exit_code == 0
+    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "net.nc")):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
+    import destiny.fit
+
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(destiny.fit, "fit", interrupted)
+    result = run_train(files)
+    assert result.exit_code == 1
+    assert "interrupted before the first checkpoint" in result.output
+    for epoch in (10, 20):
+        (files / f"net.nc{epoch}.nc").write_bytes(b"")
+    result = run_train(files)
+    assert result.exit_code == 1 and "Aborted" not in result.output
+    assert (f"The newest checkpoint is {files / 'net.nc20.nc'} (epoch 20): run the same "
+            "command with --resume") in result.output
+
+
+def test_a_second_run_writing_the_same_network_stops_at_once(files):
+    """Overlapping cron jobs: while one run holds the network file's lock, another run to the
+    same -n fails before any work instead of silently replacing the first one's network."""
+    from destiny.io.atomic import exclusive
+
+    with exclusive(files / "net.nc", "network file (-n)"):
+        result = run_train(files, "--force")
+        assert result.exit_code == 1
+        assert "net.nc: another run is writing this network file (-n) now" in result.output
+        assert not (files / "net.nc").exists()
+    assert not (files / ".net.nc.lock").exists()
+    (files / ".net.nc.lock").write_bytes(b"")  # left by a killed run: free, taken again
+    assert run_train(files).exit_code == 0
+    assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.

@@ -197,7 +197,9 @@ def test_failure_while_training_stops_all(data, tmp_path, rank, mode, message):
     done = run(command, env=env)
     assert done.returncode != 0
     assert message in done.stderr.decode()
-    assert os.listdir(out) == []  # no network file, no checkpoint, no temporary
+    # No network file, no checkpoint, no temporary. The ranks stopped by MPI_Abort may leave
+    # the network's empty lock file (the kernel released the lock with the process).
+    assert [p for p in os.listdir(out) if p != ".gl.nc.lock"] == []
 
 
 def test_rank_that_dies_stops_the_job(data, tmp_path):

@@ -66,6 +66,46 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def exclusive(path, what: str):
+    """Hold the lock of output ``path`` for the ``with`` block, or fail at once if another
+    process holds it: two runs writing one file at the same time (overlapping cron jobs)
+    would otherwise both succeed, the later silently replacing the earlier's output.
+
+    The lock is ``flock`` on a hidden ``.<name>.lock`` beside ``path``, removed on exit; a
+    killed holder's lock is released by the kernel, so its file left behind is taken again.
+    """
+    import fcntl
+
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    lock = os.path.join(directory, f".{name}.lock")
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
+                              "check the directory's permissions.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"{path}: another run is writing this {what} now (it holds "
+                              f"{lock}); wait for it to finish, or choose another path."
+                              ) from None
+        try:  # the holder before us may have removed the file we locked: lock the new one
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        os.close(fd)
+
+
 class OutputSet:
     """Temporary paths for several outputs, published together by ``commit``."""
 
