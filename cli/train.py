@@ -49,7 +49,8 @@ NAME = "train"
 @click.option("--resume", is_flag=True,
               help="Continue from the newest checkpoint NET.nc<epoch>.nc, if there is one.")
 @click.option("--metrics", "metrics_path", metavar="FILE",
-              help="Append one JSON line per epoch: epoch, loss, seconds, learning_rate, ...")
+              help="Write one JSON line per epoch: epoch, loss, seconds, learning_rate, ... "
+                   "(with --resume: kept up to the checkpoint's epoch, then appended).")
 @click.option("--initial-network", metavar="FILE",
               help="Also write the untrained network here (DSSTNE always wrote initial_network.nc).")
 @click.option("--force", is_flag=True, help="Overwrite an existing network file.")

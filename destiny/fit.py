@@ -103,7 +103,7 @@ def fit(
         records: list[EpochRecord] = []
         metrics = None
         if metrics_path and comm.is_root:
-            metrics = open(metrics_path, "a" if resume else "w", encoding="utf-8")
+            metrics = _open_metrics(metrics_path, state.epoch if resume else 0)
 
         def epoch_done(record: EpochRecord, st: TrainState) -> None:
             records.append(record)
@@ -132,6 +132,25 @@ def fit(
                      arrays=counts)
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                          records=records, written=str(network_path))
+
+
+def _open_metrics(path, epoch: int):
+    """The metrics file, holding the lines of epochs 1..``epoch`` only (those of the
+    checkpoint resumed from; the lines of later epochs of an interrupted run are dropped,
+    as those epochs run again), open for appending."""
+    kept = []
+    if epoch > 0 and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    if json.loads(line)["epoch"] <= epoch:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    kept.append(line)  # not ours to judge: kept as it was
+    with atomic.atomic_outputs() as out:
+        with open(out.path(path), "w", encoding="utf-8") as f:
+            f.writelines(kept)
+    return open(path, "a", encoding="utf-8")
 
 
 def _check_outputs(network_path, metrics_path, initial_network, force: bool, inputs) -> None:

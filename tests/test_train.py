@@ -400,11 +400,19 @@ def test_a_finished_run_continues_from_its_last_checkpoint(files):
     """As DSSTNE (spec 5.2), the last epoch gets its checkpoint too (gl.nc4.nc after -e 4):
     training on to more epochs later resumes from there instead of redoing the last ones,
     and reaches the weights of one longer run."""
-    assert run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2").exit_code == 0
+    metrics = ["--metrics", str(files / "m.jsonl")]
+    assert run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2",
+                     *metrics).exit_code == 0
     assert (files / "net.nc2.nc").exists() and (files / "net.nc4.nc").exists()
     (files / "net.nc").unlink()
-    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
+    with open(files / "m.jsonl", "a") as f:  # as if a run to 6 was stopped during epoch 6
+        f.write('{"epoch": 5, "loss": 1.0}\n')
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume",
+                       *metrics)
     assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (files / "m.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert lines[4]["loss"] != 1.0  # epoch 5's line is that of the epoch run again
     assert (f"wrote {files / 'net.nc'} at epoch 6 (2 epochs in this run, resumed from "
             f"{files / 'net.nc4.nc'})") in result.output
     assert run_train(files, "-b", "64", "-e", "6", network="straight.nc").exit_code == 0
