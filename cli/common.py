@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import os
 import sys
 import traceback
@@ -38,6 +39,16 @@ def library_errors(fn):
             ) from None
 
     return wrapper
+
+
+class FiniteRange(click.FloatRange):
+    """A ``click.FloatRange`` that also refuses NaN and infinities (which pass its bounds)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 # train and predict: the GPU's dense products in TF32 (destiny.kernels.get_backend's tf32).

@@ -92,7 +92,13 @@ def fit(
         if found is not None:
             resumed_from, _ = found
             with all_or_none(comm):
-                extras = load_weights(net, resumed_from)
+                try:
+                    extras = load_weights(net, resumed_from)
+                except DestinyError as e:
+                    raise DestinyError(
+                        f"{e} --resume takes the newest checkpoint, {resumed_from}: if it is "
+                        "damaged or not a checkpoint of this run, move it away and --resume "
+                        "continues from the one before.") from None
                 _check_same_run(resumed_from, extras, settings)
             state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
         elif initial_network and not resume:
@@ -190,6 +196,12 @@ def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> di
         lo, hi = (net.input_columns(name) if layer.kind == LayerKind.Input else net.units[name])
         if layer.dataset not in where:
             raise unknown_dataset(name, layer.dataset, where)
+        width = pool[layer.dataset][1]
+        if width > layer.n:  # before reading it (TrainData checks again, for library callers)
+            i = [lay.name for lay in net.netdef.layers].index(name)
+            raise DestinyError(f"{where[layer.dataset]}: the dataset {layer.dataset!r} has "
+                               f"width {width:,}, but Layers[{i}].N gives layer {name!r} only "
+                               f"{layer.n:,} units; use N \"auto\" or an N of at least {width:,}.")
         if layer.dataset in needed:
             lo, hi = min(lo, needed[layer.dataset][0]), max(hi, needed[layer.dataset][1])
         needed[layer.dataset] = (lo, hi)

@@ -347,6 +347,21 @@ def test_dsstne_flags_parse(files):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.parametrize("flag,value,message", [
+    ("-alpha", "-1", "-1.0 is not in the range x>0.0"),
+    ("-alpha", "nan", "'nan' is not a finite number"),
+    ("-lambda", "-0.1", "-0.1 is not in the range x>=0.0"),
+    ("-lambda1", "inf", "'inf' is not a finite number"),
+    ("-mu", "1", "1.0 is not in the range 0.0<=x<1.0"),
+    ("-mu1", "-0.5", "-0.5 is not in the range 0.0<=x<1.0"),
+])
+def test_hyperparameters_out_of_range_are_usage_errors(files, flag, value, message):
+    """A negative or NaN learning rate used to train (or 'diverge') instead of being refused."""
+    result = run_train(files, flag, value)
+    assert result.exit_code == 2 and message in result.output
+    assert not (files / "net.nc").exists()
+
+
 def test_divergence_stops_with_message(files):
     result = run_train(files, "-b", "64", "-e", "6", "--optimizer", "sgd", "-alpha", "1e38")
     assert result.exit_code == 1
@@ -454,6 +469,20 @@ def test_a_second_run_writing_the_same_network_stops_at_once(files):
     assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
 
 
+def test_a_damaged_newest_checkpoint_says_how_to_go_on(files):
+    assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
+    (files / "net.nc").unlink()
+    data = (files / "net.nc2.nc").read_bytes()
+    (files / "net.nc2.nc").write_bytes(data[:len(data) // 2])  # cut short (a full disk)
+    result = run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1", "--resume")
+    assert result.exit_code == 1
+    assert (f"--resume takes the newest checkpoint, {files / 'net.nc2.nc'}: if it is damaged "
+            "or not a checkpoint of this run, move it away") in result.output
+    (files / "net.nc2.nc").unlink()
+    result = run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1", "--resume")
+    assert result.exit_code == 0 and "resumed from" in result.output
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.
@@ -503,6 +532,8 @@ def test_resume_refuses_other_settings(files):
     ("network-on-input", "the network file (-n) would replace the input dataset file (-i)"),
     ("network-on-config", "the network file (-n) would replace the network definition (-c)"),
     ("metrics-on-network", "given as both the network file (-n) and the metrics file"),
+    ("narrow-layer", "gl_output.nc: the dataset 'gl_output' has width 128, but Layers[2].N gives "
+                     "layer 'Output' only 64 units; use N \"auto\" or an N of at least 128."),
 ])
 def test_train_bad_input(files, case, expected, monkeypatch):
     args = {"-c": str(files / "net.json"), "-i": str(files / "gl_input.nc"),
@@ -541,6 +572,11 @@ def test_train_bad_input(files, case, expected, monkeypatch):
         extra = ["--force"]
     elif case == "metrics-on-network":
         extra = ["--metrics", args["-n"]]
+    elif case == "narrow-layer":
+        d = small_netdef()
+        d["Layers"][2]["N"] = 64
+        (files / "narrow.json").write_text(json.dumps(d))
+        args["-c"] = str(files / "narrow.json")
     before = {p.name: p.read_bytes() for p in files.iterdir() if p.is_file()}
     result = CliRunner().invoke(train, [x for kv in args.items() for x in kv] + extra)
     assert result.exit_code == 1, result.output
