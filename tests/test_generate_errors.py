@@ -135,6 +135,15 @@ def test_duplicate_sample_names_both_lines():
     assert "'u1'" in message and "first on line 1" in message
 
 
+def test_byte_order_mark():
+    """Some Windows editors start UTF-8 text with EF BB BF; read as text it would become part
+    of the first sample's name ('\ufeff1'), which then matches nothing downstream."""
+    message = fails_on(b"\xef\xbb\xbf1\t2:4\n", "-c")
+    assert message.startswith("Error: in.txt, line 1, column 1: the file starts with a UTF-8 "
+                              "byte-order mark"), message
+    assert "sed -i" in message
+
+
 def test_empty_file():
     message = fails_on("", "-c")
     assert message.startswith("Error: in.txt: ") and "no records" in message

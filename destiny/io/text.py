@@ -220,6 +220,9 @@ def _number_pending(chunk: _Chunk, features: LabelTable) -> None:
     chunk.data = chunk.pending = None
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _chunks(path):
     """Yield the file's bytes in chunks of whole lines (the last one gets a final newline)."""
     try:
@@ -227,10 +230,18 @@ def _chunks(path):
     except OSError as e:
         raise DataFormatError(path, f"cannot open the input ({e.strerror}).") from None
     with f:
+        first = True
         while True:
             chunk = f.read(CHUNK_BYTES)
             if not chunk:
                 return
+            if first and chunk.startswith(_BOM):
+                raise DataFormatError(path, "the file starts with a UTF-8 byte-order mark (bytes "
+                                      "EF BB BF, written by some Windows editors), which would "
+                                      "become part of the first sample's name. Remove it, for "
+                                      "example with `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`.",
+                                      line=1, column=1)
+            first = False
             if not chunk.endswith(b"\n"):
                 chunk += f.readline()
                 if not chunk.endswith(b"\n"):
