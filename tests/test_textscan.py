@@ -276,3 +276,45 @@ def test_threads_read_as_one_thread(tmp_path, monkeypatch, threads):
     assert table.to_dict() == one_table.to_dict()
     _same_records(read_records(paths, fixed, update=False), one_fixed)
     assert len(fixed) == len(names[::2])
+
+
+def test_index_fast_path_agrees_with_the_line_by_line_parser(tmp_path):
+    """read_index splits a well-formed file at every TAB and LF at once (checking one TAB per
+    line on the bytes) and leaves anything else to the line-by-line parser, whose errors name
+    the line: on random, randomly damaged index files both give the same labels or error."""
+    from destiny.errors import DataFormatError
+    from destiny.io import index
+
+    def checked(path, text):
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        try:
+            labels, values = index._parse_checked(path, lines)
+            return labels, values.tolist()
+        except DataFormatError as e:
+            return str(e)
+
+    rng = np.random.default_rng(12)
+    pieces = ["a", "b", "7", "é", "猫", " ", "\t", "\n", "\r", ":", "0", "x"]
+    path = tmp_path / "index"
+    tricky = ["7\t1\t2\n3\n", "7\t1\n\t2\n", "7\t\n1\t2\n", "\n", "", "a\t1", "a\t1\n\n",
+              "a\t1\t\n"]  # a TAB moved to another line keeps the count of TABs
+    for case in range(1000 + len(tricky)):
+        text = tricky[case] if case < len(tricky) else "".join(f"{''.join(rng.choice(pieces[:6], rng.integers(1, 4)))}\t"
+                       f"{rng.integers(0, 10_000)}\n" for _ in range(rng.integers(0, 6)))
+        for _ in range(rng.integers(0, 3) if case >= len(tricky) else 0):  # damage a character
+            i = int(rng.integers(0, len(text) + 1))
+            text = (text[:i] + str(rng.choice(pieces)) + text[i:] if rng.random() < 0.5
+                    else text[:i] + text[i + 1:])
+        path.write_bytes(text.encode())
+        try:
+            labels, values = index.read_index(path)
+            got = (labels, values.tolist())
+        except DataFormatError as e:
+            got = str(e)
+        expected = checked(path, text)
+        if isinstance(expected, tuple) and len(set(expected[1])) != len(expected[1]):
+            assert isinstance(got, str) and "is given to both" in got  # duplicate index
+        else:
+            assert got == expected, repr(text)
