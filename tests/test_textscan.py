@@ -300,9 +300,12 @@ def test_index_fast_path_agrees_with_the_line_by_line_parser(tmp_path):
     path = tmp_path / "index"
     tricky = ["7\t1\t2\n3\n", "7\t1\n\t2\n", "7\t\n1\t2\n", "\n", "", "a\t1", "a\t1\n\n",
               "a\t1\t\n"]  # a TAB moved to another line keeps the count of TABs
-    for case in range(1000 + len(tricky)):
-        text = tricky[case] if case < len(tricky) else "".join(f"{''.join(rng.choice(pieces[:6], rng.integers(1, 4)))}\t"
+    def random_index():
+        return "".join(f"{''.join(rng.choice(pieces[:6], rng.integers(1, 4)))}\t"
                        f"{rng.integers(0, 10_000)}\n" for _ in range(rng.integers(0, 6)))
+
+    for case in range(1000 + len(tricky)):
+        text = tricky[case] if case < len(tricky) else random_index()
         for _ in range(rng.integers(0, 3) if case >= len(tricky) else 0):  # damage a character
             i = int(rng.integers(0, len(text) + 1))
             text = (text[:i] + str(rng.choice(pieces)) + text[i:] if rng.random() < 0.5
