@@ -46,14 +46,16 @@ def _check_format(ctx, param, fmt: str) -> str:
                    "in DSSTNE). Optional.")
 @click.option("-k", "--k", "k", type=click.IntRange(min=1), default=100, show_default=True,
               help="Recommendations per sample (not capped at 128).")
-@click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Samples scored at a time (memory: batch x items scores).")
 @click.option("-p", "--format", "score_format", default="4.3f", show_default=True,
               metavar="FMT", callback=_check_format,
               help="printf conversion for scores, as DSSTNE's -p.")
 @click.option("-l", "--layer", default="Output", show_default=True,
               help="Output layer to read.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
-              show_default=True)
+              show_default=True, help="Where to score: auto takes the GPU when numba.cuda finds "
+                                      "one.")
 @tf32_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
 @library_errors

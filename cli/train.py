@@ -25,7 +25,8 @@ NAME = "train"
               help="Network file to write; must not exist (see --force).")
 @click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Minibatch size.")
-@click.option("-e", "--epochs", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("-e", "--epochs", type=click.IntRange(min=1), default=40, show_default=True,
+              help="Epochs to train (with --resume: the total, counting the checkpoint's).")
 @click.option("-alpha", "--alpha", type=FiniteRange(min=0.0, min_open=True), default=None,
               help="Learning rate [default: per optimizer; 0.025 for sgd, 0.01 for adam].")
 @click.option("-lambda", "--lambda", "lam", type=FiniteRange(min=0.0), default=None,
@@ -44,7 +45,8 @@ NAME = "train"
 @click.option("--shuffle/--no-shuffle", default=None,
               help="Shuffle examples every epoch [default: the definition's ShuffleIndices].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
-              show_default=True)
+              show_default=True, help="Where to train: auto takes the GPU when numba.cuda finds "
+                                      "one.")
 @tf32_option
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=10, show_default=True,
               metavar="N", help="Write NET.nc<epoch>.nc every N epochs (0: never).")
