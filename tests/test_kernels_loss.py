@@ -256,6 +256,12 @@ def test_duplicate_targets_count_twice_in_the_error_only(backend):
     x = a[0, 4]
     assert error2 - error1 == pytest.approx(0.5 * (x - 1) ** 2 - 0.5 * x ** 2, rel=1e-10)
     np.testing.assert_array_equal(delta1, delta2)
+    # With values, the unit's delta is that of its last entry (the CUDA kernel scans for it
+    # only here: an indicator row's entries of one unit all give the same delta).
+    last = (once[0], once[1], np.array([0.5, 0.9], dtype=np.float32))
+    both = (twice[0], twice[1], np.array([0.5, 0.2, 0.9], dtype=np.float32))
+    np.testing.assert_array_equal(sparse(backend, a, both, w, codes.L2, codes.SIGMOID)[1],
+                                  sparse(backend, a, last, w, codes.L2, codes.SIGMOID)[1])
 
 
 @pytest.mark.parametrize("err_fn, act", [
