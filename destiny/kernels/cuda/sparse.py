@@ -23,8 +23,13 @@ from destiny.kernels.cuda.csr import row_of
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, THREADS, blocks_for,
                                          device_arrays, kernel, scratch)
 
-# Threads of the one block that scans the feature counts (a prefix sum over I features).
-SCAN_THREADS = 4 if SIMULATED else 512
+# The prefix sum of the feature counts (one per feature of the layer: millions for a
+# catalogue-wide input) runs over SCAN_BLOCKS x SCAN_THREADS threads at most, each owning a
+# contiguous chunk of at least SCAN_MIN features; one block then scans the chunks' totals.
+# (One block of 512 threads walked 5,860 features each at 3 M features.)
+SCAN_THREADS = 4 if SIMULATED else 256
+SCAN_BLOCKS = 3 if SIMULATED else 64
+SCAN_MIN = 2 if SIMULATED else 16
 
 
 @kernel
@@ -68,49 +73,87 @@ def _count(count, indices):
         cuda.atomic.add(count, indices[k], 1)
 
 
-@kernel
-def _scan(count, start, features, n_present):
-    """Exclusive prefix sums of ``count`` into ``start``, and the present features, in order.
+def _scan_layout(n: int) -> tuple[int, int]:
+    """(blocks, features a thread) of the scan over n features."""
+    per = max(SCAN_MIN, -(-n // (SCAN_BLOCKS * SCAN_THREADS)))
+    blocks = max(1, min(SCAN_BLOCKS, -(-n // (per * SCAN_THREADS))))
+    return blocks, per
 
-    One block: each thread owns a contiguous chunk of features; thread 0 scans the chunk
-    totals. ``count`` is zeroed on the way, to serve as the placement cursors.
-    """
-    chunk_entries = cuda.shared.array(SCAN_THREADS, np.int64)
-    chunk_present = cuda.shared.array(SCAN_THREADS, np.int64)
-    t = cuda.threadIdx.x
+
+@kernel
+def _chunk_totals(count, per, chunk_entries, chunk_present):
+    """Each thread's chunk of ``per`` features: its entries and its features present."""
+    c = cuda.grid(1)
     n = count.shape[0]
-    size = (n + SCAN_THREADS - 1) // SCAN_THREADS
-    lo = min(t * size, n)
-    hi = min(lo + size, n)
+    lo = min(c * per, n)
+    hi = min(lo + per, n)
     entries = 0
     present = 0
     for i in range(lo, hi):
         entries += count[i]
         present += count[i] > 0
-    chunk_entries[t] = entries
-    chunk_present[t] = present
+    chunk_entries[c] = entries
+    chunk_present[c] = present
+
+
+@kernel
+def _scan_totals(chunk_entries, chunk_present, n, start, n_present):
+    """The first ``n`` chunks' totals made exclusive prefix sums, in place (one block: each
+    thread a contiguous run of chunks, thread 0 scanning the runs); the grand totals into
+    ``start[-1]`` and ``n_present``."""
+    run_entries = cuda.shared.array(SCAN_THREADS, np.int64)
+    run_present = cuda.shared.array(SCAN_THREADS, np.int64)
+    t = cuda.threadIdx.x
+    size = (n + SCAN_THREADS - 1) // SCAN_THREADS
+    lo = min(t * size, n)
+    hi = min(lo + size, n)
+    entries = 0
+    present = 0
+    for c in range(lo, hi):
+        entries += chunk_entries[c]
+        present += chunk_present[c]
+    run_entries[t] = entries
+    run_present[t] = present
     cuda.syncthreads()
     if t == 0:
         entries = 0
         present = 0
-        for c in range(SCAN_THREADS):
-            e, p = chunk_entries[c], chunk_present[c]
-            chunk_entries[c] = entries
-            chunk_present[c] = present
+        for r in range(SCAN_THREADS):
+            e, p = run_entries[r], run_present[r]
+            run_entries[r] = entries
+            run_present[r] = present
             entries += e
             present += p
-        start[n] = entries
+        start[start.shape[0] - 1] = entries
         n_present[0] = present
     cuda.syncthreads()
-    entries = chunk_entries[t]
-    present = chunk_present[t]
+    entries = run_entries[t]
+    present = run_present[t]
+    for c in range(lo, hi):
+        e, p = chunk_entries[c], chunk_present[c]
+        chunk_entries[c] = entries
+        chunk_present[c] = present
+        entries += e
+        present += p
+
+
+@kernel
+def _chunk_scan(count, per, chunk_entries, chunk_present, start, features):
+    """Each thread's chunk from its offsets: ``start``, the present features in order, and
+    ``count`` zeroed on the way, to serve as the placement cursors."""
+    c = cuda.grid(1)
+    n = count.shape[0]
+    lo = min(c * per, n)
+    hi = min(lo + per, n)
+    entries = chunk_entries[c]
+    present = chunk_present[c]
     for i in range(lo, hi):
-        c = count[i]
+        k = count[i]
         start[i] = entries
-        if c > 0:
+        if k > 0:
             features[present] = i
             present += 1
-        entries += c
+        entries += k
         count[i] = 0
 
 
@@ -183,7 +226,7 @@ def group_by_feature(indptr, indices, n_features):
     the entries in slot order, their batch rows). Scratch arrays, valid until the next call;
     ``indices`` must not be empty."""
     n_entries = indices.shape[0]
-    # (count and start are exactly n_features long: _scan scans all of count.)
+    # (count and start are exactly n_features long: the scan covers all of count.)
     count = scratch("by_feature.count", n_features, np.int32, exact=True)
     start = scratch("by_feature.start", n_features + 1, np.int64, exact=True)
     features = scratch("by_feature.features", min(n_entries, n_features), np.int32)
@@ -193,9 +236,16 @@ def group_by_feature(indptr, indices, n_features):
     sorted_entry = scratch("by_feature.sorted_entry", n_entries, np.int64)
     sorted_row = scratch("by_feature.sorted_row", n_entries, np.int64)
 
+    blocks, per = _scan_layout(n_features)
+    chunk_entries = scratch("by_feature.chunk_entries", blocks * SCAN_THREADS, np.int64)
+    chunk_present = scratch("by_feature.chunk_present", blocks * SCAN_THREADS, np.int64)
+
     _zero[blocks_for(n_features), THREADS](count)
     _count[blocks_for(n_entries), THREADS](count, indices)
-    _scan[1, SCAN_THREADS](count, start, features, n_present)
+    _chunk_totals[blocks, SCAN_THREADS](count, per, chunk_entries, chunk_present)
+    _scan_totals[1, SCAN_THREADS](chunk_entries, chunk_present, blocks * SCAN_THREADS, start,
+                                  n_present)
+    _chunk_scan[blocks, SCAN_THREADS](count, per, chunk_entries, chunk_present, start, features)
     _place[blocks_for(n_entries), THREADS](count, start, indptr, indices, entry, entry_row)
     _sort_segments[min(n_entries, MAX_BLOCKS), ROW_THREADS](features, n_present, start, entry,
                                                            entry_row, sorted_entry, sorted_row)
