@@ -213,9 +213,14 @@ class Predictor:
                                   "the index this network was trained with.")
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:
+            hidden = nf.netdef.layer(layer).kind != LayerKind.Output
             raise DataFormatError(output_index, f"has index {int(values.max())} but the layer "
-                                  f"{layer!r} has {n_out:,} units; it is not the output index "
-                                  "this network was trained with.")
+                                  f"{layer!r} has {n_out:,} units; " + (
+                                      f"-l {layer} names a hidden layer, whose units are not the "
+                                      f"items of the output index: recommend from an output "
+                                      f"layer ({', '.join(map(repr, outputs))})." if hidden else
+                                      "it is not the output index this network was trained "
+                                      "with."))
         self.output_labels = np.full(n_out, None, dtype=object)
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None

@@ -129,6 +129,13 @@ def test_analog_value_not_a_number(value):
     assert f"the value {value!r}" in message
 
 
+@pytest.mark.parametrize("value", ["1e40", "-4e38"])
+def test_analog_value_beyond_float32(value):
+    message = fails_on(f"u1\ta,{value}\n", "-c", "-t", "analog")
+    assert message.startswith(f"Error: in.txt, line 1, column 6: the value {value!r} in "), message
+    assert "is beyond float32's range (about 3.4e38)" in message
+
+
 def test_duplicate_sample_names_both_lines():
     message = fails_on("u1\ta\nu2\tb\nu1\tc\n", "-c")
     assert message.startswith("Error: in.txt, line 3: "), message

@@ -10,7 +10,9 @@ a bug upstream, and a silently different dataset is worse than a stopped job.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -220,6 +222,17 @@ def _number_pending(chunk: _Chunk, features: LabelTable) -> None:
     chunk.data = chunk.pending = None
 
 
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _beyond_float32(text: str) -> bool:
+    """Whether ``text`` is a decimal number too large for a float32 (``1e40``)."""
+    if not _DECIMAL.fullmatch(text):
+        return False
+    value = float(text)
+    return math.isfinite(value) and abs(value) > float(np.finfo(np.float32).max)
+
+
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -332,9 +345,12 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         f"{_FIX_FORMAT}: features are separated by single ':' and each needs a name.",
         textscan.TRAILING_COLON: f"{quote} ends with ':', an empty feature. Remove the trailing "
         "colon (for example with `sed 's/:$//'`).",
-        textscan.BAD_VALUE: f"the value {token!r} in {quote} is not a number. Each value after "
-        "a feature's ',' must be a decimal number such as 4, 3.5 or 1e-3 (even on indicator "
-        "data, where DSSTNE parses and then ignores it); fix the value or drop ',value'.",
+        textscan.BAD_VALUE: f"the value {token!r} in {quote} " + (
+            "is beyond float32's range (about 3.4e38), in which datasets hold values; scale "
+            "the values down." if _beyond_float32(token) else "is not a number. Each value "
+            "after a feature's ',' must be a decimal number such as 4, 3.5 or 1e-3 (even on "
+            "indicator data, where DSSTNE parses and then ignores it); fix the value or drop "
+            "',value'."),
         textscan.EXTRA_FIELD: f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in "
         f"{quote} has more than one ','. {_FIX_FORMAT}: at most one value per feature.",
         textscan.SECOND_TAB: f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only "
