@@ -187,11 +187,13 @@ class Predictor:
                 f"{network_path}: the network has no layer named {layer!r}; its output layers "
                 f"are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the layer "
                 "named 'Output' (name it so in the JSON definition), or choose one with -l.")
-        if nf.netdef.layer(layer).kind == LayerKind.Input:
+        kind = nf.netdef.layer(layer).kind
+        if kind != LayerKind.Output:
+            what = ("the network's input layer, which has no activations to rank" if
+                    kind == LayerKind.Input else "a hidden layer, whose units are not items")
             raise DestinyError(
-                f"-l {layer}: is the network's input layer, which has no activations to rank; "
-                f"-l names the layer whose units are the output index's items: an output "
-                f"layer ({', '.join(map(repr, outputs))}).")
+                f"-l {layer}: is {what}; -l names the layer whose units are the output index's "
+                f"items: an output layer ({', '.join(map(repr, outputs))}).")
         self.net = Network(nf.netdef, self.kernels)
         self.layer = layer
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]
@@ -213,14 +215,9 @@ class Predictor:
                                   "the index this network was trained with.")
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:
-            hidden = nf.netdef.layer(layer).kind != LayerKind.Output
             raise DataFormatError(output_index, f"has index {int(values.max())} but the layer "
-                                  f"{layer!r} has {n_out:,} units; " + (
-                                      f"-l {layer} names a hidden layer, whose units are not the "
-                                      f"items of the output index: recommend from an output "
-                                      f"layer ({', '.join(map(repr, outputs))})." if hidden else
-                                      "it is not the output index this network was trained "
-                                      "with."))
+                                  f"{layer!r} has {n_out:,} units; it is not the output index "
+                                  "this network was trained with.")
         self.output_labels = np.full(n_out, None, dtype=object)
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None

@@ -127,7 +127,7 @@ def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     (["-d", "ml"], "-d ml: the network's input layer reads the dataset 'gl_input'"),
     (["-l", "Out"], "the network has no layer named 'Out'"),
     (["-l", "Input"], "-l Input: is the network's input layer, which has no activations"),
-    (["-l", "Hidden"], "-l Hidden names a hidden layer, whose units are not the items"),
+    (["-l", "Hidden"], "-l Hidden: is a hidden layer, whose units are not items"),
     (["-p", "q"], "is not a printf conversion"),
 ])
 def test_predict_errors(model, tmp_path, args, message):
