@@ -21,7 +21,7 @@ from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
                               write_index)
 from destiny.io.text import Records, input_files, read_records
-from destiny.sparse import take_rows
+from destiny.sparse import repeated_entries, take_rows
 
 
 @dataclass
@@ -111,6 +111,12 @@ def generate_netcdf(
         new_features=len(features) - features.loaded if update else 0,
         new_samples=len(new_samples), dropped=records.dropped,
         lines_with_drops=records.lines_with_drops)
+    rows, repeats = repeated_entries(indptr, indices, width)
+    if repeats:
+        report.notes.append(
+            f"{rows:,} samples list a feature more than once ({repeats:,} repeats); each is kept "
+            "and counts again in training, as in DSSTNE (quirk 10.5). Duplicate ratings in the "
+            "raw data are the usual cause: remove them upstream if they are not meant.")
     missing = len(samples) - (len(records.labels) - len(new_samples))
     if missing > 0:
         report.notes.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 
 def gather_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -31,3 +32,21 @@ def take_rows(indptr, indices, values, rows):
     lengths = np.diff(indptr)[rows]
     new_indptr, positions = gather_ranges(starts, lengths)
     return new_indptr, indices[positions], None if values is None else values[positions]
+
+
+@njit(cache=True)
+def repeated_entries(indptr, indices, width):
+    """(rows listing some index more than once, entries that repeat an index of their row)."""
+    last_row = np.full(width, -1, dtype=np.int64)
+    rows = entries = 0
+    for r in range(len(indptr) - 1):
+        repeats = 0
+        for k in range(indptr[r], indptr[r + 1]):
+            j = indices[k]
+            if last_row[j] == r:
+                repeats += 1
+            else:
+                last_row[j] = r
+        entries += repeats
+        rows += repeats > 0
+    return rows, entries

@@ -387,6 +387,17 @@ def test_unknown_features_dropped():
     assert not [name for name in after if name.endswith(".tmp")]
 
 
+def test_repeated_features_are_kept_and_counted():
+    """A feature listed twice in a sample is kept twice (DSSTNE quirk 10.5), and now counted
+    on stderr: duplicate ratings upstream are the usual cause."""
+    write("in.txt", "u1\ta:b:a:a\nu2\tc:d\nu3\tc:c\n")
+    result = invoke(["-i", "in.txt", *OUTPUTS, "-c"])
+    assert result.exit_code == 0, result.output
+    assert "2 samples list a feature more than once (3 repeats)" in result.stderr
+    clean = invoke(["-i", "good.txt", *OUTPUTS, "-c"])
+    assert clean.exit_code == 0 and "more than once" not in clean.stderr
+
+
 # --- usage errors (exit code 2) ------------------------------------------------------------
 
 @pytest.mark.parametrize("extra,text", [
