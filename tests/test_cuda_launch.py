@@ -303,5 +303,7 @@ def test_a_training_step_launches_only_what_the_launcher_takes_and_makes_no_arra
     train, predict = found["train"], found["predict"]
     assert not train.slow and not predict.slow
     assert train.arrays == 3 and train.uploads == 2 and train.downloads == 1
-    assert sum(train.launches.values()) == 37, dict(train.launches)
+    # 37 until the feature counts' prefix sum took three kernels over up to 64 blocks (one
+    # block walked 5,860 features a thread at 3 M features): 2 launches, about 20 us a step.
+    assert sum(train.launches.values()) == 39, dict(train.launches)
     assert sum(predict.launches.values()) == 11, dict(predict.launches)
