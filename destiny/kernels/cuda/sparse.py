@@ -80,13 +80,18 @@ def _scan_layout(n: int) -> tuple[int, int]:
     return blocks, per
 
 
+@cuda.jit(device=True)
+def _span(i, size, n):
+    """Items [lo, hi) of the i-th run of ``size`` of n items (empty past the end)."""
+    lo = min(i * size, n)
+    return lo, min(lo + size, n)
+
+
 @kernel
 def _chunk_totals(count, per, chunk_entries, chunk_present):
     """Each thread's chunk of ``per`` features: its entries and its features present."""
     c = cuda.grid(1)
-    n = count.shape[0]
-    lo = min(c * per, n)
-    hi = min(lo + per, n)
+    lo, hi = _span(c, per, count.shape[0])
     entries = 0
     present = 0
     for i in range(lo, hi):
@@ -104,9 +109,7 @@ def _scan_totals(chunk_entries, chunk_present, n, start, n_present):
     run_entries = cuda.shared.array(SCAN_THREADS, np.int64)
     run_present = cuda.shared.array(SCAN_THREADS, np.int64)
     t = cuda.threadIdx.x
-    size = (n + SCAN_THREADS - 1) // SCAN_THREADS
-    lo = min(t * size, n)
-    hi = min(lo + size, n)
+    lo, hi = _span(t, (n + SCAN_THREADS - 1) // SCAN_THREADS, n)
     entries = 0
     present = 0
     for c in range(lo, hi):
@@ -142,9 +145,7 @@ def _chunk_scan(count, per, chunk_entries, chunk_present, start, features):
     """Each thread's chunk from its offsets: ``start``, the present features in order, and
     ``count`` zeroed on the way, to serve as the placement cursors."""
     c = cuda.grid(1)
-    n = count.shape[0]
-    lo = min(c * per, n)
-    hi = min(lo + per, n)
+    lo, hi = _span(c, per, count.shape[0])
     entries = chunk_entries[c]
     present = chunk_present[c]
     for i in range(lo, hi):
