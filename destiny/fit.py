@@ -25,7 +25,7 @@ from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
-from destiny.io.dataset import dataset_indexes, dataset_widths, read_dataset
+from destiny.io.dataset import dataset_entries, dataset_indexes, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -64,15 +64,13 @@ def fit(
 ) -> FitReport:
     """Train the network of ``config_path`` on the two dataset files and write ``network_path``."""
     comm = comm or Comm()
-    with contextlib.ExitStack() as lock:
+    with contextlib.ExitStack() as held:  # the network file's lock, held to the end
         with all_or_none(comm):
             if comm.is_root:
-                _check_outputs(network_path, metrics_path, initial_network, force,
+                _claim_outputs(held, network_path, metrics_path, initial_network, force,
                                inputs=((config_path, "network definition (-c)"),
                                        (input_path, "input dataset file (-i)"),
                                        (output_path, "output dataset file (-o)")))
-                # Overlapping runs (cron jobs) writing one network: the second stops here.
-                lock.enter_context(atomic.exclusive(network_path, "network file (-n)"))
             kernels = get_backend(backend, tf32=tf32)  # fail fast, before reading the data
             pool = dataset_pool([input_path, output_path])
             netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
@@ -85,7 +83,11 @@ def fit(
             data = TrainData(net, read_training_datasets(pool, net))
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())
-            settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples}
+            # What a checkpoint must share to be resumed: all but -e, the data included
+            # (the same numbers of examples and entries, and the same feature indexes).
+            settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples,
+                        "entries": _entries_read(pool, net),
+                        "indexes": run.get("indexes", "")}
             state, resumed_from = TrainState(), None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
         found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
@@ -100,6 +102,11 @@ def fit(
                         "damaged or not a checkpoint of this run, move it away and --resume "
                         "continues from the one before.") from None
                 _check_same_run(resumed_from, extras, settings)
+                if int(extras["epoch"]) >= cfg.epochs:
+                    raise DestinyError(
+                        f"{resumed_from}: --resume found this checkpoint at epoch "
+                        f"{int(extras['epoch'])}, and -e {cfg.epochs} asks for no more. Give a "
+                        "larger -e to train on from it, or start afresh without --resume.")
             state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
         elif initial_network and not resume:
             save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
@@ -116,7 +123,7 @@ def fit(
             if metrics is not None:
                 metrics.write(record.json() + "\n")
                 metrics.flush()
-            if checkpoint_every > 0 and st.epoch % checkpoint_every == 0:  # the last one too (5.2)
+            if checkpoint_every > 0 and st.epoch % checkpoint_every == 0:  # the last too (5.2)
                 extras = _extras(kernels, cfg, st, run) | {
                     "settings": json.dumps(settings, sort_keys=True)}
                 save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
@@ -141,9 +148,10 @@ def fit(
 
 
 def _open_metrics(path, epoch: int):
-    """The metrics file, holding the lines of epochs 1..``epoch`` only (those of the
-    checkpoint resumed from; the lines of later epochs of an interrupted run are dropped,
-    as those epochs run again), open for appending."""
+    """The metrics file, open for appending: emptied for a fresh run (``epoch`` 0); on resuming
+    from ``epoch``, holding the lines of epochs 1..``epoch`` only (an interrupted run's lines
+    of later epochs are dropped, as those epochs run again). Rewritten in place, not renamed:
+    the path may be a link, or /dev/stdout."""
     kept = []
     if epoch > 0 and os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -153,23 +161,27 @@ def _open_metrics(path, epoch: int):
                         kept.append(line)
                 except (ValueError, KeyError, TypeError):
                     kept.append(line)  # not ours to judge: kept as it was
-    with atomic.atomic_outputs() as out:
-        with open(out.path(path), "w", encoding="utf-8") as f:
-            f.writelines(kept)
-    return open(path, "a", encoding="utf-8")
+    metrics = open(path, "w", encoding="utf-8")
+    metrics.writelines(kept)
+    return metrics
 
 
-def _check_outputs(network_path, metrics_path, initial_network, force: bool, inputs) -> None:
+def _claim_outputs(held, network_path, metrics_path, initial_network, force: bool,
+                   inputs) -> None:
+    """Check the outputs before any work, and take the network file's lock into ``held``:
+    overlapping runs (cron jobs) writing one network stop at the second. The lock comes
+    before the test for an existing network, which a run finishing meanwhile could write."""
     outputs = ((network_path, "network file (-n)"), (metrics_path, "metrics file"),
                (initial_network, "initial network"))
     atomic.check_distinct(outputs, inputs)
+    for path, what in outputs:
+        if path:
+            atomic.check_writable(path, what)
+    held.enter_context(atomic.exclusive(network_path, "network file (-n)"))
     if os.path.exists(network_path) and not force:
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "
                           "another -n, or pass --force.")
-    for path, what in outputs:
-        if path:
-            atomic.check_writable(path, what)
 
 
 def dataset_pool(paths) -> dict[str, tuple[str, int]]:
@@ -183,6 +195,16 @@ def dataset_pool(paths) -> dict[str, tuple[str, int]]:
         for name, width in dataset_widths(path).items():
             pool.setdefault(name, (path, width))
     return pool
+
+
+def _entries_read(pool, net: Network) -> dict[str, int]:
+    """The number of entries of each dataset the network reads (whole, whatever the rank)."""
+    used = {net.layers[name].dataset for name in net.inputs + net.outputs}
+    counts = {}
+    for path in sorted({pool[name][0] for name in used}):
+        counts |= {name: n for name, n in dataset_entries(path).items()
+                   if name in used and pool[name][0] == path}
+    return dict(sorted(counts.items()))
 
 
 def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> dict:
@@ -238,7 +260,9 @@ def _check_same_run(path, extras: dict, settings: dict) -> None:
         d["config"] = {k: v for k, v in d.get("config", {}).items() if k != "epochs"}
         return d
 
-    if key(json.loads(extras.get("settings", "{}"))) != key(settings):
+    saved = key(json.loads(extras.get("settings", "{}")))
+    # (checkpoints of earlier versions recorded fewer settings: those they have must agree)
+    if saved != {k: v for k, v in key(settings).items() if k in saved}:
         raise DestinyError(f"{path}: this checkpoint was made with other settings (network "
                            "definition, data, or training flags other than -e); resuming from it "
                            "would not continue the same run. Use the original flags, or start "

@@ -127,7 +127,7 @@ def generate_netcdf(
     labels, values = features.labels(), features.values()
     with atomic.atomic_outputs() as out:
         write_dataset(out.path(output), dataset,
-                      index=(len(labels), index_digest(labels, values)))
+                      index=(len(labels), index_digest(labels, values, len(labels))))
         report.written.append(str(output))
         if create or report.new_features:
             write_index(out.path(feature_index), labels, values)

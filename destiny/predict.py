@@ -147,12 +147,12 @@ class PredictReport:
 def check_trained_index(path, labels, values, trained, which: str, layer: str) -> None:
     """Refuse an index other than the one layer ``layer`` was trained with: ``trained`` is the
     (entries, digest) its dataset file recorded (`index_digest`). An index grown since keeps
-    its first entries and passes."""
+    its entries numbered below that size, and passes."""
     entries, digest = trained
     if len(labels) >= entries and index_digest(labels, values, entries) == digest:
         return
     found = (f"this file has only {len(labels):,}" if len(labels) < entries else
-             f"this file's first {entries:,} entries differ from them")
+             f"this file's entries numbered below {entries:,} differ from them")
     raise DataFormatError(path, f"is not the {which} index this network was trained with: its "
                           f"layer {layer!r} learned from a dataset written with an index of "
                           f"{entries:,} entries, and {found}. Give the index generate-netcdf "

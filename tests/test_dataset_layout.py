@@ -37,7 +37,7 @@ def test_indicator_layout_matches_dsstne(tmp_path):
                                 "destiny_indexDigest0"]
         labels, values = read_index(tmp_path / "features")
         assert nc.getncattr("destiny_indexEntries0") == 8
-        assert nc.getncattr("destiny_indexDigest0") == index_digest(labels, values)
+        assert nc.getncattr("destiny_indexDigest0") == index_digest(labels, values, 8)
         for attr, value in [("datasets", 1), ("attributes0", 3), ("kind0", 0),
                             ("dataType0", 0), ("dimensions0", 1), ("width0", 128)]:
             v = nc.getncattr(attr)

@@ -350,6 +350,18 @@ def test_an_output_on_an_input_or_another_output(flags, message):
     assert message in fails(args)
 
 
+def test_an_output_inside_an_input_directory():
+    """Every file of an input directory is read: an output written there would be read as
+    text by the next run."""
+    os.mkdir("texts")
+    write(os.path.join("texts", "a.txt"), "u1\ta:b\n")
+    args = ["-i", "texts", *OUTPUTS, "-c"]
+    args[args.index("samples.idx")] = os.path.join("texts", "samples.idx")
+    message = fails(args)
+    assert message.startswith("Error: texts/samples.idx: the sample index (-s) would be "
+                              "written into texts, the input text (-i)"), message
+
+
 def test_empty_dataset_name():
     write("in.txt", "u1\ta:b\n")
     args = ["-i", "in.txt", *OUTPUTS, "-c"]

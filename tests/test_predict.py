@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -159,7 +160,7 @@ def test_predict_refuses_an_index_the_network_was_not_trained_with(model, tmp_pa
     cases = {
         "short": ("".join(lines[:len(lines) // 2]), "this file has only"),
         "renumbered": ("".join(f"{n}\t{i}\n" for i, n in enumerate(reversed(names))),
-                       f"this file's first {len(lines)} entries differ from them"),
+                       f"this file's entries numbered below {len(lines)} differ from them"),
         "grown": ("".join(lines) + f"new-item\t{len(lines)}\n", None),
     }
     for case, (text, message) in cases.items():
@@ -176,6 +177,21 @@ def test_predict_refuses_an_index_the_network_was_not_trained_with(model, tmp_pa
         assert f"{index}: is not the output index this network was trained with" in result.output
         assert f"an index of {len(lines)} entries, and {message}" in result.output
         assert not out.exists()
+
+
+def test_an_index_with_gaps_grown_since_still_passes():
+    """An index numbered with gaps (a 0, b 1, c 5) grows from its size up (d 3), so its
+    entries numbered below its size stay those the network recorded."""
+    from destiny.errors import DataFormatError
+    from destiny.io.index import index_digest
+    from destiny.predict import check_trained_index
+
+    labels, values = ["a", "b", "c"], np.array([0, 1, 5])
+    trained = (3, index_digest(labels, values, 3))
+    check_trained_index("idx", labels + ["d"], np.array([0, 1, 5, 3]), trained, "output", "Out")
+    with pytest.raises(DataFormatError, match="entries numbered below 3 differ"):
+        check_trained_index("idx", ["b", "a", "c"], np.array([0, 1, 5]), trained, "output",
+                            "Out")
 
 
 def wide_network(output_activation="Sigmoid", n_out=3000, extra_layer=False):

@@ -483,6 +483,45 @@ def test_a_damaged_newest_checkpoint_says_how_to_go_on(files):
     assert result.exit_code == 0 and "resumed from" in result.output
 
 
+def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
+    """A checkpoint is resumed only by the same run: other data of the same number of
+    examples (cron's new day, a cron job passing --resume every time) is refused, and so
+    is a checkpoint already at -e, which would publish its weights as they were."""
+    assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
+    (files / "net.nc").unlink()
+    finished = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1", "--resume")
+    assert finished.exit_code == 1
+    assert "found this checkpoint at epoch 2, and -e 2 asks for no more" in finished.output
+    other = random_dataset("x", seed=5)  # as many examples, other entries
+    for name in ("gl_input", "gl_output"):
+        write_dataset(files / f"{name}.nc",
+                      SparseDataset(name, other.width, other.indptr, other.indices))
+    result = run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1", "--resume")
+    assert result.exit_code == 1 and "made with other settings" in result.output
+
+
+def test_metrics_file_through_a_link_stays_a_link(files):
+    (files / "target.jsonl").write_text("old\n")
+    (files / "m.jsonl").symlink_to(files / "target.jsonl")
+    assert run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl")
+                     ).exit_code == 0
+    assert (files / "m.jsonl").is_symlink()
+    assert [json.loads(line)["epoch"] for line in
+            (files / "target.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_file_system_without_flock_trains_unlocked(files, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert run_train(files, "-b", "64", "-e", "1").exit_code == 0
+    assert (files / "net.nc").exists() and not (files / ".net.nc.lock").exists()
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.

@@ -8,6 +8,7 @@ unless it can publish all.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 
@@ -45,8 +46,13 @@ def check_distinct(outputs, inputs=()) -> None:
             continue
         path = os.fspath(path)
         for other, other_what, is_output in seen:
+            if not is_output and _inside(path, other):
+                raise OutputError(f"{path}: the {what} would be written into {other}, the "
+                                  f"{other_what}, whose files are all read as input: the next "
+                                  f"run would read it too. Choose a path outside {other}.")
             if _same_file(path, other):
-                if other != path:  # the same file by another name
+                if other != path:  # the same file by another name: say which, inside the
+                    # flag's parentheses where the description has them ("(-o, as x.nc)")
                     other_what = f"{other_what[:-1]}, as {other})" if other_what.endswith(
                         ")") else f"{other_what} ({other})"
                 if is_output:
@@ -55,6 +61,15 @@ def check_distinct(outputs, inputs=()) -> None:
                 raise OutputError(f"{path}: the {what} would replace the {other_what}, which is "
                                   f"an input of this command; choose another path for the {what}.")
         seen.append((path, what, True))
+
+
+def _inside(path: str, directory: str) -> bool:
+    """Whether ``path`` would be a file in the directory ``directory`` (or below it)."""
+    if not os.path.isdir(directory):
+        return False
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    root = os.path.realpath(directory)
+    return os.path.commonpath([parent, root]) == root
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -66,6 +81,10 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+# flock's errors on a file system that has no such locks.
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
 @contextlib.contextmanager
 def exclusive(path, what: str):
     """Hold the lock of output ``path`` for the ``with`` block, or fail at once if another
@@ -74,6 +93,7 @@ def exclusive(path, what: str):
 
     The lock is ``flock`` on a hidden ``.<name>.lock`` beside ``path``, removed on exit; a
     killed holder's lock is released by the kernel, so its file left behind is taken again.
+    Where the file system has no flock, the block runs unlocked, as before locks existed.
     """
     import fcntl
 
@@ -92,6 +112,11 @@ def exclusive(path, what: str):
             raise OutputError(f"{path}: another run is writing this {what} now (it holds "
                               f"{lock}); wait for it to finish, or choose another path."
                               ) from None
+        except OSError as e:
+            if e.errno not in _NO_FLOCK:
+                os.close(fd)
+                raise OutputError(f"{path}: cannot lock {lock!r} ({e.strerror}).") from None
+            break  # a file system without flock (some NFS, Lustre, FUSE mounts): unlocked
         try:  # the holder before us may have removed the file we locked: lock the new one
             if os.fstat(fd).st_ino == os.stat(lock).st_ino:
                 break

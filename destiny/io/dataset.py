@@ -145,6 +145,13 @@ def dataset_widths(path) -> dict[str, int]:
                 for n in range(_count(nc, path))}
 
 
+def dataset_entries(path) -> dict[str, int]:
+    """The number of entries of every dataset in a file, by name, without reading them."""
+    with _open(path) as nc:
+        return {_text(nc, path, f"name{n}"): len(nc.dimensions[f"sparseDataDim{n}"])
+                for n in range(_count(nc, path)) if f"sparseDataDim{n}" in nc.dimensions}
+
+
 def dataset_indexes(path) -> dict[str, tuple[int, str]]:
     """(entries, digest) of the feature index each dataset of a file was written with, by
     name, for the datasets that record it (``write_dataset``'s ``index``)."""

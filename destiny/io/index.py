@@ -227,17 +227,19 @@ def _show(line: str, limit: int = 60) -> str:
     return repr(shown)
 
 
-def index_digest(labels: list[str], values: np.ndarray, entries: int | None = None) -> str:
-    """A digest of the ``entries`` lowest-numbered entries of an index (all of them if None).
+def index_digest(labels: list[str], values: np.ndarray, below: int) -> str:
+    """A digest of an index's entries numbered below ``below``, in number order.
 
-    A dataset written by generate-netcdf records its feature index's size and digest, the
-    network trained on it records both, and predict compares them with the indexes it is
-    given: an index rebuilt with -c numbers the items anew, and predict would otherwise label
-    the network's units with the wrong items without a word. An index grown since (-m)
-    keeps its first entries, so it still matches.
+    A dataset written by generate-netcdf records its feature index's size n and the digest of
+    its entries below n (all of them, for an index numbered 0..n-1), the network trained on it
+    records both, and predict compares them with the indexes it is given: an index rebuilt
+    with -c numbers the items anew, and predict would otherwise label the network's units with
+    the wrong items without a word. Growth (-m) numbers new entries from the index's size up,
+    so an index grown since still has the same entries below n.
     """
     values = np.asarray(values)
-    order = np.argsort(values, kind="stable")[:entries]
+    order = np.argsort(values, kind="stable")
+    order = order[values[order] < below]
     vals = values.tolist()
     text = "".join(f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
