@@ -522,6 +522,24 @@ def test_a_file_system_without_flock_trains_unlocked(files, monkeypatch):
     assert (files / "net.nc").exists() and not (files / ".net.nc.lock").exists()
 
 
+def test_an_interrupt_mid_run_releases_the_lock_and_keeps_the_checkpoints(files):
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    def stop_after_two(record):
+        if record.epoch == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+            output_path=files / "gl_output.nc", network_path=files / "net.nc",
+            cfg=train_config(batch=64, epochs=5), checkpoint_every=1,
+            metrics_path=files / "m.jsonl", on_epoch=stop_after_two)
+    assert not (files / ".net.nc.lock").exists() and not (files / "net.nc").exists()
+    assert (files / "net.nc2.nc").exists()
+    assert len((files / "m.jsonl").read_text().splitlines()) == 2  # flushed and closed
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.
