@@ -25,13 +25,13 @@ from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
-from destiny.io.dataset import dataset_entries, dataset_indexes, dataset_widths, read_dataset
+from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
 from destiny.parallel import Comm, all_or_none
 from destiny.train import (EpochRecord, TrainConfig, TrainData, TrainState, train_epochs,
-                           unknown_dataset)
+                           too_narrow, unknown_dataset)
 
 
 @dataclass
@@ -76,7 +76,8 @@ def fit(
             netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
             with open(config_path, encoding="utf-8") as f:
                 netdef_text = json.dumps(json.load(f), separators=(",", ":"))
-            run = {"netdef_json": netdef_text} | trained_indexes(netdef, pool)
+            summaries = _summaries(pool, netdef)
+            run = {"netdef_json": netdef_text} | trained_indexes(netdef, summaries)
             if cfg.shuffle is None:
                 cfg = replace(cfg, shuffle=netdef.shuffle_indices)
             net = Network(netdef, kernels, comm=comm)
@@ -86,7 +87,7 @@ def fit(
             # What a checkpoint must share to be resumed: all but -e, the data included
             # (the same numbers of examples and entries, and the same feature indexes).
             settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples,
-                        "entries": _entries_read(pool, net),
+                        "entries": {name: entries for name, (entries, _) in summaries.items()},
                         "indexes": run.get("indexes", "")}
             state, resumed_from = TrainState(), None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
@@ -197,14 +198,13 @@ def dataset_pool(paths) -> dict[str, tuple[str, int]]:
     return pool
 
 
-def _entries_read(pool, net: Network) -> dict[str, int]:
-    """The number of entries of each dataset the network reads (whole, whatever the rank)."""
-    used = {net.layers[name].dataset for name in net.inputs + net.outputs}
-    counts = {}
-    for path in sorted({pool[name][0] for name in used}):
-        counts |= {name: n for name, n in dataset_entries(path).items()
-                   if name in used and pool[name][0] == path}
-    return dict(sorted(counts.items()))
+def _summaries(pool, netdef) -> dict[str, tuple]:
+    """``dataset_summaries`` of the datasets the input and output layers read, by name (each
+    file's header read once)."""
+    used = sorted({layer.dataset for layer in netdef.layers
+                   if layer.kind in (LayerKind.Input, LayerKind.Output) and layer.dataset in pool})
+    by_file = {path: dataset_summaries(path) for path in {pool[name][0] for name in used}}
+    return {name: by_file[pool[name][0]][name] for name in used}
 
 
 def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> dict:
@@ -218,12 +218,9 @@ def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> di
         lo, hi = (net.input_columns(name) if layer.kind == LayerKind.Input else net.units[name])
         if layer.dataset not in where:
             raise unknown_dataset(name, layer.dataset, where)
-        width = pool[layer.dataset][1]
+        path, width = pool[layer.dataset]
         if width > layer.n:  # before reading it (TrainData checks again, for library callers)
-            i = [lay.name for lay in net.netdef.layers].index(name)
-            raise DestinyError(f"{where[layer.dataset]}: the dataset {layer.dataset!r} has "
-                               f"width {width:,}, but Layers[{i}].N gives layer {name!r} only "
-                               f"{layer.n:,} units; use N \"auto\" or an N of at least {width:,}.")
+            raise too_narrow(net, name, layer.dataset, width, path)
         if layer.dataset in needed:
             lo, hi = min(lo, needed[layer.dataset][0]), max(hi, needed[layer.dataset][1])
         needed[layer.dataset] = (lo, hi)
@@ -238,18 +235,13 @@ def _extras(kernels, cfg: TrainConfig, state: TrainState, run: dict) -> dict:
             "seed": cfg.seed, "epoch": state.epoch, "updates": state.updates} | run
 
 
-def trained_indexes(netdef, pool) -> dict:
+def trained_indexes(netdef, summaries) -> dict:
     """``{"indexes": JSON}``: for each input and output layer whose dataset file records the
-    feature index it was written with, that index's (entries, digest) (`index_digest`), for
-    predict to check its indexes against; ``{}`` where no dataset records one (DSSTNE's)."""
-    recorded, by_file = {}, {}
-    for layer in netdef.layers:
-        if layer.kind in (LayerKind.Input, LayerKind.Output) and layer.dataset in pool:
-            path = pool[layer.dataset][0]
-            if path not in by_file:
-                by_file[path] = dataset_indexes(path)
-            if layer.dataset in by_file[path]:
-                recorded[layer.name] = list(by_file[path][layer.dataset])
+    feature index it was written with (``_summaries``), that index's (entries, digest)
+    (`index_digest`), for predict to check its indexes against; ``{}`` where no dataset
+    records one (DSSTNE's)."""
+    recorded = {layer.name: list(summaries[layer.dataset][1]) for layer in netdef.layers
+                if layer.dataset in summaries and summaries[layer.dataset][1] is not None}
     return {"indexes": json.dumps(recorded, sort_keys=True)} if recorded else {}
 
 

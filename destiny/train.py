@@ -105,6 +105,15 @@ def unknown_dataset(layer: str, dataset: str, available) -> DestinyError:
                         "must equal the -d name given to generate-netcdf.")
 
 
+def too_narrow(net: Network, layer: str, dataset: str, width: int, path=None) -> DestinyError:
+    """The error for a layer with fewer units than its dataset's width (``path``: its file)."""
+    i = [lay.name for lay in net.netdef.layers].index(layer)
+    where = f"{path}: " if path is not None else ""
+    return DestinyError(f"{where}the dataset {dataset!r} has width {width:,}, but Layers[{i}].N "
+                        f"gives layer {layer!r} only {net.layers[layer].n:,} units; use N "
+                        f"\"auto\" or an N of at least {width:,}.")
+
+
 class TrainData:
     """The datasets bound to a network's Input and Output layers (spec 3.4)."""
 
@@ -121,9 +130,7 @@ class TrainData:
                                    "Destiny does not train on weighted datasets yet. Write it "
                                    "without weights (generate-netcdf never adds them).")
             if ds.width > layer.n:
-                raise DestinyError(f"dataset {layer.dataset!r} has width {ds.width}, but layer "
-                                   f"{name!r} has only N = {layer.n} units; use N \"auto\" or a "
-                                   "larger N.")
+                raise too_narrow(net, name, layer.dataset, ds.width)
             if net.comm.size > 1:
                 ds = _columns(ds, net.input_columns(name) if layer.kind == LayerKind.Input
                               else net.units[name])

@@ -145,24 +145,20 @@ def dataset_widths(path) -> dict[str, int]:
                 for n in range(_count(nc, path))}
 
 
-def dataset_entries(path) -> dict[str, int]:
-    """The number of entries of every dataset in a file, by name, without reading them."""
+def dataset_summaries(path) -> dict[str, tuple[int | None, tuple[int, str] | None]]:
+    """(entries, feature index) of every dataset in a file, by name, without reading the
+    entries: the index is the (entries, digest) it was written with (``write_dataset``'s
+    ``index``), or None where the file does not record it (DSSTNE's files)."""
     with _open(path) as nc:
-        return {_text(nc, path, f"name{n}"): len(nc.dimensions[f"sparseDataDim{n}"])
-                for n in range(_count(nc, path)) if f"sparseDataDim{n}" in nc.dimensions}
-
-
-def dataset_indexes(path) -> dict[str, tuple[int, str]]:
-    """(entries, digest) of the feature index each dataset of a file was written with, by
-    name, for the datasets that record it (``write_dataset``'s ``index``)."""
-    with _open(path) as nc:
-        attrs = nc.ncattrs()
+        attrs = set(nc.ncattrs())
         found = {}
         for n in range(_count(nc, path)):
-            if f"destiny_indexDigest{n}" in attrs and f"destiny_indexEntries{n}" in attrs:
-                found[_text(nc, path, f"name{n}")] = (
-                    int(nc.getncattr(f"destiny_indexEntries{n}")),
-                    str(nc.getncattr(f"destiny_indexDigest{n}")))
+            index = None
+            if {f"destiny_indexEntries{n}", f"destiny_indexDigest{n}"} <= attrs:
+                index = (int(nc.getncattr(f"destiny_indexEntries{n}")),
+                         str(nc.getncattr(f"destiny_indexDigest{n}")))
+            entries = nc.dimensions.get(f"sparseDataDim{n}")  # (None: a dense dataset)
+            found[_text(nc, path, f"name{n}")] = (entries and len(entries), index)
         return found
 
 

@@ -290,7 +290,10 @@ def activation_dropout_forward(out, mask, a, z, act, slope, alpha, lam, bias, ke
 @cuda.jit(device=True)
 def _lane_sum(partial, value):
     """The sum of ``value`` over the LANES row lanes of column threadIdx.x, returned to each
-    of them (``partial``: a (LANES, COLUMNS) float64 shared array, free again on return)."""
+    of them (``partial``: a (LANES, COLUMNS) float64 shared array, free again on return).
+
+    ``dense._column_mean`` adds its lanes the same way, inline: a device function cannot be
+    shared across modules under the simulator (see ``loss._block_sum``)."""
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     partial[ty, tx] = value
     cuda.syncthreads()
