@@ -43,13 +43,12 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
       evaluate -r recs -t held_out.txt -k 10 --popularity train.txt
     """
     from destiny.evaluate import evaluate as run
-    from destiny.io.atomic import atomic_outputs, check_distinct, check_writable
+    from destiny.io.atomic import atomic_outputs, check_outputs
 
     if json_out is not None:
-        check_distinct([(json_out, "JSON output (--json-out)")], inputs=(
+        check_outputs([(json_out, "JSON output (--json-out)")], inputs=(
             (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
             (train_path, "training text (--popularity)")))
-        check_writable(json_out, "JSON output")
     result = run(recs_path, held_out_path, k, popularity_train=train_path)
     payload = json.dumps(result.as_dict())
     if json_out is not None:

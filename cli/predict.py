@@ -79,11 +79,10 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     comm = get_comm()
     with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
         if output_path != "-" and comm.is_root:
-            atomic.check_distinct([(output_path, "recommendations file (-s)")], inputs=(
+            atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
                 (network_path, "network file (-n)"), (input_index, "input index (-i)"),
                 (output_index, "output index (-o)"), (input_path, "input text (-r)"),
                 (filter_path, "filter file (-f)")))
-            atomic.check_writable(output_path, "recommendations file")
         predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
                               layer=layer, backend=backend, tf32=tf32)
     options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",

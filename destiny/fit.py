@@ -174,10 +174,7 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     before the test for an existing network, which a run finishing meanwhile could write."""
     outputs = ((network_path, "network file (-n)"), (metrics_path, "metrics file"),
                (initial_network, "initial network"))
-    atomic.check_distinct(outputs, inputs)
-    for path, what in outputs:
-        if path:
-            atomic.check_writable(path, what)
+    atomic.check_outputs(outputs, inputs)
     held.enter_context(atomic.exclusive(network_path, "network file (-n)"))
     if os.path.exists(network_path) and not force:
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "

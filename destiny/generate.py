@@ -69,9 +69,7 @@ def generate_netcdf(
     update = create or merge
     outputs = ((output, "output NetCDF file (-o)"), (feature_index, "feature index (-f)"),
                (sample_index, "sample index (-s)"))
-    atomic.check_distinct(outputs, inputs=[(input_path, "input text (-i)")])
-    for path, what in outputs:
-        atomic.check_writable(path, what)
+    atomic.check_outputs(outputs, inputs=[(input_path, "input text (-i)")])
     files = input_files(input_path)
 
     if create:

@@ -19,7 +19,7 @@ import sys
 import click
 
 from destiny.errors import DestinyError
-from destiny.io.atomic import atomic_outputs, check_distinct, check_writable
+from destiny.io.atomic import atomic_outputs, check_outputs
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 
 
@@ -42,9 +42,8 @@ def main(ratings, output, fmt, value, min_rating):
             report = _to_stdout(ratings, options)
             where = "stdout"
         else:
-            check_distinct([(output, "converted ratings (-o)")],
-                           inputs=[(ratings, "ratings file")])
-            check_writable(output, "converted ratings")
+            check_outputs([(output, "converted ratings (-o)")],
+                          inputs=[(ratings, "ratings file")])
             with atomic_outputs() as outputs:
                 with open(outputs.path(output), "w", encoding="utf-8", newline="\n") as out:
                     report = convert_ratings(ratings, out, **options)

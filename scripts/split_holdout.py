@@ -22,7 +22,7 @@ import click
 import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
-from destiny.io.atomic import atomic_outputs, check_distinct, check_writable
+from destiny.io.atomic import atomic_outputs, check_outputs
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
@@ -38,9 +38,7 @@ def main(text, train_path, heldout_path, fraction, seed):
     """Hold out a fraction of each sample's features."""
     outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
     try:
-        check_distinct(outputs, [(text, "input text")])
-        for path, what in outputs:
-            check_writable(path, what)
+        check_outputs(outputs, [(text, "input text")])
         with atomic_outputs() as out, \
                 open(out.path(train_path), "w", encoding="utf-8", newline="\n") as train, \
                 open(out.path(heldout_path), "w", encoding="utf-8", newline="\n") as heldout:

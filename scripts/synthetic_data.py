@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from destiny import synthetic  # noqa: E402
 from destiny.errors import DestinyError  # noqa: E402
-from destiny.io.atomic import atomic_outputs, check_writable  # noqa: E402
+from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +42,7 @@ from destiny.io.atomic import atomic_outputs, check_writable  # noqa: E402
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
     try:
-        check_writable(output, "ratings file (-o)")
+        check_outputs([(output, "ratings file (-o)")])
     except DestinyError as e:
         click.echo(f"Error: {e}", err=True)
         sys.exit(1)

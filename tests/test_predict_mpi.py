@@ -117,7 +117,7 @@ def test_rank_zero_alone_failing(model, tmp_path):  # noqa: F811
     # Only rank 0 writes, so only rank 0 checks the output directory.
     done = mpiexec(2, *argv(model, "-s", tmp_path / "no" / "recs.txt"))
     assert done.returncode == 1 and len(errors(done)) == 1
-    assert "for the recommendations file does not exist" in errors(done)[0]
+    assert "for the recommendations file (-s) does not exist" in errors(done)[0]
 
 
 def test_one_rank_failing_stops_all(model, tmp_path):  # noqa: F811

@@ -15,6 +15,19 @@ import tempfile
 from destiny.errors import OutputError
 
 
+def check_outputs(outputs, inputs=()) -> None:
+    """Fail early, before any work, if an output cannot be written where it is asked for.
+
+    ``outputs`` and ``inputs`` are (path, what) pairs, ``what`` naming the file and its flag
+    ("network file (-n)"); empty paths and '-' (a standard stream) are skipped. The checks
+    are ``check_distinct`` and then ``check_writable`` for each output.
+    """
+    check_distinct(outputs, inputs)
+    for path, what in outputs:
+        if path and path != "-":
+            check_writable(path, what)
+
+
 def check_writable(path, what: str) -> None:
     """Fail early, before any work, if ``path`` cannot be created."""
     directory = os.path.dirname(os.path.abspath(path))
