@@ -330,7 +330,13 @@ _TOP_READERS = {
 # --- layers ----------------------------------------------------------------------------------
 
 def _parse_layers(written: str, value, net: NetworkDef) -> tuple[LayerDef, ...]:
-    items = [value] if isinstance(value, dict) else value  # a single object is allowed (3.2)
+    if isinstance(value, dict):  # a single layer object is allowed (spec 3.2)
+        stray = next((key for key in value if key.lower() not in LAYER_KEYS), None)
+        if stray is not None:  # more likely layers keyed by name than one layer with a typo
+            raise NetDefError(written, f"expected an array of layer objects, got an object "
+                                       f"whose key '{stray}' is not a layer key; write the "
+                                       f"layers as an array: [{{\"Kind\": \"Input\", ...}}, ...]")
+    items = [value] if isinstance(value, dict) else value
     if not isinstance(items, list) or not items:
         raise NetDefError(written, "expected a non-empty array of layer objects")
     layers = []

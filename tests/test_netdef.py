@@ -221,6 +221,11 @@ INVALID = [
      r"^ScaledMarginalCrossEntropy\.oneTargets: unknown key; expected one of oneScale, "
      r"zeroScale, oneTarget, zeroTarget"),
     ("layers_not_array", _set_top("Layers", 3), r"^Layers: expected a non-empty array"),
+    ("layers_keyed_by_name", _set_top("Layers", {"Input": {"Kind": "Input", "N": 3}}),
+     r"^Layers: expected an array of layer objects, got an object whose key 'Input' is not "
+     r"a layer key; write the layers as an array"),
+    ("single_layer_object", _set_top("Layers", {"Kind": "Input", "N": 3, "DataSet": "in"}),
+     r"^Layers: no Output layer"),
 ]
 
 
