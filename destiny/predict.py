@@ -144,13 +144,19 @@ class PredictReport:
     notes: list[str] = field(default_factory=list)
 
 
-def check_trained_index(path, labels, values, trained, which: str, layer: str) -> None:
+def check_trained_index(path, labels, values, trained, which: str, layer: str,
+                        digests: dict | None = None) -> None:
     """Refuse an index other than the one layer ``layer`` was trained with: ``trained`` is the
     (entries, digest) its dataset file recorded (`index_digest`). An index grown since keeps
-    its entries numbered below that size, and passes."""
+    its entries numbered below that size, and passes. ``digests`` (entries -> digest) keeps
+    the digests computed of this mapping for the next call on it."""
     entries, digest = trained
-    if len(labels) >= entries and index_digest(labels, values, entries) == digest:
-        return
+    if len(labels) >= entries:
+        digests = {} if digests is None else digests
+        if entries not in digests:
+            digests[entries] = index_digest(labels, values, entries)
+        if digests[entries] == digest:
+            return
     found = (f"this file has only {len(labels):,}" if len(labels) < entries else
              f"this file's entries numbered below {entries:,} differ from them")
     raise DataFormatError(path, f"is not the {which} index this network was trained with: its "
@@ -203,11 +209,13 @@ class Predictor:
                 f"{input_layer.dataset!r}, and predict looks for '<-d>_input' (as DSSTNE does); "
                 f"use -d {input_layer.dataset.removesuffix('_input')}.")
         trained = json.loads(nf.destiny.get("indexes", "{}"))
-        for path, (names, numbers), name, which in (
-                (input_index, (in_labels, in_values), input_layer.name, "input"),
-                (output_index, (labels, values), layer, "output")):
+        in_digests = {}  # alike indices are one mapping, digested once (0.26 s at 930k items)
+        for path, (names, numbers), name, which, digests in (
+                (input_index, (in_labels, in_values), input_layer.name, "input", in_digests),
+                (output_index, (labels, values), layer, "output",
+                 in_digests if self.indices_alike else {})):
             if name in trained:
-                check_trained_index(path, names, numbers, trained[name], which, name)
+                check_trained_index(path, names, numbers, trained[name], which, name, digests)
         load_weights(self.net, network_path, gradients=False, nf=nf)
         if len(self.features) > input_layer.n:
             raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "
