@@ -55,6 +55,11 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
     if create and merge:
         raise click.UsageError("-c (create a new feature index) and -m (merge into the existing "
                                "one) contradict each other; give one of them.")
+
+    def waiting(line):
+        if not quiet:
+            note(NAME, line)
+
     started = time.perf_counter()
     total = sum(os.path.getsize(p) for p in input_files(input_path))
     with progress_bar(total, NAME) as bar:
@@ -62,7 +67,7 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
         report = run(input_path=input_path, output=output, dataset_name=dataset_name,
                      feature_index=feature_index, sample_index=sample_index, create=create,
                      merge=merge, analog=data_type == "analog", strict=strict,
-                     progress=bar.update)
+                     progress=bar.update, on_wait=waiting)
     if report.dropped:
         note(NAME, f"dropped {report.dropped:,} features that are not in {feature_index}, from "
                    f"{report.lines_with_drops:,} lines (DSSTNE drops them silently; -m adds them "

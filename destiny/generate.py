@@ -52,6 +52,7 @@ def generate_netcdf(
     analog: bool = False,
     strict: bool = False,
     progress: Callable[[int], None] | None = None,
+    on_wait: Callable[[str], None] = lambda line: None,
 ) -> GenerateReport:
     """Convert DSSTNE text (a file, or a directory of files) into a dataset NetCDF file.
 
@@ -59,6 +60,7 @@ def generate_netcdf(
     to the existing one; with neither, ``feature_index`` must exist and unknown features are
     dropped (or raise with ``strict``). The sample index is read when it exists and written
     when new samples appear. ``analog`` keeps each feature's value (0.0 without one).
+    Another run writing one of the outputs is waited for; ``on_wait`` hears of it.
     """
     if create and merge:
         raise DestinyError("-c (create a new feature index) and -m (merge into the existing "
@@ -66,12 +68,21 @@ def generate_netcdf(
     if not dataset_name:
         raise DestinyError("the dataset name (-d) is empty; give the DataSet name of the "
                            "network layer that will read this file.")
-    update = create or merge
     outputs = ((output, "output NetCDF file (-o)"), (feature_index, "feature index (-f)"),
                (sample_index, "sample index (-s)"))
     atomic.check_outputs(outputs, inputs=[(input_path, "input text (-i)")])
     files = input_files(input_path)
+    # The index files are read, extended and written back, so runs sharing one (make -j
+    # converting the input and the output data with one -s, as DSSTNE's example does) would
+    # each number new entries from what it read, and the later would silently drop the
+    # earlier's. Runs sharing an output take turns instead.
+    with atomic.exclusive_all(outputs, on_wait=on_wait):
+        return _convert(files, output, dataset_name, feature_index, sample_index, create=create,
+                        update=create or merge, analog=analog, strict=strict, progress=progress)
 
+
+def _convert(files, output, dataset_name, feature_index, sample_index, *, create, update, analog,
+             strict, progress) -> GenerateReport:
     if create:
         features = LabelTable()
     elif os.path.exists(feature_index):

@@ -84,3 +84,31 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
         with atomic_outputs() as out:
             out.path(tmp_path / "out.nc")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
+    """Another process writing the same index: generate-netcdf says on stderr what it waits
+    for, then runs when the lock is released (an flock between two processes)."""
+    import threading
+
+    from destiny.io.atomic import exclusive
+
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    exe = shutil.which("generate-netcdf", path=str(pathlib.Path(sys.executable).parent))
+    argv = [exe, "-i", "in.txt", "-o", "gl.nc", "-d", "gl_input", "-f", "features", "-s",
+            "samples", "-c"]
+    with exclusive(tmp_path / "features", "feature index (-f)"):
+        proc = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(120, proc.kill)  # a run that never says it waits
+        watchdog.start()
+        try:
+            first = proc.stderr.readline()
+        finally:
+            watchdog.cancel()
+        assert first == ("generate-netcdf: features: waiting for another run writing this "
+                         "feature index (-f) to finish (it holds "
+                         f"{tmp_path / '.features.lock'}).\n")
+        assert proc.poll() is None and not (tmp_path / "gl.nc").exists()
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0, rest
+    assert "wrote gl.nc, features, samples" in rest

@@ -245,3 +245,38 @@ def test_unknown_dataset_name(tmp_path):
     from destiny.errors import DataFormatError
     with pytest.raises(DataFormatError, match="has no dataset named 'gl_output'; it holds 'gl_input'"):
         read_dataset(tmp_path / "out.nc", "gl_output")
+
+
+def test_runs_sharing_an_index_take_turns(tmp_path):
+    """make -j converting two inputs that share one sample index (-s): the second run waits
+    for the first, then reads the index the first wrote and numbers its new samples after
+    those, instead of numbering from what it read at its start and replacing the first's."""
+    import threading
+    import time
+
+    from destiny.generate import generate_netcdf as convert
+    from destiny.io.atomic import exclusive
+
+    (tmp_path / "b.txt").write_text("u3\tx\nu1\ty\n")
+    waits = []
+
+    def second():
+        convert(input_path=tmp_path / "b.txt", output=tmp_path / "b.nc", dataset_name="gl_output",
+                feature_index=tmp_path / "features_b", sample_index=tmp_path / "samples",
+                create=True, on_wait=waits.append)
+
+    thread = threading.Thread(target=second)
+    with exclusive(tmp_path / "samples", "sample index (-s)"):  # the first run, meanwhile
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not waits and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waits == [f"{tmp_path / 'samples'}: waiting for another run writing this sample "
+                         f"index (-s) to finish (it holds {tmp_path / '.samples.lock'})."]
+        assert thread.is_alive() and not (tmp_path / "b.nc").exists()
+        (tmp_path / "samples").write_text("u1\t0\nu2\t1\n")  # what the first run publishes
+    thread.join(60)
+    assert not thread.is_alive()
+    assert (tmp_path / "samples").read_text() == "u1\t0\nu2\t1\nu3\t2\n"
+    assert read_dataset(tmp_path / "b.nc").indices.tolist() == [1, 0]  # u1 (y) then u3 (x)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")]

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from typing import Callable
 
 from destiny.errors import OutputError
 
@@ -99,10 +100,13 @@ _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 @contextlib.contextmanager
-def exclusive(path, what: str):
+def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
     """Hold the lock of output ``path`` for the ``with`` block, or fail at once if another
     process holds it: two runs writing one file at the same time (overlapping cron jobs)
-    would otherwise both succeed, the later silently replacing the earlier's output.
+    would otherwise both succeed, the later silently replacing the earlier's output. Given
+    ``on_wait``, the block waits for the holder instead, so that runs sharing a file take
+    turns (``make -j`` running two conversions that update one index file); ``on_wait`` is
+    called first with a line saying what it waits for.
 
     The lock is ``flock`` on a hidden ``.<name>.lock`` beside ``path``, removed on exit; a
     killed holder's lock is released by the kernel, so its file left behind is taken again.
@@ -119,7 +123,14 @@ def exclusive(path, what: str):
             raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
                               "check the directory's permissions.") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is None:
+                    raise
+                on_wait(f"{path}: waiting for another run writing this {what} to finish "
+                        f"(it holds {lock}).")
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except BlockingIOError:
             os.close(fd)
             raise OutputError(f"{path}: another run is writing this {what} now (it holds "
@@ -142,6 +153,16 @@ def exclusive(path, what: str):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_all(outputs, on_wait: Callable[[str], None] | None = None):
+    """``exclusive`` over several (path, what) outputs, taken in the order of their real paths
+    so that two runs waiting for each other's files cannot both wait forever."""
+    with contextlib.ExitStack() as held:
+        for path, what in sorted(outputs, key=lambda output: os.path.realpath(output[0])):
+            held.enter_context(exclusive(path, what, on_wait))
+        yield
 
 
 class OutputSet:
