@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -89,7 +90,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                      comm=comm)
     except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
         progress.close()
-        raise click.ClickException(_interrupted(network_path)) from None
+        raise click.ClickException(_interrupted(network_path, progress.epochs_run(),
+                                                checkpoint_every)) from None
     progress.close()
     if not quiet:
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
@@ -97,17 +99,29 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                    f"epochs in this run{resumed})")
 
 
-def _interrupted(network_path) -> str:
-    from destiny.io.checkpoint import latest_checkpoint
+def _interrupted(network_path, epochs_run: range | None, every: int) -> str:
+    """What Ctrl-C leaves: the newest checkpoint of this run (the one it resumed from, or one
+    it wrote after the epochs of ``epochs_run``), else an earlier run's, said to be one."""
+    from destiny.io.checkpoint import checkpoint_path, latest_checkpoint
 
+    ours = []
+    if epochs_run is not None:
+        ours = [epoch for epoch in epochs_run if epoch > 0 and (
+            epoch == epochs_run.start or every > 0 and epoch % every == 0)]
+    if ours and os.path.exists(checkpoint_path(network_path, ours[-1])):
+        return (f"interrupted; {network_path} was not written. The newest checkpoint is "
+                f"{checkpoint_path(network_path, ours[-1])} (epoch {ours[-1]}): run the same "
+                "command with --resume to continue from it.")
     found = latest_checkpoint(network_path)
     if found is None:
         return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
                 "the command again to start afresh (--checkpoint-every sets how often "
                 "checkpoints are written).")
     path, epoch = found
-    return (f"interrupted; {network_path} was not written. The newest checkpoint is {path} "
-            f"(epoch {epoch}): run the same command with --resume to continue from it.")
+    return (f"interrupted before this run's first checkpoint; {network_path} was not written. "
+            f"The newest checkpoint, {path} (epoch {epoch}), is an earlier run's: --resume "
+            "continues from it if that run had these settings and data; otherwise run the "
+            "command again to start afresh.")
 
 
 class _Progress:
@@ -116,9 +130,16 @@ class _Progress:
     def __init__(self, cfg, quiet: bool, ranks: int):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
         self.examples, self.seen, self.loss = 0, 0, 0.0
+        self.first = self.last = None  # the epoch the run started from, the last it finished
+
+    def epochs_run(self) -> range | None:
+        """The epoch the run started from (0, or the one resumed) to the last it finished;
+        None before training began."""
+        return None if self.first is None else range(self.first, self.last + 1)
 
     def start(self, net, data, state):
         self.examples = data.examples
+        self.first = self.last = state.epoch
         if self.quiet:
             return
         import numba
@@ -146,6 +167,7 @@ class _Progress:
         self.bar.update(n)
 
     def epoch(self, r):
+        self.last = r.epoch
         if self.quiet:
             return
         self.bar.close()

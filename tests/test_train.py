@@ -449,8 +449,44 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
         (files / f"net.nc{epoch}.nc").write_bytes(b"")
     result = run_train(files)
     assert result.exit_code == 1 and "Aborted" not in result.output
-    assert (f"The newest checkpoint is {files / 'net.nc20.nc'} (epoch 20): run the same "
-            "command with --resume") in result.output
+    assert (f"interrupted before this run's first checkpoint; {files / 'net.nc'} was not "
+            f"written. The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier "
+            "run's: --resume continues from it if that run had these settings") in result.output
+
+
+def stop_at_once(*_, **__):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatch):
+    """Checkpoints of an earlier run (epoch 20) lie beside -n: Ctrl-C after epoch 3 of a run
+    checkpointing every 2 epochs names its own epoch-2 checkpoint, and a resumed run that
+    finished no epoch since names the checkpoint it resumed from."""
+    import destiny.fit
+
+    real = destiny.fit.train_epochs
+
+    def stop_after(last):
+        def run(net, data, cfg, state, on_batch, on_epoch):
+            def done(record, st):
+                on_epoch(record, st)
+                if record.epoch == last:
+                    raise KeyboardInterrupt
+            return real(net, data, cfg, state, on_batch=on_batch, on_epoch=done)
+        return run
+
+    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's
+    monkeypatch.setattr(destiny.fit, "train_epochs", stop_after(3))
+    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
+    assert result.exit_code == 1
+    assert (f"The newest checkpoint is {files / 'net.nc2.nc'} (epoch 2): run the same command "
+            "with --resume") in result.output
+    (files / "net.nc20.nc").unlink()
+    monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
+    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume")
+    assert result.exit_code == 1
+    assert (f"The newest checkpoint is {files / 'net.nc2.nc'} (epoch 2): run the same command "
+            "with --resume") in result.output
 
 
 def test_a_second_run_writing_the_same_network_stops_at_once(files):
