@@ -94,21 +94,7 @@ def fit(
         found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
         if found is not None:
             resumed_from, _ = found
-            with all_or_none(comm):
-                try:
-                    extras = load_weights(net, resumed_from)
-                except DestinyError as e:
-                    raise DestinyError(
-                        f"{e} --resume takes the newest checkpoint, {resumed_from}: if it is "
-                        "damaged or not a checkpoint of this run, move it away and --resume "
-                        "continues from the one before.") from None
-                _check_same_run(resumed_from, extras, settings)
-                if int(extras["epoch"]) >= cfg.epochs:
-                    raise DestinyError(
-                        f"{resumed_from}: --resume found this checkpoint at epoch "
-                        f"{int(extras['epoch'])}, and -e {cfg.epochs} asks for no more. Give a "
-                        "larger -e to train on from it, or start afresh without --resume.")
-            state = TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
+            state = _resume(net, resumed_from, settings, cfg.epochs, comm)
         elif initial_network and not resume:
             save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
         if on_start is not None:
@@ -146,6 +132,26 @@ def fit(
                      arrays=counts)
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                          records=records, written=str(network_path))
+
+
+def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm) -> TrainState:
+    """Load the checkpoint ``path`` into ``net`` (each rank its part), once it is known to be
+    of this run (``settings``) and to leave epochs to train before ``epochs``."""
+    with all_or_none(comm):
+        try:
+            extras = load_weights(net, path)
+        except DestinyError as e:
+            raise DestinyError(
+                f"{e} --resume takes the newest checkpoint, {path}: if it is damaged or not a "
+                "checkpoint of this run, move it away and --resume continues from the one "
+                "before.") from None
+        _check_same_run(path, extras, settings)
+        if int(extras["epoch"]) >= epochs:
+            raise DestinyError(
+                f"{path}: --resume found this checkpoint at epoch {int(extras['epoch'])}, and "
+                f"-e {epochs} asks for no more. Give a larger -e to train on from it, or start "
+                "afresh without --resume.")
+    return TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
 
 
 def _open_metrics(path, epoch: int):
