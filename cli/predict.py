@@ -77,18 +77,20 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     from destiny.predict import Predictor, predict_file
 
     comm = get_comm()
-    with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
-        if output_path != "-" and comm.is_root:
-            atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
-                (network_path, "network file (-n)"), (input_index, "input index (-i)"),
-                (output_index, "output index (-o)"), (input_path, "input text (-r)"),
-                (filter_path, "filter file (-f)")))
-        predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
-                              layer=layer, backend=backend, tf32=tf32)
-    options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
-                   batch_size=batch, score_format=score_format, comm=comm)
-    with _records_out(output_path, comm) as out:
-        report = predict_file(predictor, input_path, out, **options)
+    with contextlib.ExitStack() as held:  # the output's lock, held to the end
+        with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
+            if output_path != "-" and comm.is_root:
+                atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
+                    (network_path, "network file (-n)"), (input_index, "input index (-i)"),
+                    (output_index, "output index (-o)"), (input_path, "input text (-r)"),
+                    (filter_path, "filter file (-f)")))
+                held.enter_context(atomic.exclusive(output_path, "recommendations file (-s)"))
+            predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
+                                  layer=layer, backend=backend, tf32=tf32)
+        options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
+                       batch_size=batch, score_format=score_format, comm=comm)
+        with _records_out(output_path, comm) as out:
+            report = predict_file(predictor, input_path, out, **options)
     if not comm.is_root:
         return
     if report.dropped:

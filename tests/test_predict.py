@@ -194,6 +194,30 @@ def test_an_index_with_gaps_grown_since_still_passes():
                             "Out")
 
 
+def test_a_second_run_to_the_same_output_stops_and_a_killed_runs_file_is_removed(model,
+                                                                                 tmp_path):
+    """Two runs writing one recommendations file: the second stops at once, as train does. A
+    run killed outright (SIGKILL, the OOM killer) leaves its temporary file, as large as the
+    output: the next run to that output removes it, and only its."""
+    from destiny.io.atomic import exclusive
+
+    out = tmp_path / "recs.txt"
+    with exclusive(out, "recommendations file (-s)"):
+        result = run(model, "-r", str(model / "ratings.txt"), output=str(out))
+        assert result.exit_code == 1
+        assert f"{out}: another run is writing this recommendations file (-s) now" in result.output
+    left = {name: b"partial" for name in (".recs.txt.k3m_x9qa.tmp", ".recs.txt.0123abcd.tmp",
+                                          ".recs.txt.0123abc.tmp", ".recs.txt2.0123abcd.tmp",
+                                          ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp")}
+    for name, data in left.items():
+        (tmp_path / name).write_bytes(data)
+    result = run(model, "-r", str(model / "ratings.txt"), output=str(out))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"recs.txt", ".recs.txt.0123abc.tmp", ".recs.txt2.0123abcd.tmp",
+         ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp"})
+
+
 def test_alike_indices_are_digested_once(model, monkeypatch):
     """An autoencoder's input and output indices map alike: the check of each against the
     network's record computes one digest for both (0.26 s each at 930k items)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
 from typing import Callable
 
@@ -110,7 +111,9 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
 
     The lock is ``flock`` on a hidden ``.<name>.lock`` beside ``path``, removed on exit; a
     killed holder's lock is released by the kernel, so its file left behind is taken again.
-    Where the file system has no flock, the block runs unlocked, as before locks existed.
+    Once locked, the temporary files of ``path`` that killed runs left are removed (nothing
+    else can be writing one). Where the file system has no flock, the block runs unlocked, as
+    before locks existed.
     """
     import fcntl
 
@@ -143,6 +146,7 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
             break  # a file system without flock (some NFS, Lustre, FUSE mounts): unlocked
         try:  # the holder before us may have removed the file we locked: lock the new one
             if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                _remove_abandoned(directory, name)
                 break
         except FileNotFoundError:
             pass
@@ -153,6 +157,18 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)
         os.close(fd)
+
+
+def _remove_abandoned(directory: str, name: str) -> None:
+    """Remove the temporary files of output ``name`` (``OutputSet.path``'s names) that killed
+    runs left behind: SIGKILL, the OOM killer or a power cut runs no clean-up, and a predict
+    killed that way leaves a file as large as its output. Only with the output's lock held."""
+    temporary = re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")  # mkstemp's 8 chars
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 @contextlib.contextmanager
