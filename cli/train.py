@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -87,10 +86,10 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                      checkpoint_every=checkpoint_every, resume=resume, force=force,
                      metrics_path=metrics_path, initial_network=initial_network,
                      on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
-                     comm=comm)
+                     on_checkpoint=progress.checkpointed, comm=comm)
     except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
         progress.close()
-        raise click.ClickException(_interrupted(network_path, progress.epochs_run(),
+        raise click.ClickException(_interrupted(network_path, progress.checkpoint,
                                                 checkpoint_every)) from None
     progress.close()
     if not quiet:
@@ -99,29 +98,32 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                    f"epochs in this run{resumed})")
 
 
-def _interrupted(network_path, epochs_run: range | None, every: int) -> str:
-    """What Ctrl-C leaves: the newest checkpoint of this run (the one it resumed from, or one
-    it wrote after the epochs of ``epochs_run``), else an earlier run's, said to be one."""
-    from destiny.io.checkpoint import checkpoint_path, latest_checkpoint
+def _interrupted(network_path, ours: tuple[str, int] | None, every: int) -> str:
+    """What Ctrl-C leaves and how to go on: ``ours`` is this run's newest checkpoint (the
+    one it resumed from or wrote last), which --resume takes unless an earlier run left a
+    newer one."""
+    from destiny.io.checkpoint import latest_checkpoint
 
-    ours = []
-    if epochs_run is not None:
-        ours = [epoch for epoch in epochs_run if epoch > 0 and (
-            epoch == epochs_run.start or every > 0 and epoch % every == 0)]
-    if ours and os.path.exists(checkpoint_path(network_path, ours[-1])):
-        return (f"interrupted; {network_path} was not written. The newest checkpoint is "
-                f"{checkpoint_path(network_path, ours[-1])} (epoch {ours[-1]}): run the same "
+    newest = latest_checkpoint(network_path)
+    lost = f"interrupted; {network_path} was not written."
+    if ours is not None and (newest is None or newest[1] <= ours[1]):
+        return (f"{lost} The newest checkpoint is {ours[0]} (epoch {ours[1]}): run the same "
                 "command with --resume to continue from it.")
-    found = latest_checkpoint(network_path)
-    if found is None:
-        return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
-                "the command again to start afresh (--checkpoint-every sets how often "
-                "checkpoints are written).")
-    path, epoch = found
-    return (f"interrupted before this run's first checkpoint; {network_path} was not written. "
-            f"The newest checkpoint, {path} (epoch {epoch}), is an earlier run's: --resume "
-            "continues from it if that run had these settings and data; otherwise run the "
-            "command again to start afresh.")
+    if ours is not None:
+        return (f"{lost} This run's newest checkpoint is {ours[0]} (epoch {ours[1]}), but "
+                f"--resume takes the newest beside it, {newest[0]} (epoch {newest[1]}), an "
+                "earlier run's: move that one away, then run the same command with --resume.")
+    if newest is not None:
+        return (f"{lost} This run wrote no checkpoint yet. The newest checkpoint, {newest[0]} "
+                f"(epoch {newest[1]}), is an earlier run's: --resume continues from it if that "
+                "run had these settings and data; otherwise run the command again to start "
+                "afresh.")
+    if every <= 0:
+        return (f"{lost} --checkpoint-every 0 writes no checkpoints: run the command again to "
+                "start afresh.")
+    return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
+            "the command again to start afresh (--checkpoint-every sets how often checkpoints "
+            "are written).")
 
 
 class _Progress:
@@ -130,16 +132,13 @@ class _Progress:
     def __init__(self, cfg, quiet: bool, ranks: int):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
         self.examples, self.seen, self.loss = 0, 0, 0.0
-        self.first = self.last = None  # the epoch the run started from, the last it finished
+        self.checkpoint = None  # this run's newest: (path, epoch)
 
-    def epochs_run(self) -> range | None:
-        """The epoch the run started from (0, or the one resumed) to the last it finished;
-        None before training began."""
-        return None if self.first is None else range(self.first, self.last + 1)
+    def checkpointed(self, path, epoch: int):
+        self.checkpoint = (path, epoch)
 
     def start(self, net, data, state):
         self.examples = data.examples
-        self.first = self.last = state.epoch
         if self.quiet:
             return
         import numba
@@ -167,7 +166,6 @@ class _Progress:
         self.bar.update(n)
 
     def epoch(self, r):
-        self.last = r.epoch
         if self.quiet:
             return
         self.bar.close()

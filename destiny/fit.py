@@ -60,9 +60,13 @@ def fit(
     on_start: Callable[[Network, TrainData, TrainState], None] | None = None,
     on_batch: Callable[[int, float], None] | None = None,
     on_epoch: Callable[[EpochRecord], None] | None = None,
+    on_checkpoint: Callable[[str, int], None] | None = None,
     comm: Comm | None = None,
 ) -> FitReport:
-    """Train the network of ``config_path`` on the two dataset files and write ``network_path``."""
+    """Train the network of ``config_path`` on the two dataset files and write ``network_path``.
+
+    ``on_checkpoint(path, epoch)`` hears of the checkpoint resumed from and of each written.
+    """
     comm = comm or Comm()
     with contextlib.ExitStack() as held:  # the network file's lock, held to the end
         with all_or_none(comm):
@@ -95,6 +99,8 @@ def fit(
         if found is not None:
             resumed_from, _ = found
             state = _resume(net, resumed_from, settings, cfg.epochs, comm)
+            if on_checkpoint is not None:
+                on_checkpoint(resumed_from, state.epoch)
         elif initial_network and not resume:
             save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
         if on_start is not None:
@@ -113,8 +119,10 @@ def fit(
             if checkpoint_every > 0 and st.epoch % checkpoint_every == 0:  # the last too (5.2)
                 extras = _extras(kernels, cfg, st, run) | {
                     "settings": json.dumps(settings, sort_keys=True)}
-                save_network(checkpoint_path(network_path, st.epoch), net, destiny=extras,
-                             optimizer_state=True)
+                path = checkpoint_path(network_path, st.epoch)
+                save_network(path, net, destiny=extras, optimizer_state=True)
+                if on_checkpoint is not None:
+                    on_checkpoint(path, st.epoch)
             if on_epoch is not None:
                 on_epoch(record)
 

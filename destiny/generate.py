@@ -68,15 +68,19 @@ def generate_netcdf(
     if not dataset_name:
         raise DestinyError("the dataset name (-d) is empty; give the DataSet name of the "
                            "network layer that will read this file.")
-    outputs = ((output, "output NetCDF file (-o)"), (feature_index, "feature index (-f)"),
-               (sample_index, "sample index (-s)"))
-    atomic.check_outputs(outputs, inputs=[(input_path, "input text (-i)")])
+    dataset_out = (output, "output NetCDF file (-o)")
+    features_out = (feature_index, "feature index (-f)")
+    samples_out = (sample_index, "sample index (-s)")
+    atomic.check_outputs((dataset_out, features_out, samples_out),
+                         inputs=[(input_path, "input text (-i)")])
     files = input_files(input_path)
     # The index files are read, extended and written back, so runs sharing one (make -j
     # converting the input and the output data with one -s, as DSSTNE's example does) would
     # each number new entries from what it read, and the later would silently drop the
-    # earlier's. Runs sharing an output take turns instead.
-    with atomic.exclusive_all(outputs, on_wait=on_wait):
+    # earlier's. Runs sharing an output take turns instead; a feature index only read (no
+    # -c or -m) is not an output, and runs sharing it go on at once.
+    written = (dataset_out, samples_out) + ((features_out,) if create or merge else ())
+    with atomic.exclusive_all(written, on_wait=on_wait):
         return _convert(files, output, dataset_name, feature_index, sample_index, create=create,
                         update=create or merge, analog=analog, strict=strict, progress=progress)
 

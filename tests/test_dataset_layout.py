@@ -280,3 +280,44 @@ def test_runs_sharing_an_index_take_turns(tmp_path):
     assert (tmp_path / "samples").read_text() == "u1\t0\nu2\t1\nu3\t2\n"
     assert read_dataset(tmp_path / "b.nc").indices.tolist() == [1, 0]  # u1 (y) then u3 (x)
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")]
+
+
+def test_outputs_through_a_symbolic_link_lock_their_real_directory(tmp_path, monkeypatch):
+    """`link/../features` is sub/features (the link is followed before '..'), not ./features:
+    the two outputs have locks of their own, and the run does not wait for itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub" / "dir").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "sub" / "dir")
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    argv = ["-i", "in.txt", "-o", "gl.nc", "-d", "gl_input", "-f", "link/../features", "-s",
+            "features", "-c"]
+    result = CliRunner().invoke(generate_netcdf, argv)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "sub" / "features").read_text() == "x\t0\ny\t1\n"
+    assert (tmp_path / "features").read_text() == "u1\t0\n"
+
+
+def test_two_outputs_with_one_lock_file_are_refused(tmp_path, monkeypatch):
+    """Two names of one file that check_distinct cannot tell apart (as on a case-insensitive
+    file system, simulated here) would make the run wait for itself: refused."""
+    import destiny.io.atomic as atomic
+
+    monkeypatch.setattr(atomic, "check_distinct", lambda *_: None)
+    real = atomic.lock_path
+    monkeypatch.setattr(atomic, "lock_path", lambda path: real(str(path).lower()))
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    argv = ["-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "gl.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "Idx"), "-s", str(tmp_path / "idx"), "-c"]
+    result = CliRunner().invoke(generate_netcdf, argv)
+    assert result.exit_code == 1
+    assert "given as both the sample index (-s) and the feature index (-f)" in result.output
+
+
+def test_an_empty_output_path_is_refused(tmp_path):
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    argv = ["-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "gl.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "features"), "-s", "", "-c"]
+    result = CliRunner().invoke(generate_netcdf, argv)
+    assert result.exit_code == 1
+    assert "Error: the sample index (-s) is an empty path; give a file name." in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

@@ -198,8 +198,11 @@ def test_a_second_run_to_the_same_output_stops_and_a_killed_runs_file_is_removed
                                                                                  tmp_path):
     """Two runs writing one recommendations file: the second stops at once, as train does. A
     run killed outright (SIGKILL, the OOM killer) leaves its temporary file, as large as the
-    output: the next run to that output removes it, and only its."""
-    from destiny.io.atomic import exclusive
+    output: the next run to that output removes it once it is an hour old, and only its."""
+    import os
+    import time
+
+    from destiny.io.atomic import ABANDONED_SECONDS, exclusive
 
     out = tmp_path / "recs.txt"
     with exclusive(out, "recommendations file (-s)"):
@@ -209,13 +212,16 @@ def test_a_second_run_to_the_same_output_stops_and_a_killed_runs_file_is_removed
     left = {name: b"partial" for name in (".recs.txt.k3m_x9qa.tmp", ".recs.txt.0123abcd.tmp",
                                           ".recs.txt.0123abc.tmp", ".recs.txt2.0123abcd.tmp",
                                           ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp")}
+    old = time.time() - ABANDONED_SECONDS - 60
     for name, data in left.items():
         (tmp_path / name).write_bytes(data)
+        os.utime(tmp_path / name, (old, old))
+    (tmp_path / ".recs.txt.fresh123.tmp").write_bytes(b"written a minute ago")
     result = run(model, "-r", str(model / "ratings.txt"), output=str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         {"recs.txt", ".recs.txt.0123abc.tmp", ".recs.txt2.0123abcd.tmp",
-         ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp"})
+         ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp", ".recs.txt.fresh123.tmp"})
 
 
 def test_alike_indices_are_digested_once(model, monkeypatch):

@@ -449,9 +449,13 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
         (files / f"net.nc{epoch}.nc").write_bytes(b"")
     result = run_train(files)
     assert result.exit_code == 1 and "Aborted" not in result.output
-    assert (f"interrupted before this run's first checkpoint; {files / 'net.nc'} was not "
-            f"written. The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier "
+    assert (f"interrupted; {files / 'net.nc'} was not written. This run wrote no checkpoint "
+            f"yet. The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier "
             "run's: --resume continues from it if that run had these settings") in result.output
+    for epoch in (10, 20):
+        (files / f"net.nc{epoch}.nc").unlink()
+    result = run_train(files, "--checkpoint-every", "0")
+    assert "--checkpoint-every 0 writes no checkpoints: run the command again" in result.output
 
 
 def stop_at_once(*_, **__):
@@ -459,9 +463,10 @@ def stop_at_once(*_, **__):
 
 
 def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatch):
-    """Checkpoints of an earlier run (epoch 20) lie beside -n: Ctrl-C after epoch 3 of a run
-    checkpointing every 2 epochs names its own epoch-2 checkpoint, and a resumed run that
-    finished no epoch since names the checkpoint it resumed from."""
+    """Ctrl-C after epoch 3 of a run checkpointing every 2 epochs names its own epoch-2
+    checkpoint, which --resume takes; where an earlier run left a newer one (epoch 20), which
+    --resume would take instead, it says so. A resumed run that finished no epoch since names
+    the checkpoint it resumed from."""
     import destiny.fit
 
     real = destiny.fit.train_epochs
@@ -475,12 +480,17 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
             return real(net, data, cfg, state, on_batch=on_batch, on_epoch=done)
         return run
 
-    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's
+    (files / "net.nc1.nc").write_bytes(b"")  # an earlier run's, older than this run's
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_after(3))
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
     assert result.exit_code == 1
     assert (f"The newest checkpoint is {files / 'net.nc2.nc'} (epoch 2): run the same command "
             "with --resume") in result.output
+    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's, newer than this run's
+    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
+    assert (f"This run's newest checkpoint is {files / 'net.nc2.nc'} (epoch 2), but --resume "
+            f"takes the newest beside it, {files / 'net.nc20.nc'} (epoch 20), an earlier run's: "
+            "move that one away") in result.output
     (files / "net.nc20.nc").unlink()
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume")

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import tempfile
+import time
 from typing import Callable
 
 from destiny.errors import OutputError
@@ -21,12 +22,15 @@ def check_outputs(outputs, inputs=()) -> None:
     """Fail early, before any work, if an output cannot be written where it is asked for.
 
     ``outputs`` and ``inputs`` are (path, what) pairs, ``what`` naming the file and its flag
-    ("network file (-n)"); empty paths and '-' (a standard stream) are skipped. The checks
-    are ``check_distinct`` and then ``check_writable`` for each output.
+    ("network file (-n)"); outputs not given (None) and '-' (a standard stream) are skipped,
+    an empty path is refused. The checks are then ``check_distinct`` and ``check_writable``.
     """
+    for path, what in outputs:
+        if path is not None and not os.fspath(path):
+            raise OutputError(f"the {what} is an empty path; give a file name.")
     check_distinct(outputs, inputs)
     for path, what in outputs:
-        if path and path != "-":
+        if path is not None and path != "-":
             check_writable(path, what)
 
 
@@ -109,16 +113,15 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
     turns (``make -j`` running two conversions that update one index file); ``on_wait`` is
     called first with a line saying what it waits for.
 
-    The lock is ``flock`` on a hidden ``.<name>.lock`` beside ``path``, removed on exit; a
-    killed holder's lock is released by the kernel, so its file left behind is taken again.
-    Once locked, the temporary files of ``path`` that killed runs left are removed (nothing
-    else can be writing one). Where the file system has no flock, the block runs unlocked, as
-    before locks existed.
+    The lock is ``flock`` on ``lock_path(path)``, removed on exit; a killed holder's lock is
+    released by the kernel, so its file left behind is taken again. Once locked, temporary
+    files of ``path`` that killed runs left are removed (see ``_remove_abandoned``). Where the
+    file system has no flock, the block runs unlocked, as before locks existed.
     """
     import fcntl
 
-    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
-    lock = os.path.join(directory, f".{name}.lock")
+    directory, name = _place(path)
+    lock = lock_path(path)
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
@@ -159,25 +162,57 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
         os.close(fd)
 
 
+def _place(path) -> tuple[str, str]:
+    """The real path of output ``path``'s directory, and its name: its lock and temporary
+    files go there, so that two spellings of one directory (a symbolic link, ``link/..``)
+    give one lock, and the temporary files are where the lock's holder looks for them."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.realpath(directory or "."), name
+
+
+def lock_path(path) -> str:
+    """The lock file of output ``path``: a hidden ``.<name>.lock`` beside it."""
+    directory, name = _place(path)
+    return os.path.join(directory, f".{name}.lock")
+
+
+# Temporary files untouched this long are a killed run's, even where flock is local to each
+# machine (NFS with local locks), which could let a live run on another machine hold the lock.
+ABANDONED_SECONDS = 3600
+
+
 def _remove_abandoned(directory: str, name: str) -> None:
     """Remove the temporary files of output ``name`` (``OutputSet.path``'s names) that killed
     runs left behind: SIGKILL, the OOM killer or a power cut runs no clean-up, and a predict
-    killed that way leaves a file as large as its output. Only with the output's lock held."""
+    killed that way leaves a file as large as its output. Only with the output's lock held,
+    and only files not written for ABANDONED_SECONDS; a file it cannot remove is left."""
     temporary = re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")  # mkstemp's 8 chars
+    before = time.time() - ABANDONED_SECONDS
     with os.scandir(directory) as entries:
         for entry in entries:
-            if temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-                with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+                if (temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_mtime < before):
                     os.unlink(entry.path)
 
 
 @contextlib.contextmanager
 def exclusive_all(outputs, on_wait: Callable[[str], None] | None = None):
-    """``exclusive`` over several (path, what) outputs, taken in the order of their real paths
-    so that two runs waiting for each other's files cannot both wait forever."""
+    """``exclusive`` over several (path, what) outputs, taken in the order of their lock files
+    so that two runs waiting for each other's files cannot both wait forever. Two outputs
+    with one lock file (one file by two names that ``check_distinct`` could not tell apart, as
+    on a case-insensitive file system) are refused: the run would wait for itself."""
+    taken: list[tuple[str, str]] = []
     with contextlib.ExitStack() as held:
-        for path, what in sorted(outputs, key=lambda output: os.path.realpath(output[0])):
+        for path, what in sorted(outputs, key=lambda output: lock_path(output[0])):
+            lock = lock_path(path)
+            for other_lock, other_what in taken:
+                if lock == other_lock or os.path.exists(lock) and os.path.samefile(lock,
+                                                                                   other_lock):
+                    raise OutputError(f"{path}: given as both the {other_what} and the {what}; "
+                                      "each output needs a path of its own.")
             held.enter_context(exclusive(path, what, on_wait))
+            taken.append((lock, what))
         yield
 
 
@@ -190,7 +225,7 @@ class OutputSet:
     def path(self, final) -> str:
         """A temporary path in ``final``'s directory; write the output there."""
         final = os.fspath(final)
-        directory, name = os.path.split(os.path.abspath(final))
+        directory, name = _place(final)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
         except OSError as e:  # check_writable passed, but this file system refuses new files
