@@ -79,7 +79,9 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
     note(NAME, f"wrote {', '.join(report.written)}: {report.samples:,} samples, "
                f"{report.entries:,} entries, width {report.width:,} ({report.features:,} features, "
                f"{report.new_features:,} new; {report.new_samples:,} new samples) in "
-               f"{time.perf_counter() - started:.1f} s")
+               f"{time.perf_counter() - started - report.waited:.1f} s"
+               + (f", after {report.waited:.1f} s waiting for another run" if report.waited
+                  else ""))
 
 
 def main():

@@ -10,6 +10,7 @@ are written to temporary files and renamed together at the end.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,6 +39,7 @@ class GenerateReport:
     lines_with_drops: int
     written: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    waited: float = 0.0  # seconds spent waiting for another run's lock
 
 
 def generate_netcdf(
@@ -80,9 +82,19 @@ def generate_netcdf(
     # earlier's. Runs sharing an output take turns instead; a feature index only read (no
     # -c or -m) is not an output, and runs sharing it go on at once.
     written = (dataset_out, samples_out) + ((features_out,) if create or merge else ())
-    with atomic.exclusive_all(written, on_wait=on_wait):
-        return _convert(files, output, dataset_name, feature_index, sample_index, create=create,
-                        update=create or merge, analog=analog, strict=strict, progress=progress)
+    waits: list[float] = []
+
+    def waiting(line: str) -> None:
+        waits.append(time.perf_counter())
+        on_wait(line)
+
+    with atomic.exclusive_all(written, on_wait=waiting):
+        locked = time.perf_counter()
+        report = _convert(files, output, dataset_name, feature_index, sample_index,
+                          create=create, update=create or merge, analog=analog, strict=strict,
+                          progress=progress)
+    report.waited = locked - waits[0] if waits else 0.0
+    return report
 
 
 def _convert(files, output, dataset_name, feature_index, sample_index, *, create, update, analog,

@@ -88,8 +88,11 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
 
 def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
     """Another process writing the same index: generate-netcdf says on stderr what it waits
-    for, then runs when the lock is released (an flock between two processes)."""
+    for, then runs when the lock is released (an flock between two processes), and its
+    summary tells the time it waited from the time it took."""
+    import re
     import threading
+    import time
 
     from destiny.io.atomic import exclusive
 
@@ -109,6 +112,9 @@ def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
                          "feature index (-f) to finish (it holds "
                          f"{tmp_path / '.features.lock'}).\n")
         assert proc.poll() is None and not (tmp_path / "gl.nc").exists()
+        time.sleep(1.0)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest
     assert "wrote gl.nc, features, samples" in rest
+    waited = float(re.search(r", after ([0-9.]+) s waiting for another run\n", rest)[1])
+    assert waited >= 1.0, rest
