@@ -144,10 +144,10 @@ class _Progress:
         import numba
 
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
-        note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}{numba.get_num_threads()} "
-                   f"threads), optimizer "
-                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
-                   f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
+        note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}"
+                   f"{numba.get_num_threads()} threads), optimizer {self.cfg.optimizer} alpha "
+                   f"{self.cfg.alpha:g}, {data.examples:,} examples, batch {self.cfg.batch}, "
+                   f"epochs {state.epoch + 1}..{self.cfg.epochs}")
         self._new_bar(state.epoch + 1)
 
     def _new_bar(self, epoch: int):

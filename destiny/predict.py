@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TextIO
 
 import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
+from destiny.io.atomic import same_file
 from destiny.io.index import LabelTable, index_digest, read_index, table_of
 from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
@@ -261,7 +261,7 @@ class Predictor:
         parsed again; its values are then zeros.
         """
         if (not values and input_path is not None and self.indices_alike
-                and _same_path(path, input_path)):
+                and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
         filt = read_records(input_files(path), self.targets, update=False, keep_values=True)
         row_of = {label: r for r, label in enumerate(records.labels)}
@@ -383,10 +383,6 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
 
     gather_in_order(comm, len(records.labels), batch_size, produce, consume)
     return _report(records, filter_csr)
-
-
-def _same_path(a, b) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _rows(records: Records, filter_csr, lo: int, hi: int):

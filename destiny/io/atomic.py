@@ -36,7 +36,7 @@ def check_outputs(outputs, inputs=()) -> None:
 
 def check_writable(path, what: str) -> None:
     """Fail early, before any work, if ``path`` cannot be created."""
-    directory = os.path.dirname(os.path.abspath(path))
+    directory = _place(path)[0]
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: the directory {directory!r} for the {what} does not exist; "
                           "create it first (mkdir -p) or choose another path.")
@@ -69,7 +69,7 @@ def check_distinct(outputs, inputs=()) -> None:
                 raise OutputError(f"{path}: the {what} would be written into {other}, the "
                                   f"{other_what}, whose files are all read as input: the next "
                                   f"run would read it too. Choose a path outside {other}.")
-            if _same_file(path, other):
+            if same_file(path, other):
                 if other != path:  # the same file by another name: say which, inside the
                     # flag's parentheses where the description has them ("(-o, as x.nc)")
                     other_what = f"{other_what[:-1]}, as {other})" if other_what.endswith(
@@ -86,12 +86,13 @@ def _inside(path: str, directory: str) -> bool:
     """Whether ``path`` would be a file in the directory ``directory`` (or below it)."""
     if not os.path.isdir(directory):
         return False
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    parent = _place(path)[0]
     root = os.path.realpath(directory)
     return os.path.commonpath([parent, root]) == root
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same real path, or hard links."""
     if os.path.realpath(a) == os.path.realpath(b):
         return True
     try:
@@ -204,11 +205,11 @@ def exclusive_all(outputs, on_wait: Callable[[str], None] | None = None):
     on a case-insensitive file system) are refused: the run would wait for itself."""
     taken: list[tuple[str, str]] = []
     with contextlib.ExitStack() as held:
-        for path, what in sorted(outputs, key=lambda output: lock_path(output[0])):
-            lock = lock_path(path)
+        locks = sorted(((lock_path(path), path, what) for path, what in outputs),
+                       key=lambda held_lock: held_lock[0])
+        for lock, path, what in locks:
             for other_lock, other_what in taken:
-                if lock == other_lock or os.path.exists(lock) and os.path.samefile(lock,
-                                                                                   other_lock):
+                if same_file(lock, other_lock):
                     raise OutputError(f"{path}: given as both the {other_what} and the {what}; "
                                       "each output needs a path of its own.")
             held.enter_context(exclusive(path, what, on_wait))
