@@ -24,7 +24,8 @@ import numpy as np
 from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
-from destiny.io.checkpoint import checkpoint_path, latest_checkpoint, load_weights, save_network
+from destiny.io.checkpoint import (checkpoint_names, checkpoint_path, latest_checkpoint,
+                                   load_weights, save_network)
 from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
@@ -189,7 +190,10 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     outputs = ((network_path, "network file (-n)"), (metrics_path, "metrics file"),
                (initial_network, "initial network"))
     atomic.check_outputs(outputs, inputs)
-    held.enter_context(atomic.exclusive(network_path, "network file (-n)"))
+    # Checkpoints are written only under the network's lock: a killed run's temporary
+    # checkpoint (as large as the network, with its optimizer state) is removed with its own.
+    held.enter_context(atomic.exclusive(network_path, "network file (-n)",
+                                        companions=checkpoint_names(network_path)))
     if os.path.exists(network_path) and not force:
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "

@@ -515,6 +515,28 @@ def test_a_second_run_writing_the_same_network_stops_at_once(files):
     assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
 
 
+def test_a_killed_runs_temporary_network_and_checkpoints_are_removed(files):
+    """A run killed outright (SIGKILL, the OOM killer) leaves its temporary checkpoint, as
+    large as the network and its optimizer state: the next run to that -n removes such files
+    of the network and of its checkpoints once they are an hour old, and no other's."""
+    import os
+    import time
+
+    from destiny.io.atomic import ABANDONED_SECONDS
+
+    removed = (".net.nc.0123abcd.tmp", ".net.nc10.nc.k3m_x9qa.tmp", ".net.nc2.nc.0123abcd.tmp")
+    kept = (".net.nc.nc.0123abcd.tmp", ".net.ncx.nc.0123abcd.tmp", ".net.nc10.nc.0123abc.tmp",
+            ".other.nc10.nc.0123abcd.tmp", "net.nc10.nc.0123abcd.tmp")
+    old = time.time() - ABANDONED_SECONDS - 60
+    for name in removed + kept:
+        (files / name).write_bytes(b"partial")
+        os.utime(files / name, (old, old))
+    (files / ".net.nc3.nc.fresh123.tmp").write_bytes(b"written a minute ago")
+    assert run_train(files, "-e", "1", "--checkpoint-every", "0").exit_code == 0
+    left = {p.name for p in files.iterdir() if p.name.endswith(".tmp")}
+    assert left == {*kept, ".net.nc3.nc.fresh123.tmp"}
+
+
 def test_a_damaged_newest_checkpoint_says_how_to_go_on(files):
     assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
     (files / "net.nc").unlink()

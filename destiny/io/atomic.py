@@ -106,7 +106,8 @@ _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 @contextlib.contextmanager
-def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
+def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
+              companions: str | None = None):
     """Hold the lock of output ``path`` for the ``with`` block, or fail at once if another
     process holds it: two runs writing one file at the same time (overlapping cron jobs)
     would otherwise both succeed, the later silently replacing the earlier's output. Given
@@ -116,8 +117,10 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
 
     The lock is ``flock`` on ``lock_path(path)``, removed on exit; a killed holder's lock is
     released by the kernel, so its file left behind is taken again. Once locked, temporary
-    files of ``path`` that killed runs left are removed (see ``_remove_abandoned``). Where the
-    file system has no flock, the block runs unlocked, as before locks existed.
+    files of ``path`` that killed runs left are removed (see ``_remove_abandoned``), and those
+    of the outputs in its directory whose names match the regular expression ``companions``:
+    files written only under this lock (train's checkpoints). Where the file system has no
+    flock, the block runs unlocked, as before locks existed.
     """
     import fcntl
 
@@ -150,7 +153,8 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None):
             break  # a file system without flock (some NFS, Lustre, FUSE mounts): unlocked
         try:  # the holder before us may have removed the file we locked: lock the new one
             if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                _remove_abandoned(directory, name)
+                _remove_abandoned(directory, re.escape(name) if companions is None
+                                  else f"{re.escape(name)}|{companions}")
                 break
         except FileNotFoundError:
             pass
@@ -182,12 +186,13 @@ def lock_path(path) -> str:
 ABANDONED_SECONDS = 3600
 
 
-def _remove_abandoned(directory: str, name: str) -> None:
-    """Remove the temporary files of output ``name`` (``OutputSet.path``'s names) that killed
-    runs left behind: SIGKILL, the OOM killer or a power cut runs no clean-up, and a predict
-    killed that way leaves a file as large as its output. Only with the output's lock held,
-    and only files not written for ABANDONED_SECONDS; a file it cannot remove is left."""
-    temporary = re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")  # mkstemp's 8 chars
+def _remove_abandoned(directory: str, names: str) -> None:
+    """Remove the temporary files (``OutputSet.path``'s names) of the outputs whose names match
+    the regular expression ``names`` that killed runs left behind: SIGKILL, the OOM killer or
+    a power cut runs no clean-up, and a predict killed that way leaves a file as large as its
+    output. Only with the outputs' lock held, and only files not written for
+    ABANDONED_SECONDS; a file it cannot remove is left."""
+    temporary = re.compile(rf"\.(?:{names})\.[a-z0-9_]{{8}}\.tmp")  # mkstemp's 8 chars
     before = time.time() - ABANDONED_SECONDS
     with os.scandir(directory) as entries:
         for entry in entries:

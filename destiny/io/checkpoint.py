@@ -138,9 +138,14 @@ def checkpoint_path(network_path, epoch: int) -> str:
     return f"{network_path}{epoch}.nc"
 
 
+def checkpoint_names(network_path) -> str:
+    """A regular expression of the names of ``network_path``'s checkpoints, the epoch its group."""
+    return re.escape(os.path.basename(os.fspath(network_path))) + r"(\d+)\.nc"
+
+
 def latest_checkpoint(network_path) -> tuple[str, int] | None:
     """The newest ``<network><epoch>.nc`` next to ``network_path``, with its epoch."""
-    pattern = re.compile(re.escape(os.path.basename(str(network_path))) + r"(\d+)\.nc$")
+    pattern = re.compile(checkpoint_names(network_path) + "$")
     found = []
     for path in glob.glob(glob.escape(str(network_path)) + "*.nc"):
         m = pattern.match(os.path.basename(path))
