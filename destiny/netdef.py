@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from destiny.errors import NetDefError
+from destiny.kernels.codes import LOSS_ACTIVATIONS
 from destiny.netdef_fields import (
     ACTIVATION_NAMES, ACTIVATION_REFUSED, ERROR_FUNCTION_NAMES, ERROR_FUNCTION_REFUSED,
     LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, LAYER_KEY_KINDS, LAYER_KEYS, LAYER_KIND_NAMES,
@@ -496,12 +497,6 @@ def _check_layer(path, kw, fields) -> None:
 
 # --- whole-network checks --------------------------------------------------------------------
 
-# Output deltas for these losses exist only for Sigmoid and SoftMax outputs; DSSTNE leaves the
-# delta stale otherwise (quirk 10.13), so the combination is refused.
-_CE_FAMILY = (ErrorFunction.CrossEntropy, ErrorFunction.ScaledMarginalCrossEntropy,
-              ErrorFunction.DataScaledMarginalCrossEntropy)
-_CE_ACTIVATIONS = (Activation.Sigmoid, Activation.SoftMax)
-
 
 def check_graph(net: NetworkDef) -> None:
     """Cross-layer checks: names, required kinds, references, cycles, loss/activation."""
@@ -524,10 +519,14 @@ def check_graph(net: NetworkDef) -> None:
         _check_references(layer, by_name)
     _check_acyclic(net, by_name)
     for layer in net.layers_of(LayerKind.Output):
-        if net.error_function in _CE_FAMILY and layer.activation not in _CE_ACTIVATIONS:
+        # The CrossEntropy family has output deltas only for some activations; DSSTNE left
+        # the delta stale otherwise (quirk 10.13), and DSMCE has a Sigmoid kernel only (5.5).
+        allowed = LOSS_ACTIVATIONS.get(int(net.error_function))
+        if allowed is not None and int(layer.activation) not in allowed:
+            names = " or ".join(Activation(code).name for code in allowed)
             raise NetDefError(f"Layers[{layer.index}].Activation", f"{layer.activation.name} "
                               f"cannot be used with ErrorFunction {net.error_function.name} "
-                              f"(spec 3.6, quirk 10.13); expected one of Sigmoid, SoftMax")
+                              f"(spec 3.6, 5.5, quirk 10.13); expected {names}")
 
 
 def _check_references(layer: LayerDef, by_name: dict[str, LayerDef]) -> None:

@@ -242,10 +242,13 @@ def read_int(path: str, value) -> int:
 
 
 def read_bool(path: str, value) -> bool:
-    """A JSON boolean."""
-    if not isinstance(value, bool):
-        raise NetDefError(path, f"expected true or false, got {_describe(value)}")
-    return value
+    """A JSON boolean, or the number 0 or 1: DSSTNE reads these keys with jsoncpp's asBool,
+    which takes numbers, so definitions written for it may say ``"Sparse": 1``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    raise NetDefError(path, f"expected true or false (or 0 or 1), got {_describe(value)}")
 
 
 def read_str(path: str, value) -> str:

@@ -94,6 +94,17 @@ def test_case_insensitive_keys_values_and_aliases():
     assert not net.layers[0].denoising  # Denoising.p is 0
 
 
+def test_numbers_0_and_1_are_booleans_as_in_dsstnes_parser():
+    """jsoncpp's asBool, which DSSTNE reads these keys with, takes numbers."""
+    data = minimal()
+    data["Layers"][0]["Sparse"] = 1
+    data["Layers"][1]["Sparse"] = 0.0
+    data["ShuffleIndices"] = 0
+    net = load_netdef(data, {"in": 4, "out": 4})
+    assert net.layers[0].sparse is True and net.layers[1].sparse is False
+    assert net.shuffle_indices is False
+
+
 def test_enum_values_match_spec_section_11():
     assert Activation.SoftMax == 7 and Activation.ScaledExponentialLinear == 12
     assert ErrorFunction.ScaledMarginalCrossEntropy == 3 and ErrorFunction.L2Hinge == 6
@@ -159,8 +170,10 @@ INVALID = [
      r"^Layers\[1\]\.slope: given twice"),
     ("string_for_number", _set_layer(1, "pDropout", "0.5"),
      r"^Layers\[1\]\.pDropout: expected a number, got a string \('0.5'\)"),
-    ("bool_expected", _set_top("ShuffleIndices", 1),
-     r"^ShuffleIndices: expected true or false, got a number"),
+    ("bool_expected", _set_top("ShuffleIndices", 2),
+     r"^ShuffleIndices: expected true or false \(or 0 or 1\), got a number \(2\)"),
+    ("bool_as_string", _set_layer(1, "Sparse", "true"),
+     r"^Layers\[1\]\.Sparse: expected true or false \(or 0 or 1\), got a string"),
     ("unknown_activation", _set_layer(1, "Activation", "Sigmod"),
      r"^Layers\[1\]\.Activation: unknown 'Sigmod'; expected one of Sigmoid, Tanh, "
      r"RectifiedLinear, Linear, SoftPlus"),
@@ -215,7 +228,13 @@ INVALID = [
      r"^Layers\[1\]\.Recurrent: unknown key .*recurrent"),
     ("old_version", _set_top("Version", 0.6), r"^Version: 0.6 is too old"),
     ("ce_with_tanh_output", _set_layer(2, "Activation", "Tanh"),
-     r"^Layers\[2\]\.Activation: Tanh cannot be used with ErrorFunction CrossEntropy"),
+     r"^Layers\[2\]\.Activation: Tanh cannot be used with ErrorFunction CrossEntropy "
+     r".*expected Sigmoid or SoftMax"),
+    ("dsmce_with_softmax_output", lambda d: (d.update(
+        ErrorFunction="DataScaledMarginalCrossEntropy"), d["Layers"][2].update(
+        Activation="SoftMax")),
+     r"^Layers\[2\]\.Activation: SoftMax cannot be used with ErrorFunction "
+     r"DataScaledMarginalCrossEntropy .*expected Sigmoid$"),
     ("denoising_p", _set_top("Denoising", {"p": 1}), r"^Denoising\.p: 1.0 is outside"),
     ("smce_sub_key", _set_top("ScaledMarginalCrossEntropy", {"oneTargets": 1}),
      r"^ScaledMarginalCrossEntropy\.oneTargets: unknown key; expected one of oneScale, "

@@ -44,7 +44,7 @@ ERROR_FUNCTION_NAMES = {
 # Output activations each loss accepts; a loss missing here accepts every activation.
 # DSSTNE computes no CrossEntropy/SMCE delta for other activations and leaves the delta buffer
 # stale (quirk 10.13); DSMCE only has a Sigmoid kernel (spec 5.5).
-_LOSS_ACTIVATIONS = {
+LOSS_ACTIVATIONS = {
     CROSS_ENTROPY: (SIGMOID, SOFTMAX),
     SMCE: (SIGMOID, SOFTMAX),
     DSMCE: (SIGMOID,),
@@ -69,7 +69,7 @@ def check_loss_activation(err_fn: int, act: int) -> None:
         known = ", ".join(f"{code} ({name})" for code, name in ERROR_FUNCTION_NAMES.items())
         raise ValueError(f"error function code {err_fn!r} is unknown; expected one of {known}")
     check_activation(act)
-    allowed = _LOSS_ACTIVATIONS.get(err_fn)
+    allowed = LOSS_ACTIVATIONS.get(err_fn)
     if allowed is not None and act not in allowed:
         names = " or ".join(ACTIVATION_NAMES[code] for code in allowed)
         raise ValueError(f"{ERROR_FUNCTION_NAMES[err_fn]} needs a {names} output layer, not "
