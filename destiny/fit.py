@@ -86,6 +86,7 @@ def fit(
             if cfg.shuffle is None:
                 cfg = replace(cfg, shuffle=netdef.shuffle_indices)
             net = Network(netdef, kernels, comm=comm)
+            net.check_trainable()
             data = TrainData(net, read_training_datasets(pool, net))
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())

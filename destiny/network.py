@@ -106,7 +106,6 @@ class Network:
         self.comm = comm or Comm()
         self._last_update = None  # (t, optimizer) of the last update, for settle_optimizer
         self.layers = {layer.name: layer for layer in netdef.layers}
-        self._check_supported()
         P = self.comm.size
         if P > 1:
             shard.check_splittable(netdef)
@@ -143,7 +142,9 @@ class Network:
 
     # -- construction ---------------------------------------------------------------------
 
-    def _check_supported(self) -> None:
+    def check_trainable(self) -> None:
+        """Raise for what Destiny can predict with but not train: DSSTNE's networks may carry
+        dropout on an Output layer, which plays no part in prediction."""
         for i, layer in enumerate(self.netdef.layers):
             if layer.kind == LayerKind.Output and layer.p_dropout > 0:
                 raise NetDefError(f"Layers[{i}].pDropout", "dropout on an Output layer is not "

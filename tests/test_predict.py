@@ -69,6 +69,30 @@ def test_multiply_filter_is_dsstnes(model, tmp_path):
     assert top[0][1] > 1e6  # score x timestamp
 
 
+def test_a_dsstne_network_with_dropout_on_its_output_layer_predicts(model, tmp_path):
+    """DSSTNE trains with pDropout on an Output layer; prediction ignores dropout (spec 3.8),
+    so such a network predicts as it would without it (only train refuses it)."""
+    import shutil
+
+    import netCDF4
+
+    net = tmp_path / "dropout.nc"
+    shutil.copy(model / "gl.nc", net)
+    with netCDF4.Dataset(net, "a") as nc:
+        output = [name for name in nc.ncattrs()
+                  if name.endswith("_kind") and nc.getncattr(name) == 2]  # Output (spec 11)
+        assert len(output) == 1
+        nc.setncattr(output[0].replace("_kind", "_pDropout"), np.float32(0.1))
+    ratings = str(model / "ratings.txt")
+    plain, dropped = tmp_path / "plain.txt", tmp_path / "dropped.txt"
+    assert run(model, "-r", ratings, "-k", "5", output=str(plain)).exit_code == 0
+    result = CliRunner().invoke(predict, ["-n", str(net), "-i", str(model / "features_input"),
+                                          "-o", str(model / "features_output"), "-r", ratings,
+                                          "-k", "5", "-s", str(dropped)])
+    assert result.exit_code == 0, result.output
+    assert dropped.read_text() == plain.read_text()
+
+
 def test_k_above_128_and_above_the_item_count(model, tmp_path):
     out = tmp_path / "recs.txt"
     items = len((model / "features_output").read_text().splitlines())

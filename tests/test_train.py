@@ -659,6 +659,7 @@ def test_resume_refuses_other_settings(files):
     ("metrics-on-network", "given as both the network file (-n) and the metrics file"),
     ("narrow-layer", "gl_output.nc: the dataset 'gl_output' has width 128, but Layers[2].N gives "
                      "layer 'Output' only 64 units; use N \"auto\" or an N of at least 128."),
+    ("output-dropout", "Layers[2].pDropout: dropout on an Output layer is not supported"),
 ])
 def test_train_bad_input(files, case, expected, monkeypatch):
     args = {"-c": str(files / "net.json"), "-i": str(files / "gl_input.nc"),
@@ -702,6 +703,11 @@ def test_train_bad_input(files, case, expected, monkeypatch):
         d["Layers"][2]["N"] = 64
         (files / "narrow.json").write_text(json.dumps(d))
         args["-c"] = str(files / "narrow.json")
+    elif case == "output-dropout":
+        d = small_netdef()
+        d["Layers"][2]["pDropout"] = 0.1
+        (files / "dropout.json").write_text(json.dumps(d))
+        args["-c"] = str(files / "dropout.json")
     before = {p.name: p.read_bytes() for p in files.iterdir() if p.is_file()}
     result = CliRunner().invoke(train, [x for kv in args.items() for x in kv] + extra)
     assert result.exit_code == 1, result.output
