@@ -333,6 +333,29 @@ def test_train_writes_dsstne_network_file(files):
         assert types["weight0_weights"] == types["weight0_bias"] == nctypes.NC_FLOAT
 
 
+@pytest.mark.skipif(nctypes.LIB is None, reason="libnetcdf not found for ctypes")
+def test_names_beyond_ascii_are_written_as_text_dsstne_reads(files):
+    """netCDF4-python writes a str that is not ASCII as NC_STRING, which DSSTNE's reader
+    cannot read as text: every name goes in as NC_CHAR, and reads back the same."""
+    names = {"gl_input": "entrée", "gl_output": "sortie_ü"}
+    ds = random_dataset("x")
+    for file, name in names.items():
+        write_dataset(files / f"{file}.nc", SparseDataset(name, ds.width, ds.indptr, ds.indices))
+    d = small_netdef(Name="réseau")
+    d["Layers"][0].update(Name="Entrée", DataSet="entrée")
+    d["Layers"][1].update(Name="Caché")
+    d["Layers"][2].update(Name="Output", DataSet="sortie_ü", Source="Caché")
+    (files / "net.json").write_text(json.dumps(d, ensure_ascii=False), encoding="utf-8")
+    result = run_train(files, "-e", "1")
+    assert result.exit_code == 0, result.output
+    nf = read_network(files / "net.nc")
+    assert [layer.name for layer in nf.netdef.layers] == ["Entrée", "Caché", "Output"]
+    assert nf.netdef.layers[0].dataset == "entrée" and nf.netdef.name == "réseau"
+    for path in (files / "net.nc", files / "gl_input.nc"):
+        assert nctypes.NC_STRING not in nctypes.types(path).values(), path
+    assert nctypes.types(files / "gl_input.nc")["name0"] == nctypes.NC_CHAR
+
+
 def test_train_refuses_to_overwrite(files):
     (files / "net.nc").write_bytes(b"keep me")
     result = run_train(files, "-e", "1")

@@ -87,7 +87,7 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None)
                               "DSSTNE's loader refuses; check the input.")
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         nc.setncattr("datasets", np.uint32(1))
-        nc.setncattr("name0", ds.name)
+        set_attribute(nc, "name0", ds.name)
         nc.setncattr("attributes0", np.uint32(SPARSE | BOOLEAN if ds.indicator else SPARSE))
         nc.setncattr("kind0", np.uint32(0))
         nc.setncattr("dataType0", np.uint32(UINT if ds.indicator else FLOAT))
@@ -307,6 +307,13 @@ def _uint(nc, path, name) -> int:
         raise DataFormatError(path, f"the attribute {name!r} is {value!r}; expected one "
                               "non-negative integer.")
     return int(value.flat[0])
+
+
+def set_attribute(nc, name: str, value) -> None:
+    """``nc.setncattr``, with text written as NC_CHAR, as DSSTNE writes and reads it (spec 1.5,
+    4): netCDF4-python writes a ``str`` that is not ASCII as NC_STRING, which DSSTNE's
+    reader (netcdf-cxx4, reading text into a ``std::string``) cannot read."""
+    nc.setncattr(name, value.encode("utf-8") if isinstance(value, str) else value)
 
 
 def _text(nc, path, name) -> str:

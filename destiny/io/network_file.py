@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from destiny.errors import DataFormatError
+from destiny.io.dataset import set_attribute
 from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
@@ -40,20 +41,20 @@ def write_network(path, netdef: NetworkDef, weights: dict[int, np.ndarray],
 
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         for key, value in _network_attributes(netdef):
-            nc.setncattr(key, value)
+            set_attribute(nc, key, value)
         layers = netdef.layers
-        nc.setncattr("layers", _u32(len(layers)))
+        set_attribute(nc, "layers", _u32(len(layers)))
         for i, layer in enumerate(layers):
             for key, value in _layer_attributes(layer, netdef):
-                nc.setncattr(f"layer{i}_{key}", value)
+                set_attribute(nc, f"layer{i}_{key}", value)
         pairs = connections(netdef)
-        nc.setncattr("weights", _u32(len(pairs)))
+        set_attribute(nc, "weights", _u32(len(pairs)))
         by_name = {layer.name: layer for layer in layers}
         for k, (source, dest) in enumerate(pairs):
             _write_weight(nc, k, by_name[source], by_name[dest], weights.get(k), biases[k])
         for key, value in (destiny or {}).items():
-            nc.setncattr(f"destiny_{key}", value)
-        nc.setncattr("destiny_format_version", _u32(FORMAT_VERSION))
+            set_attribute(nc, f"destiny_{key}", value)
+        set_attribute(nc, "destiny_format_version", _u32(FORMAT_VERSION))
         for name, array in (arrays or {}).items():
             dim = f"destiny_{name}_dim"
             nc.createDimension(dim, array.size)
@@ -133,22 +134,22 @@ def _layer_attributes(layer: LayerDef, net: NetworkDef):
 def _write_weight(nc, k: int, source: LayerDef, dest: LayerDef, W, b) -> None:
     p = f"weight{k}_"
     share = next((s for s in dest.shared_weights if s.input_layer == source.name), None)
-    nc.setncattr(p + "inputLayer", source.name)
-    nc.setncattr(p + "outputLayer", dest.name)
-    nc.setncattr(p + "width", _u64(dest.n))
-    nc.setncattr(p + "height", _u64(source.n))
+    set_attribute(nc, p + "inputLayer", source.name)
+    set_attribute(nc, p + "outputLayer", dest.name)
+    set_attribute(nc, p + "width", _u64(dest.n))
+    set_attribute(nc, p + "height", _u64(source.n))
     for key in ("length", "depth", "breadth"):
-        nc.setncattr(p + key, _u64(1))
-    nc.setncattr(p + "bShared", _u32(share is not None))
-    nc.setncattr(p + "bLocked", _u32(0))
-    nc.setncattr(p + "norm", _f32(dest.weight_norm))
+        set_attribute(nc, p + key, _u64(1))
+    set_attribute(nc, p + "bShared", _u32(share is not None))
+    set_attribute(nc, p + "bLocked", _u32(0))
+    set_attribute(nc, p + "norm", _f32(dest.weight_norm))
     nc.createDimension(p + "biasDim", dest.n)
     bias = nc.createVariable(p + "bias", "f4", (p + "biasDim",), fill_value=False)
     bias[:] = np.asarray(b, dtype=np.float32)
     if share is not None:
-        nc.setncattr(p + "bTransposed", _u32(share.transposed))
-        nc.setncattr(p + "sourceInputLayer", share.source_input_layer)
-        nc.setncattr(p + "sourceOutputLayer", share.source_output_layer)
+        set_attribute(nc, p + "bTransposed", _u32(share.transposed))
+        set_attribute(nc, p + "sourceInputLayer", share.source_input_layer)
+        set_attribute(nc, p + "sourceOutputLayer", share.source_output_layer)
         return
     nc.createDimension(p + "weightDim", source.n * dest.n)
     var = nc.createVariable(p + "weights", "f4", (p + "weightDim",), fill_value=False)
