@@ -40,11 +40,14 @@ CSR = tuple  # (indptr int64, indices int32, values float32 or empty)
 
 @dataclass
 class Batch:
-    """One minibatch: sparse inputs and targets by layer name, as CSR triples."""
+    """One minibatch: sparse inputs and targets by layer name, as CSR triples; ``ignore_zero``
+    names the output layers whose targets are SparseIgnoreZero (spec 2.3, 5.5): only their
+    listed entries count in the loss."""
 
     size: int
     inputs: dict[str, CSR]
     targets: dict[str, CSR] = field(default_factory=dict)
+    ignore_zero: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -438,7 +441,8 @@ class Network:
                     dZ, self._rows(name, "Z", B), indptr, indices, values, self._no_weights,
                     int(net.error_function),
                     act, layer.relu_slope, layer.elu_alpha, layer.selu_lambda, s.one_target,
-                    s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero))
+                    s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero,
+                    name in self._batch.ignore_zero))
             else:
                 dA = self._rows(name, "dA", B)
                 self._gather_delta(dA, name, B)

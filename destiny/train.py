@@ -152,6 +152,7 @@ class TrainData:
             self._held[n] = (self._held[twin] if twin is not None
                              else self._hold((ds.indptr, ds.indices, ds.values)))
         self._denoised: dict[str, tuple] = {}
+        self._ignore_zero = frozenset(n for n, ds in self.targets.items() if ds.ignore_zero)
 
     def _hold(self, csr) -> tuple:
         """(host indptr, backend indptr, backend indices, backend values) of a CSR matrix."""
@@ -188,7 +189,8 @@ class TrainData:
 
         return Batch(size=len(rows),
                      inputs={n: csr(self._denoised.get(n, self._held[n])) for n in self.inputs},
-                     targets={n: csr(self._held[n]) for n in self.targets})
+                     targets={n: csr(self._held[n]) for n in self.targets},
+                     ignore_zero=self._ignore_zero)
 
 
 def _same_entries(a: SparseDataset, b: SparseDataset) -> bool:
@@ -212,7 +214,7 @@ def _columns(ds: SparseDataset, columns: tuple[int, int]) -> SparseDataset:
     return SparseDataset(ds.name, ds.width, keep_entries(ds.indptr, keep),
                          (ds.indices[keep] - (lo - held[0])).astype(np.int32),
                          None if ds.values is None else ds.values[keep], ds.weights,
-                         columns=(lo, hi))
+                         columns=(lo, hi), ignore_zero=ds.ignore_zero)
 
 
 def denoised(net: Network, name: str, ds: SparseDataset, seed: int, epoch: int) -> tuple:

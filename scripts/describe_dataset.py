@@ -21,6 +21,8 @@ def describe(path: str) -> str:
     for name in dataset_names(path):
         ds = read_dataset(path, name)
         kind = "indicator" if ds.indicator else "analog"
+        if ds.ignore_zero:
+            kind += ", SparseIgnoreZero"
         density = ds.nnz / (ds.rows * ds.width)
         lines.append(f"{path}: dataset {name!r} ({kind}), {ds.rows:,} samples x width "
                      f"{ds.width:,}, {ds.nnz:,} entries (density {density:.4f})")

@@ -82,10 +82,10 @@ def activate(backend, z, act):
     return a
 
 
-def sparse(backend, a, targets, weights, err_fn, act, **boost):
+def sparse(backend, a, targets, weights, err_fn, act, ignore_zero=False, **boost):
     delta = np.full_like(a, np.nan)
     error = BACKENDS[backend][0].sparse_loss_delta(delta, a, *targets, weights,
-                                                   *loss_args(err_fn, act, **boost))
+                                                   *loss_args(err_fn, act, **boost), ignore_zero)
     assert isinstance(error, float)
     return error, delta
 
@@ -145,6 +145,48 @@ def test_sparse_delta_is_the_gradient_of_the_error(backend, boolean, err_fn, act
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
+def test_ignore_zero_counts_only_the_listed_entries(backend, err_fn, act):
+    """SparseIgnoreZero targets (spec 2.3): the error is the listed entries' alone, and the
+    delta its gradient, 0 at the units not listed but through a SoftMax row's coupling."""
+    rng = np.random.default_rng(400 + 100 * err_fn + act)
+    rows, units = (2, 3) if tiny(backend) else (6, 7)
+    targets = sparse_targets(rng, rows, units, boolean=False, max_per_row=2)
+    weights = rng.uniform(0.5, 2.0, size=rows).astype(np.float32)
+    z = rng.normal(scale=1.5, size=(rows, units))
+    a = activate(backend, z, act)
+    error, delta = sparse(backend, a, targets, weights, err_fn, act, ignore_zero=True)
+
+    indptr, indices, values = targets
+    listed = np.zeros((rows, units), dtype=bool)
+    listed[np.repeat(np.arange(rows), np.diff(indptr)), indices] = True
+    # The same rows with every unlisted unit's output changed: neither error nor listed
+    # deltas move (but SoftMax's, whose listed outputs depend on the whole row).
+    if act != codes.SOFTMAX:
+        assert (delta[~listed] == 0).all()
+        moved = np.where(listed, a, activate(backend, z + 0.7, act))
+        moved_error, moved_delta = sparse(backend, moved, targets, weights, err_fn, act,
+                                          ignore_zero=True)
+        assert moved_error == pytest.approx(error, rel=1e-12)
+        np.testing.assert_array_equal(moved_delta, delta)
+
+    act_backend = "reference" if tiny(backend) else backend
+    h = 1e-6
+    numeric = np.empty_like(z)
+    for i in np.ndindex(z.shape):
+        zp, zm = z.copy(), z.copy()
+        zp[i] += h
+        zm[i] -= h
+        up, down = (sparse(backend, activate(act_backend, x, act), targets, weights, err_fn, act,
+                           ignore_zero=True)[0] for x in (zp, zm))
+        numeric[i] = (up - down) / (2 * h)
+    t = effective_dense_targets(*targets, units, err_fn, act)
+    clean = rows_away_from_kinks(z, a, t, act)
+    assert clean.sum() >= rows // 2
+    np.testing.assert_allclose(delta[clean], numeric[clean], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_sparse_equals_dense_on_the_same_targets(backend, err_fn, act):
     rng = np.random.default_rng(200 + 100 * err_fn + act)
     rows, units = (3, 4) if tiny(backend) else (9, 11)
@@ -168,12 +210,17 @@ def test_matches_reference_float32(backend, err_fn, act):
     z = rng.normal(scale=2.0, size=(rows, units)).astype(np.float32)
     a = activate("reference", z, act)
     names = ("reference", backend)
-    for boolean, weighted in itertools.product([True, False], repeat=2):
+    for boolean, weighted, ignore_zero in itertools.product([True, False], repeat=3):
         targets = sparse_targets(rng, rows, units, boolean, max_per_row=6 if rows > 6 else 3)
         weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
                    else np.zeros(0, dtype=np.float32))
-        results = {name: sparse(name, a, targets, weights, err_fn, act, boost_one=3.0,
-                                boost_zero=0.5) for name in names}
+        results = {name: sparse(name, a, targets, weights, err_fn, act, ignore_zero,
+                                boost_one=3.0, boost_zero=0.5) for name in names}
+        if ignore_zero:  # (the dense kernels have no such mode)
+            got, expected = results[backend], results["reference"]
+            assert got[0] == pytest.approx(expected[0], rel=1e-5)
+            np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+            continue
         t = effective_dense_targets(*targets, units, err_fn, act).astype(np.float32)
         dense_results = {name: dense(name, a, t, weights, err_fn, act) for name in names}
         for got, expected in [(results[backend], results["reference"]),
@@ -229,6 +276,12 @@ def test_movielens_smce_is_sigmoid_cross_entropy(backend):
         SLOPE, ALPHA, LAM, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0)
     assert error == pytest.approx(-(t * np.log(a) + (1 - t) * np.log(1 - a)).sum(), rel=1e-12)
     np.testing.assert_allclose(delta, a - t, rtol=1e-12)
+    # SparseIgnoreZero (spec 5.5): only the listed entries, -log(a) and a - 1.
+    error = BACKENDS[backend][0].sparse_loss_delta(
+        delta, a, *targets, np.zeros(0, dtype=np.float32), codes.SMCE, codes.SIGMOID,
+        SLOPE, ALPHA, LAM, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, True)
+    assert error == pytest.approx(-(t * np.log(a)).sum(), rel=1e-12)
+    np.testing.assert_allclose(delta, np.where(t > 0, a - 1, 0), rtol=1e-12)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

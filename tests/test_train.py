@@ -89,6 +89,31 @@ def test_backends_agree_over_training(files):
         np.testing.assert_allclose(cpu, ref, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("ignore_zero", [False, True], ids=["zeros", "ignore_zero"])
+def test_sparse_ignore_zero_targets_leave_unlisted_units_alone(files, ignore_zero):
+    """Output data with DSSTNE's SparseIgnoreZero bit (spec 2.3, 5.5): only listed entries
+    are targets, so with plain SGD and no decay the weights into units no example lists
+    (items 100 to 127 of the 128) never move; without the bit they learn to stay off."""
+    from destiny.io.dataset import read_dataset
+
+    ds = random_dataset("gl_output")
+    write_dataset(files / "gl_output.nc", SparseDataset("gl_output", ds.width, ds.indptr,
+                                                        ds.indices, ignore_zero=ignore_zero))
+    assert read_dataset(files / "gl_output.nc").ignore_zero is ignore_zero
+    d = small_netdef()
+    d["Layers"][1]["pDropout"] = 0.0
+    (files / "net.json").write_text(json.dumps(d))
+    result = run_train(files, "-e", "2", "-b", "64", "--optimizer", "sgd", "-lambda", "0",
+                       "--initial-network", str(files / "init.nc"))
+    assert result.exit_code == 0, result.output
+    before, after = read_network(files / "init.nc"), read_network(files / "net.nc")
+    unlisted = slice(100, 128)
+    same = [np.array_equal(before.weights[1][:, unlisted], after.weights[1][:, unlisted]),
+            np.array_equal(before.biases[1][unlisted], after.biases[1][unlisted])]
+    assert same == [ignore_zero, ignore_zero]
+    assert not np.array_equal(before.weights[1][:, :100], after.weights[1][:, :100])
+
+
 def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
     """The network slices its buffers once per batch size; a larger batch reallocates them,
     and a smaller batch after it must read the new buffers, not the old ones."""

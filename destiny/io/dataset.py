@@ -22,7 +22,7 @@ from destiny.errors import DataFormatError
 from destiny.sparse import gather_ranges
 
 # Dataset attribute bits and data types (spec 2.3, 11).
-SPARSE, BOOLEAN, INDEXED, WEIGHTED = 1, 2, 64, 128
+SPARSE, BOOLEAN, IGNORE_ZERO, INDEXED, WEIGHTED = 1, 2, 32, 64, 128
 UINT, INT, FLOAT, DOUBLE, UCHAR, CHAR = 0, 1, 4, 5, 8, 9
 _SUPPORTED_TYPES = {UINT: "UInt", INT: "Int", FLOAT: "Float", DOUBLE: "Double",
                     UCHAR: "UChar", CHAR: "Char"}
@@ -43,7 +43,8 @@ class SparseDataset:
     ``values`` (float32, or None for indicator data where every listed feature is 1).
     ``weights`` holds per-example weights when the dataset is Weighted, else None.
     ``columns = (lo, hi)`` when only those feature columns were read (a rank's shard, spec
-    7): ``indices`` then hold feature - lo.
+    7): ``indices`` then hold feature - lo. ``ignore_zero``: the SparseIgnoreZero bit (spec
+    2.3); as targets, only the listed entries count in the loss (no zero targets).
     """
 
     name: str
@@ -53,6 +54,7 @@ class SparseDataset:
     values: np.ndarray | None = None
     weights: np.ndarray | None = None
     columns: tuple[int, int] | None = None
+    ignore_zero: bool = False
 
     @property
     def offset(self) -> int:
@@ -88,7 +90,8 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None)
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         nc.setncattr("datasets", np.uint32(1))
         set_attribute(nc, "name0", ds.name)
-        nc.setncattr("attributes0", np.uint32(SPARSE | BOOLEAN if ds.indicator else SPARSE))
+        nc.setncattr("attributes0", np.uint32(SPARSE | (BOOLEAN if ds.indicator else 0)
+                                              | (IGNORE_ZERO if ds.ignore_zero else 0)))
         nc.setncattr("kind0", np.uint32(0))
         nc.setncattr("dataType0", np.uint32(UINT if ds.indicator else FLOAT))
         nc.setncattr("dimensions0", np.uint32(1))
@@ -226,7 +229,8 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
             raise DataFormatError(path, f"dataset {name!r} has {len(weights)} dataWeight{n} "
                                   f"entries for {len(indptr) - 1} examples.")
     return SparseDataset(name=name, width=stride, indptr=indptr, indices=index.astype(np.int32),
-                         values=data, weights=weights, columns=columns)
+                         values=data, weights=weights, columns=columns,
+                         ignore_zero=bool(attrs & IGNORE_ZERO))
 
 
 class _Entries:

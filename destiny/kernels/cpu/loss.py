@@ -123,19 +123,22 @@ def _scale_row(drow, factor):
 
 @njit(cache=True)
 def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one, boost_zero,
-                boosting):
+                boosting, ignore_zero):
     """One row of ``sparse_loss_delta``: writes the unweighted delta, returns the error."""
     boolean = len(values) == 0
     err = 0.0
-    for j in range(len(arow)):  # every unit as a zero target ...
-        e, drow[j] = unit_loss(err_fn, act, float(arow[j]), 0.0, False, prm)
-        err += e
+    for j in range(len(arow)):  # every unit as a zero target (none with ignore_zero) ...
+        if ignore_zero:
+            drow[j] = 0.0
+        else:
+            e, drow[j] = unit_loss(err_fn, act, float(arow[j]), 0.0, False, prm)
+            err += e
     for k in range(lo, hi):  # ... then correct the listed entries
         j = indices[k]
         x = float(arow[j])
         t = _listed_target(err_fn, act, 1.0 if boolean else float(values[k]), hi - lo)
         e1, drow[j] = unit_loss(err_fn, act, x, t, True, prm)
-        err += e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+        err += e1 if ignore_zero else e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
     _jacobian_row(drow, arow, act)
     if boosting:
         _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
@@ -155,13 +158,13 @@ def _boost_row(drow, indices, lo, hi, boost_one, boost_zero):
 
 @njit(cache=True, parallel=True)
 def _sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, act, prm, boost_one,
-                   boost_zero, boosting):
+                   boost_zero, boosting, ignore_zero):
     n_rows = a.shape[0]
     row_err = np.zeros(n_rows, dtype=np.float64)
     for r in prange(n_rows):
         w = 1.0 if len(weights) == 0 else float(weights[r])
         err = _sparse_row(delta[r], a[r], indices, values, indptr[r], indptr[r + 1], err_fn, act,
-                          prm, boost_one, boost_zero, boosting)
+                          prm, boost_one, boost_zero, boosting, ignore_zero)
         _scale_row(delta[r], w)
         row_err[r] = w * err
     return row_err.sum()
@@ -191,16 +194,19 @@ def _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale):
 
 
 def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, slope, alpha, lam,
-                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                      ignore_zero=False):
     """Error and output delta for sparse CSR targets; see the reference for the parameters."""
     check_loss_activation(err_fn, act)
     boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
     prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
-    if _sigmoid_fast_path_applies(delta, a, err_fn, act):
+    # (Without zero targets the generic kernel's first pass is a fill: nothing to speed up.)
+    if not ignore_zero and _sigmoid_fast_path_applies(delta, a, err_fn, act):
         return _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, int(err_fn), prm,
                                     float(boost_one), float(boost_zero), boosting)
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
-                                prm, float(boost_one), float(boost_zero), boosting))
+                                prm, float(boost_one), float(boost_zero), boosting,
+                                bool(ignore_zero)))
 
 
 # --- Sigmoid output with (Scaled Marginal) CrossEntropy: DSSTNE's recommender networks --------

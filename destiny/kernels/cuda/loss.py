@@ -161,7 +161,7 @@ def _block_sum(shared, value):
 
 @kernel
 def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn, act, prm,
-                   boost_one, boost_zero, boosting):
+                   boost_one, boost_zero, boosting, ignore_zero):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x
     n_units = a.shape[1]
@@ -176,9 +176,12 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
         w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
         row_err = 0.0
         for j in range(c0 + t, c1, ROW_THREADS):  # 1. every unit as a zero target ...
-            e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
-            delta[r, j] = p
-            row_err += e
+            if ignore_zero:  # (no zero targets: SparseIgnoreZero)
+                delta[r, j] = 0.0
+            else:
+                e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
+                delta[r, j] = p
+                row_err += e
         cuda.syncthreads()
         for k in range(lo + t, hi, ROW_THREADS):  # 2. ... then correct the listed entries
             if indices[k] < c0 or indices[k] >= c1:  # (another block's units)
@@ -187,7 +190,9 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
             v = 1.0 if boolean else np.float64(values[k])
             e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo), True,
                                prm)
-            row_err += e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+            row_err += e1
+            if not ignore_zero:
+                row_err -= unit_loss(err_fn, act, x, 0.0, False, prm)[0]
             if boolean or _is_last(indices, k, hi):
                 delta[r, indices[k]] = p1
         err += w * row_err
@@ -279,7 +284,8 @@ class DeviceError:
 
 @device_arrays
 def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, slope, alpha, lam,
-                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                      ignore_zero=False):
     """Error and output delta for sparse CSR targets; see the reference for the parameters.
 
     Returns the weighted error summed over the batch, as a ``DeviceError``: ``float()``
@@ -294,7 +300,7 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     n_parts = 1 if act == SOFTMAX else max(1, min(a.shape[1] // PART_UNITS, MAX_PARTS))
     kernel, block_err = _launch(_sparse_kernel, delta, n_parts)
     kernel(delta, block_err, a, indptr, indices, values, weights, int(err_fn), int(act), prm,
-           float(boost_one), float(boost_zero), boosting)
+           float(boost_one), float(boost_zero), boosting, bool(ignore_zero))
     return DeviceError(block_err)
 
 

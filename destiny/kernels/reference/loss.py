@@ -120,13 +120,19 @@ def _example_weights(weights, n_rows):
 
 
 def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, slope, alpha, lam,
-                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero):
+                      one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                      ignore_zero=False):
     """Error and output delta for sparse targets, without a dense target matrix (spec 5.5, 6.3).
 
     The target is 1 (Boolean) or the value at the listed units and 0 at every other unit of
     the row. The zero-target error and delta are computed for every unit, then the listed
     entries are corrected: the error gains ``e1 - e0`` per entry (twice for an index listed
     twice, as in DSSTNE) and the delta is overwritten.
+
+    With ``ignore_zero`` (the targets' SparseIgnoreZero bit, spec 2.3) the other units are
+    not targets at all: the error is the listed entries' ``e1`` alone and the delta its exact
+    gradient, the listed units' and 0 elsewhere (a SoftMax row's Jacobian then spreads it over
+    the row; DSSTNE wrote the listed units' deltas only, and its DSMCE ignored the bit).
 
     Parameters
     ----------
@@ -147,6 +153,8 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     boost_one, boost_zero : float
         DeltaBoost factors of listed and zero-target deltas (spec 3.11); they scale only the
         delta, and only for L1, and for L2, L2Hinge, CrossEntropy with Sigmoid.
+    ignore_zero : bool
+        Only the listed entries are targets (above).
 
     Returns
     -------
@@ -163,12 +171,12 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     x1 = x[rows, indices]
 
     zero = np.zeros_like(x)  # the target of every unit before the listed entries are corrected
-    e0 = unit_error(err_fn, act, x, zero, False, prm)
+    e0 = zero if ignore_zero else unit_error(err_fn, act, x, zero, False, prm)
     row_err = e0.sum(axis=1)
     correction = unit_error(err_fn, act, x1, t1, True, prm) - e0[rows, indices]
     np.add.at(row_err, rows, correction)
 
-    pre = unit_pre_delta(err_fn, act, x, zero, False, prm)
+    pre = np.zeros_like(x) if ignore_zero else unit_pre_delta(err_fn, act, x, zero, False, prm)
     pre[rows, indices] = unit_pre_delta(err_fn, act, x1, t1, True, prm)
     d = _jacobian(pre, x, act)
     if boost_applies(err_fn, act):
