@@ -12,7 +12,8 @@ of 256 rows is otherwise 256 blocks, too few to fill a GPU (on an H100 that kern
 thirteenth of the memory's speed). For sparse targets a block makes the two passes of spec 5.5
 without a dense target:
 
-1. every unit as a zero target: its delta ``p0`` and error ``e0``;
+1. every unit as a zero target: its delta ``p0`` and error ``e0`` (SparseIgnoreZero targets:
+   a delta of 0 and no error, and pass 2 adds ``e1`` alone);
 2. the row's listed entries, one per thread: the error gains ``e1 - e0`` (twice for an index
    listed twice, as in DSSTNE), and the delta of the unit becomes ``p1``, written only by the
    entry that is the unit's last in the row (as the cpu's sequential overwrite), so the result
