@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
@@ -188,9 +189,18 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     """Check the outputs before any work, and take the network file's lock into ``held``:
     overlapping runs (cron jobs) writing one network stop at the second. The lock comes
     before the test for an existing network, which a run finishing meanwhile could write."""
-    outputs = ((network_path, "network file (-n)"), (metrics_path, "metrics file"),
+    # The metrics file is written in place, so it may be a device or pipe (/dev/stdout).
+    metrics_file = None if metrics_path is None or atomic.is_stream(metrics_path) else metrics_path
+    outputs = ((network_path, "network file (-n)"), (metrics_file, "metrics file"),
                (initial_network, "initial network"))
     atomic.check_outputs(outputs, inputs)
+    if metrics_file is not None and re.fullmatch(checkpoint_names(network_path),
+                                                 os.path.basename(metrics_file)) and \
+            atomic.same_file(os.path.dirname(metrics_file) or ".",
+                             os.path.dirname(os.fspath(network_path)) or "."):
+        raise OutputError(f"{metrics_path}: the metrics file has the name of one of the "
+                          f"network's checkpoints ({os.path.basename(network_path)}<epoch>.nc), "
+                          "which would replace it; choose another name.")
     # Checkpoints are written only under the network's lock: a killed run's temporary
     # checkpoint (as large as the network, with its optimizer state) is removed with its own.
     held.enter_context(atomic.exclusive(network_path, "network file (-n)",

@@ -321,3 +321,27 @@ def test_an_empty_output_path_is_refused(tmp_path):
     assert result.exit_code == 1
     assert "Error: the sample index (-s) is an empty path; give a file name." in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_outputs_through_links_replace_the_target_and_devices_are_refused(tmp_path):
+    """A dataset or index written through a symbolic link replaces the file it points to and
+    keeps the link; a device or pipe (here /dev/null through a link) is refused before any
+    work, since the rename into place would replace it."""
+    import os
+    import stat
+
+    (tmp_path / "real.nc").write_bytes(b"old")
+    (tmp_path / "out.nc").symlink_to(tmp_path / "real.nc")
+    run(tmp_path, "s1\ta:b\n", "-c")
+    assert (tmp_path / "out.nc").is_symlink()
+    assert read_dataset(tmp_path / "real.nc").nnz == 2
+
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    (tmp_path / "null").symlink_to("/dev/null")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "null"), "-d", "gl_input",
+        "-f", str(tmp_path / "f2"), "-s", str(tmp_path / "s2"), "-c"])
+    assert result.exit_code == 1
+    assert "null: is a device, pipe or socket, not a file" in result.output
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert not (tmp_path / "f2").exists() and not (tmp_path / "s2").exists()

@@ -248,6 +248,43 @@ def test_a_second_run_to_the_same_output_stops_and_a_killed_runs_file_is_removed
          ".other.txt.0123abcd.tmp", "recs.txt.0123abcd.tmp", ".recs.txt.fresh123.tmp"})
 
 
+def test_records_go_through_links_devices_and_pipes_without_replacing_them(model, tmp_path):
+    """A link's target gets the records and the link stays; a device or named pipe is
+    written as a stream (the rename into place would replace it: as root, /dev/null)."""
+    import os
+    import stat
+    import threading
+
+    ratings = str(model / "ratings.txt")
+    plain = tmp_path / "plain.txt"
+    assert run(model, "-r", ratings, "-k", "5", output=str(plain)).exit_code == 0
+    expected = plain.read_text()
+
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    assert run(model, "-r", ratings, "-k", "5", output=str(link)).exit_code == 0
+    assert link.is_symlink() and target.read_text() == expected
+
+    null = tmp_path / "null"
+    null.symlink_to("/dev/null")
+    result = run(model, "-r", ratings, "-k", "5", output=str(null))
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and null.is_symlink()
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_text()))
+    reader.start()
+    result = run(model, "-r", ratings, "-k", "5", output=str(pipe))
+    reader.join(timeout=60)
+    assert result.exit_code == 0, result.output
+    assert received == [expected] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "null", "pipe",
+                                                          "plain.txt", "target.txt"]
+
+
 def test_alike_indices_are_digested_once(model, monkeypatch):
     """An autoencoder's input and output indices map alike: the check of each against the
     network's record computes one digest for both (0.26 s each at 930k items)."""

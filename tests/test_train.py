@@ -585,6 +585,20 @@ def test_a_killed_runs_temporary_network_and_checkpoints_are_removed(files):
     assert left == {*kept, ".net.nc3.nc.fresh123.tmp"}
 
 
+def test_metrics_to_a_device_are_written_in_place_and_a_checkpoints_name_is_refused(files):
+    import stat
+
+    (files / "null").symlink_to("/dev/null")
+    result = run_train(files, "-e", "1", "--metrics", str(files / "null"))
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    result = run_train(files, "-e", "2", "--checkpoint-every", "1", "--force",
+                       "--metrics", str(files / "net.nc2.nc"))
+    assert result.exit_code == 1
+    assert "net.nc2.nc: the metrics file has the name of one of the network's checkpoints" \
+        in result.output
+
+
 def test_a_damaged_newest_checkpoint_says_how_to_go_on(files):
     assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
     (files / "net.nc").unlink()

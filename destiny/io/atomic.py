@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import tempfile
 import time
 from typing import Callable
@@ -34,8 +35,23 @@ def check_outputs(outputs, inputs=()) -> None:
             check_writable(path, what)
 
 
+def is_stream(path) -> bool:
+    """Whether ``path`` is a device, pipe or socket (``/dev/null``, ``/dev/stdout``, a named
+    pipe), through links: such an output can only be written in place, as a stream; the
+    rename that publishes a file would replace it (as root, ``/dev/null`` itself)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def check_writable(path, what: str) -> None:
-    """Fail early, before any work, if ``path`` cannot be created."""
+    """Fail early, before any work, if ``path`` cannot be created as a file."""
+    if is_stream(path):
+        raise OutputError(f"{path}: is a device, pipe or socket, not a file; the {what} is "
+                          "written to a temporary file and renamed into place, which would "
+                          "replace it. Give the path of a file.")
     directory = _place(path)[0]
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: the directory {directory!r} for the {what} does not exist; "
@@ -170,8 +186,13 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
 def _place(path) -> tuple[str, str]:
     """The real path of output ``path``'s directory, and its name: its lock and temporary
     files go there, so that two spellings of one directory (a symbolic link, ``link/..``)
-    give one lock, and the temporary files are where the lock's holder looks for them."""
-    directory, name = os.path.split(os.fspath(path))
+    give one lock, and the temporary files are where the lock's holder looks for them. An
+    output that is a symbolic link is its target's place: the file it points to is replaced,
+    and the link kept (as a program writing through it would)."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        path = os.path.realpath(path)
+    directory, name = os.path.split(path)
     return os.path.realpath(directory or "."), name
 
 
@@ -231,6 +252,9 @@ class OutputSet:
     def path(self, final) -> str:
         """A temporary path in ``final``'s directory; write the output there."""
         final = os.fspath(final)
+        if is_stream(final):  # (callers write streams in place; never replace one)
+            raise OutputError(f"{final}: is a device, pipe or socket, not a file; it cannot be "
+                              "replaced by a file. Give the path of a file.")
         directory, name = _place(final)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -238,13 +262,18 @@ class OutputSet:
             raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
                               f"({e.strerror}); choose another path.") from None
         os.close(fd)
-        self._pending.append((tmp, final))
+        self._pending.append((tmp, os.path.join(directory, name)))  # (through a link)
         return tmp
 
     def commit(self) -> None:
         for tmp, final in self._pending:
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, final)
+            try:
+                os.chmod(tmp, 0o666 & ~_umask())
+                os.replace(tmp, final)
+            except OSError as e:  # (an immutable file, a read-only bind mount, ...)
+                raise OutputError(f"{final}: cannot put the finished file in place ({e.strerror}); "
+                                  "it is left as it was. Check the file and its directory, or "
+                                  "choose another path.") from None
         self._pending.clear()
 
     def discard(self) -> None:
