@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import math
 import os
+import signal
 import sys
 import traceback
 
@@ -15,10 +17,17 @@ import click
 from destiny.errors import DestinyError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+# Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
+# so a command stopped part-way leaves every output as it was.
+_NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
 
 
 def library_errors(fn):
-    """Turn a ``DestinyError`` into exit code 1 with its message (``DESTINY_DEBUG=1``: traceback)."""
+    """Turn a ``DestinyError`` into exit code 1 with its message (``DESTINY_DEBUG=1``: traceback);
+    so too an interrupt (Ctrl-C, SIGTERM) and the system's failures (a full disk)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -28,6 +37,28 @@ def library_errors(fn):
             if os.environ.get("DESTINY_DEBUG"):
                 raise
             raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            if os.environ.get("DESTINY_DEBUG"):
+                raise
+            raise click.ClickException(f"interrupted; {_NOTHING_REPLACED}. Run the command "
+                                       "again to start afresh.") from None
+        except OSError as e:  # after the checks: a full disk, a quota, an I/O error
+            if (os.environ.get("DESTINY_DEBUG") or e.strerror is None
+                    or isinstance(e, BrokenPipeError)):  # (stdout's reader left: `| head`)
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            raise click.ClickException(
+                f"{where}{e.strerror}; {_NOTHING_REPLACED}. "
+                + ("Free space on that file system (or raise the quota) or write the outputs "
+                   "elsewhere, then run the command again." if e.errno in _FULL else
+                   "Check the file and the file system, then run the command again.")) from None
+        except RuntimeError as e:  # netCDF4's failures: "NetCDF: HDF error" on a full disk
+            if os.environ.get("DESTINY_DEBUG") or not str(e).startswith("NetCDF:"):
+                raise
+            raise click.ClickException(
+                f"the NetCDF library failed ({e}); {_NOTHING_REPLACED}. While writing, a full "
+                "disk or quota is the usual cause: free space or write the outputs elsewhere, "
+                "then run the command again.") from None
         except MemoryError as e:  # NumPy's says how much one array needed
             if os.environ.get("DESTINY_DEBUG"):
                 raise
@@ -89,6 +120,9 @@ def run_command(command: click.Command, name: str):
     """
     from destiny.parallel import get_comm
 
+    # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) stops the command as Ctrl-C
+    # does: temporary files removed, locks released, a message (train: how to resume).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         comm = get_comm()
     except DestinyError as e:
@@ -97,6 +131,10 @@ def run_command(command: click.Command, name: str):
     if comm.size == 1:
         return command(prog_name=name)
     _run_ranks(command, name, comm)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _run_ranks(command: click.Command, name: str, comm):

@@ -67,6 +67,35 @@ def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
     assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("failure, expected", [
+    (OSError(28, "No space left on device", "/data/.recs.k3m_x9qa.tmp"),
+     "Error: /data/.recs.k3m_x9qa.tmp: No space left on device; no output was replaced (each "
+     "is put in place only once complete). Free space on that file system"),
+    (OSError(5, "Input/output error"), "Error: Input/output error; no output was replaced"),
+    (RuntimeError("NetCDF: HDF error"), "Error: the NetCDF library failed (NetCDF: HDF error); "
+                                        "no output was replaced"),
+    (KeyboardInterrupt(), "Error: interrupted; no output was replaced"),
+], ids=["disk-full", "io-error", "netcdf", "interrupt"])
+def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatch, failure,
+                                                            expected):
+    """A full disk, an I/O error, netCDF's own failure or Ctrl-C (or SIGTERM) part-way: one
+    paragraph and exit code 1, not a traceback (or click's bare "Aborted!")."""
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    def fail(*_, **__):
+        raise failure
+
+    monkeypatch.setattr(destiny.generate, "write_dataset", fail)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(expected), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

@@ -670,6 +670,26 @@ def test_an_interrupt_mid_run_releases_the_lock_and_keeps_the_checkpoints(files)
     assert len((files / "m.jsonl").read_text().splitlines()) == 2  # flushed and closed
 
 
+def test_sigterm_stops_as_ctrl_c_does(files):
+    """timeout, systemd and batch schedulers stop a job with SIGTERM: the run says how to go
+    on, and leaves no temporary or lock file (SIGTERM used to stop it at once, as SIGKILL)."""
+    proc = subprocess.Popen(
+        [str(BIN / "train"), "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+         "-o", str(files / "gl_output.nc"), "-n", str(files / "net.nc"), "-b", "16",
+         "-e", "1000", "--checkpoint-every", "1", "-q"],
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (files / "net.nc2.nc").exists():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "interrupted" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    left = [p.name for p in files.iterdir() if p.name.endswith((".tmp", ".lock"))]
+    assert left == [] and not (files / "net.nc").exists()
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.
