@@ -258,6 +258,10 @@ INDEX_ERRORS = [
     ("duplicate-index", "a\t0\nb\t1\nc\t1\n", 3, ["index 1", "'b' (line 2)", "'c'"]),
     ("crlf", "a\t0\r\nb\t1\r\n", 1, ["carriage return"]),
     ("not-utf8", b"a\t0\n\xff\t1\n", 2, [r"b'\xff'", "not UTF-8"]),
+    # 2^32 wrapped around to 0 and merged 'b' with 'a' silently
+    ("beyond-32-bit", "a\t0\nb\t4294967296\nc\t1\n", 2, ["4294967296 of 'b' is too large"]),
+    ("beyond-64-bit", "a\t0\nb\t99999999999999999999999\n", 2, ["too large"]),
+    ("beyond-int32", "b\t2147483648\n", 1, ["at most 2,147,483,647"]),
 ]
 
 

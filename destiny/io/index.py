@@ -88,6 +88,10 @@ class LabelTable:
         return dict(zip(self.labels(), self.values().tolist()))
 
 
+# The largest index: datasets hold indices as 32-bit integers (int32 here, uint32 in DSSTNE).
+MAX_INDEX = 2**31 - 1
+
+
 def read_index(path) -> tuple[list[str], np.ndarray]:
     """Read an index file; return its labels and indices in file order.
 
@@ -108,6 +112,8 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
             path, f"the bytes {data[e.start:e.end]!r} are not UTF-8. Index files are written by "
             "generate-netcdf as UTF-8 text; regenerate it with -c.", line=line) from None
     labels, values = _parse_clean(data, text) if "\r" not in text else (None, None)
+    if labels is not None and len(values) and values.max() > MAX_INDEX:
+        labels = None  # the checked parse names the line
     if labels is None:
         lines = text.split("\n")
         if lines and lines[-1] == "":
@@ -149,7 +155,10 @@ def _parse_clean(data: bytes, text: str):
         return None, None
     if len(set(labels)) != len(labels):
         return None, None
-    return labels, np.array(numbers, dtype=np.int64)
+    try:
+        return labels, np.array(numbers, dtype=np.int64)
+    except OverflowError:  # beyond int64: the checked parse names the line
+        return None, None
 
 
 def _parse_checked(path, lines: list[str]):
@@ -169,6 +178,11 @@ def _parse_checked(path, lines: list[str]):
         if len(fields) != 2 or fields[0] == "" or not fields[1].isascii() or not fields[1].isdigit():
             raise DataFormatError(path, f"found {_show(line)}; {expected}.", line=number)
         label, index = fields[0], int(fields[1])
+        if index > MAX_INDEX:
+            raise DataFormatError(path, f"the index {fields[1]} of {label!r} is too large: "
+                                  f"indices are 32-bit numbers (at most {MAX_INDEX:,}), and a "
+                                  "larger one would wrap around onto another feature. Renumber "
+                                  "the index to 0..n-1, or rebuild it with -c.", line=number)
         if label in seen_label:
             raise DataFormatError(path, f"the label {label!r} appears again (first on line "
                                   f"{seen_label[label]}); each label must appear once. "
