@@ -94,8 +94,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     if not comm.is_root:
         return
     if report.dropped:
-        note(NAME, f"dropped {report.dropped:,} features that are not in {input_index}, from "
-                   f"{report.lines_with_drops:,} lines")
+        note(NAME, f"dropped {report.dropped:,} features that are not in {input_index} or that "
+                   f"no training example had, from {report.lines_with_drops:,} lines")
     if report.no_known_feature:
         note(NAME, f"{report.no_known_feature:,} samples have no known feature; their "
                    "recommendations come from the output biases alone (the most popular items)")

@@ -135,14 +135,27 @@ def fit(
             if metrics is not None:
                 metrics.close()
         # How often each output unit was a target: predict never recommends units at 0 (items
-        # the model never saw, padding). Each rank counts its own units.
+        # the model never saw, padding). Each rank counts its own units. Likewise each input
+        # feature: predict leaves out features no example had (their weights are untrained).
         counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
                       np.bincount(ds.indices, minlength=net.local_n(name))))
                   for name, ds in data.targets.items()}
+        counts |= {f"input_counts_{name}": _input_counts(net, name, ds, comm)
+                   for name, ds in data.inputs.items()}
         save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
                      arrays=counts)
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                          records=records, written=str(network_path))
+
+
+def _input_counts(net: Network, name: str, ds, comm: Comm) -> np.ndarray:
+    """How many training examples list each feature of input layer ``name``: a rank holds its
+    own units' columns of the data, or all of them (``Network.input_columns``)."""
+    lo, hi = net.input_columns(name)
+    counts = np.bincount(ds.indices, minlength=hi - lo)
+    if hi - lo == net.layers[name].n:
+        return counts
+    return np.concatenate(comm.allgather(counts))
 
 
 def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm) -> TrainState:

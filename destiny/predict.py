@@ -180,7 +180,6 @@ class Predictor:
         # Mapped, not read: a cold start does not copy hundreds of MB of weights.
         nf = read_network(network_path, mmap=True)
         in_labels, in_values = read_index(input_index)
-        self.features: LabelTable = table_of(in_labels, in_values)
         labels, values = read_index(output_index)
         # The filter is read against the output index. Where the two indices are one mapping
         # (an autoencoder's, written from one file), a filter that is the input file itself
@@ -216,6 +215,16 @@ class Predictor:
                  in_digests if self.indices_alike else {})):
             if name in trained:
                 check_trained_index(path, names, numbers, trained[name], which, name, digests)
+        # Features no training example had (added to the index with -m since, or absent from
+        # the training data) have only their initial random weights: they are left out and
+        # counted, as features the index lacks are.
+        seen_in = nf.arrays.get(f"input_counts_{input_layer.name}")
+        if seen_in is not None and len(seen_in) == input_layer.n and len(in_values):
+            keep = in_values < input_layer.n
+            keep[keep] = seen_in[in_values[keep]] > 0
+            in_labels = [label for label, kept in zip(in_labels, keep.tolist()) if kept]
+            in_values = in_values[keep]
+        self.features: LabelTable = table_of(in_labels, in_values)
         load_weights(self.net, network_path, gradients=False, nf=nf)
         if len(self.features) > input_layer.n:
             raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "

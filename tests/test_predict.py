@@ -203,6 +203,31 @@ def test_predict_refuses_an_index_the_network_was_not_trained_with(model, tmp_pa
         assert not out.exists()
 
 
+def test_features_no_training_example_had_are_left_out(model, tmp_path):
+    """An input index grown with -m since training: the features added have only their
+    initial random weights, so they are left out and counted, as unknown features are (they
+    used to move the scores at random)."""
+    from destiny.io.network_file import read_network
+
+    lines = (model / "features_input").read_text().splitlines(keepends=True)
+    index = tmp_path / "grown_input"
+    index.write_text("".join(lines) + f"new-a\t{len(lines)}\nnew-b\t{len(lines) + 1}\n")
+    counts = read_network(model / "gl.nc").arrays["input_counts_Input"]
+    assert (counts[:len(lines)] > 0).all() and (counts[len(lines):] == 0).all()
+    user, known = (model / "ratings.txt").read_text().splitlines()[0].split("\t")
+    src = tmp_path / "in.txt"
+    src.write_text(f"{user}\t{known}:new-a:new-b\n")
+    plain, grown = tmp_path / "plain.txt", tmp_path / "grown.txt"
+    (tmp_path / "known.txt").write_text(f"{user}\t{known}\n")
+    assert run(model, "-r", str(tmp_path / "known.txt"), output=str(plain)).exit_code == 0
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(index), "-o", str(model / "features_output"),
+        "-r", str(src), "-s", str(grown)])
+    assert result.exit_code == 0, result.output
+    assert "dropped 2 features that are not in" in result.stderr
+    assert grown.read_text() == plain.read_text()
+
+
 def test_an_index_with_gaps_grown_since_still_passes():
     """An index numbered with gaps (a 0, b 1, c 5) grows from its size up (d 3), so its
     entries numbered below its size stay those the network recorded."""
