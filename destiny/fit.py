@@ -27,7 +27,7 @@ from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import (checkpoint_names, checkpoint_path, latest_checkpoint,
                                    load_weights, save_network)
-from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
+from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -83,6 +83,7 @@ def fit(
             with open(config_path, encoding="utf-8") as f:
                 netdef_text = json.dumps(json.load(f), separators=(",", ":"))
             summaries = _summaries(pool, netdef)
+            _check_rows_line_up(pool, summaries)
             run = {"netdef_json": netdef_text} | trained_indexes(netdef, summaries)
             if cfg.shuffle is None:
                 cfg = replace(cfg, shuffle=netdef.shuffle_indices)
@@ -94,7 +95,7 @@ def fit(
             # What a checkpoint must share to be resumed: all but -e, the data included
             # (the same numbers of examples and entries, and the same feature indexes).
             settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples,
-                        "entries": {name: entries for name, (entries, _) in summaries.items()},
+                        "entries": {name: s.entries for name, s in summaries.items()},
                         "indexes": run.get("indexes", "")}
             state, resumed_from = TrainState(), None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
@@ -237,13 +238,31 @@ def dataset_pool(paths) -> dict[str, tuple[str, int]]:
     return pool
 
 
-def _summaries(pool, netdef) -> dict[str, tuple]:
+def _summaries(pool, netdef) -> dict[str, DatasetSummary]:
     """``dataset_summaries`` of the datasets the input and output layers read, by name (each
     file's header read once)."""
     used = sorted({layer.dataset for layer in netdef.layers
                    if layer.kind in (LayerKind.Input, LayerKind.Output) and layer.dataset in pool})
     by_file = {path: dataset_summaries(path) for path in {pool[name][0] for name in used}}
     return {name: by_file[pool[name][0]][name] for name in used}
+
+
+def _check_rows_line_up(pool, summaries: dict[str, DatasetSummary]) -> None:
+    """Refuse datasets whose rows are other samples: row r of the input must be the same
+    example as row r of the targets. generate-netcdf numbers rows by the samples present in
+    its input (spec 1.4, quirk 10.1), so two files converted from different inputs (or with
+    different -s indexes) can hold as many rows and still not line up; DSSTNE trained on them.
+    Only datasets that record their rows (``rows_digest``) are compared."""
+    recorded = [(name, s.rows) for name, s in summaries.items() if s.rows is not None]
+    for name, rows in recorded[1:]:
+        first, first_rows = recorded[0]
+        if rows != first_rows:
+            raise DestinyError(
+                f"the datasets {first!r} ({pool[first][0]}) and {name!r} ({pool[name][0]}) "
+                "hold other samples, or the same in another order, so an example's input and "
+                "its targets would not be one sample. Write both with generate-netcdf from "
+                "the same samples and one -s sample index (DSSTNE's example passes -s "
+                "samples_input to both).")
 
 
 def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> dict:
@@ -279,8 +298,8 @@ def trained_indexes(netdef, summaries) -> dict:
     feature index it was written with (``_summaries``), that index's (entries, digest)
     (`index_digest`), for predict to check its indexes against; ``{}`` where no dataset
     records one (DSSTNE's)."""
-    recorded = {layer.name: list(summaries[layer.dataset][1]) for layer in netdef.layers
-                if layer.dataset in summaries and summaries[layer.dataset][1] is not None}
+    recorded = {layer.name: list(summaries[layer.dataset].index) for layer in netdef.layers
+                if layer.dataset in summaries and summaries[layer.dataset].index is not None}
     return {"indexes": json.dumps(recorded, sort_keys=True)} if recorded else {}
 
 

@@ -20,7 +20,7 @@ from destiny.errors import DataFormatError, DestinyError
 from destiny.io import atomic
 from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
-                              write_index)
+                              rows_digest, write_index)
 from destiny.io.text import Records, input_files, read_records
 from destiny.sparse import repeated_entries, take_rows
 
@@ -152,7 +152,8 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
     labels, values = features.labels(), features.values()
     with atomic.atomic_outputs() as out:
         write_dataset(out.path(output), dataset,
-                      index=(len(labels), index_digest(labels, values, len(labels))))
+                      index=(len(labels), index_digest(labels, values, len(labels))),
+                      rows=rows_digest([records.labels[i] for i in order.tolist()]))
         report.written.append(str(output))
         if create or report.new_features:
             write_index(out.path(feature_index), labels, values)

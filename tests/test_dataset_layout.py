@@ -30,11 +30,11 @@ def test_indicator_layout_matches_dsstne(tmp_path):
     run(tmp_path, "s1\tf0:f1:f2\ns2\tf3:f1:f4\ns3\tf5:f6:f7\n", "-c")
     with netCDF4.Dataset(tmp_path / "out.nc") as nc:
         assert nc.data_model == "NETCDF4"
-        # DSSTNE's attributes, then the feature index Destiny's predict checks (DSSTNE reads
-        # its attributes by name and never sees these).
+        # DSSTNE's attributes, then the feature index Destiny's predict checks and the rows
+        # train compares (DSSTNE reads its attributes by name and never sees these).
         assert nc.ncattrs() == ["datasets", "name0", "attributes0", "kind0", "dataType0",
                                 "dimensions0", "width0", "destiny_indexEntries0",
-                                "destiny_indexDigest0"]
+                                "destiny_indexDigest0", "destiny_rowsDigest0"]
         labels, values = read_index(tmp_path / "features")
         assert nc.getncattr("destiny_indexEntries0") == 8
         assert nc.getncattr("destiny_indexDigest0") == index_digest(labels, values, 8)
@@ -65,7 +65,8 @@ def test_netcdf_types_are_dsstnes(tmp_path, data_type):
                 "attributes0": nctypes.NC_UINT, "kind0": nctypes.NC_UINT,
                 "dataType0": nctypes.NC_UINT, "dimensions0": nctypes.NC_UINT,
                 "width0": nctypes.NC_UINT, "destiny_indexEntries0": nctypes.NC_UINT,
-                "destiny_indexDigest0": nctypes.NC_CHAR, "sparseStart0": nctypes.NC_UINT,
+                "destiny_indexDigest0": nctypes.NC_CHAR, "destiny_rowsDigest0": nctypes.NC_CHAR,
+                "sparseStart0": nctypes.NC_UINT,
                 "sparseEnd0": nctypes.NC_UINT, "sparseIndex0": nctypes.NC_UINT}
     if data_type == "analog":
         expected["sparseData0"] = nctypes.NC_FLOAT

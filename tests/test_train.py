@@ -336,6 +336,33 @@ def test_sgd_step_is_dsstnes_arithmetic():
     np.testing.assert_allclose(net.connections[1].b, b2 - 0.025 * d2.mean(axis=0), atol=1e-6)
 
 
+def test_datasets_of_other_samples_are_refused(files):
+    """Two halves of the users converted with one sample index have as many rows each, but
+    row r is another user in each: training on them paired one user's input with another's
+    targets, silently (DSSTNE did the same)."""
+    from destiny.generate import generate_netcdf
+
+    users = [f"u{i}\t" + ":".join(f"i{(i * 7 + j) % 50}" for j in range(5)) for i in range(40)]
+    (files / "a.txt").write_text("\n".join(users[:20]) + "\n")
+    (files / "b.txt").write_text("\n".join(users[20:]) + "\n")
+    (files / "same.txt").write_text("\n".join(reversed(users[:20])) + "\n")
+    for text, name, out in (("a.txt", "gl_input", "a.nc"), ("b.txt", "gl_output", "b.nc"),
+                            ("same.txt", "gl_output", "same.nc")):
+        generate_netcdf(input_path=str(files / text), output=str(files / out), dataset_name=name,
+                        feature_index=str(files / "features"), sample_index=str(files / "samples"),
+                        create=not (files / "features").exists())
+    argv = ["-c", str(files / "net.json"), "-i", str(files / "a.nc"), "-e", "1"]
+    result = CliRunner().invoke(train, argv + ["-o", str(files / "b.nc"), "-n", str(files / "x.nc")])
+    assert result.exit_code == 1
+    assert "'gl_input'" in result.output and "'gl_output'" in result.output
+    assert "hold other samples, or the same in another order" in result.output
+    assert not (files / "x.nc").exists()
+    # The same users in another line order: rows follow the sample index, so they line up.
+    result = CliRunner().invoke(train, argv + ["-o", str(files / "same.nc"),
+                                               "-n", str(files / "y.nc")])
+    assert result.exit_code == 0, result.output
+
+
 def test_train_writes_dsstne_network_file(files):
     result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 0, result.output

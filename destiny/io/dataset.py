@@ -15,6 +15,7 @@ offsets, rows that are not contiguous, and the Indexed and Weighted attributes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,12 +75,14 @@ class SparseDataset:
         return self.values is None
 
 
-def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None) -> None:
+def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None,
+                  rows: str | None = None) -> None:
     """Write ``ds`` exactly as DSSTNE's generateNetCDF does (spec 1.5).
 
     ``index``: the feature index's (entries, ``index_digest``), written after DSSTNE's
     attributes as ``destiny_indexEntries0`` and ``destiny_indexDigest0`` (DSSTNE reads its
-    own attributes by name and never sees them).
+    own attributes by name and never sees them); ``rows``: the ``rows_digest`` of the
+    samples, as ``destiny_rowsDigest0``.
     """
     import netCDF4
 
@@ -99,6 +102,8 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None)
         if index is not None:
             nc.setncattr("destiny_indexEntries0", np.uint32(index[0]))
             nc.setncattr("destiny_indexDigest0", index[1])
+        if rows is not None:
+            nc.setncattr("destiny_rowsDigest0", rows)
         nc.createDimension("examplesDim0", ds.rows)
         nc.createDimension("sparseDataDim0", ds.nnz)
         start = nc.createVariable("sparseStart0", "u4", ("examplesDim0",), fill_value=False)
@@ -148,10 +153,18 @@ def dataset_widths(path) -> dict[str, int]:
                 for n in range(_count(nc, path))}
 
 
-def dataset_summaries(path) -> dict[str, tuple[int | None, tuple[int, str] | None]]:
-    """(entries, feature index) of every dataset in a file, by name, without reading the
-    entries: the index is the (entries, digest) it was written with (``write_dataset``'s
-    ``index``), or None where the file does not record it (DSSTNE's files)."""
+class DatasetSummary(NamedTuple):
+    """What a dataset file says of one dataset without reading its entries."""
+
+    entries: int | None  # None: a dense dataset
+    index: tuple[int, str] | None  # the feature index's (entries, digest) it was written with
+    rows: str | None  # the ``rows_digest`` of its samples
+    # (index and rows: None where the file does not record them, as DSSTNE's files)
+
+
+def dataset_summaries(path) -> dict[str, DatasetSummary]:
+    """The ``DatasetSummary`` of every dataset in a file, by name (``write_dataset``'s
+    ``index`` and ``rows``)."""
     with _open(path) as nc:
         attrs = set(nc.ncattrs())
         found = {}
@@ -160,8 +173,11 @@ def dataset_summaries(path) -> dict[str, tuple[int | None, tuple[int, str] | Non
             if {f"destiny_indexEntries{n}", f"destiny_indexDigest{n}"} <= attrs:
                 index = (int(nc.getncattr(f"destiny_indexEntries{n}")),
                          str(nc.getncattr(f"destiny_indexDigest{n}")))
+            rows = (str(nc.getncattr(f"destiny_rowsDigest{n}"))
+                    if f"destiny_rowsDigest{n}" in attrs else None)
             entries = nc.dimensions.get(f"sparseDataDim{n}")  # (None: a dense dataset)
-            found[_text(nc, path, f"name{n}")] = (entries and len(entries), index)
+            found[_text(nc, path, f"name{n}")] = DatasetSummary(entries and len(entries), index,
+                                                                rows)
         return found
 
 

@@ -241,6 +241,13 @@ def _show(line: str, limit: int = 60) -> str:
     return repr(shown)
 
 
+def rows_digest(labels: list[str]) -> str:
+    """A digest of a dataset's sample names in row order. Two datasets line up row for row
+    (an example's input and its targets) only if they hold the same samples in the same
+    order: generate-netcdf records it, and train compares those of its datasets."""
+    return hashlib.sha256("\n".join(labels).encode("utf-8")).hexdigest()[:32]
+
+
 def index_digest(labels: list[str], values: np.ndarray, below: int) -> str:
     """A digest of an index's entries numbered below ``below``, in number order.
 
