@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from typing import Iterator, TextIO
 
@@ -14,13 +15,16 @@ from destiny.cli.common import (CONTEXT, library_errors, note, products_note, ru
 NAME = "predict"
 
 
+# printf's flags, width and precision, then a floating-point conversion: anything else (a
+# literal suffix, %d, %s, a ',' or ':') would write records that do not parse, with exit 0.
+_SCORE_FORMAT = re.compile(r"[-+ #0]*\d*(?:\.\d*)?[eEfFgG]")
+
+
 def _check_format(ctx, param, fmt: str) -> str:
     # A parse-time check: under mpiexec every rank then agrees on it with the other usage errors.
-    try:
-        ("%" + fmt) % 0.5
-    except (TypeError, ValueError):
+    if not _SCORE_FORMAT.fullmatch(fmt):
         raise click.BadParameter(f"{fmt!r} is not a printf conversion for a number, such as "
-                                 "4.3f or 6.5f", param_hint="-p") from None
+                                 "4.3f, 6.5f or .3e (without the %)", param_hint="-p")
     return fmt
 
 

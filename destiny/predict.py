@@ -255,7 +255,7 @@ class Predictor:
         return self._item_labels
 
     def read_input(self, path) -> Records:
-        records = read_records(input_files(path), self.features, update=False)
+        records = read_records(input_files(path, "-r"), self.features, update=False)
         records.check_unique()
         return records
 
@@ -272,7 +272,8 @@ class Predictor:
         if (not values and input_path is not None and self.indices_alike
                 and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
-        filt = read_records(input_files(path), self.targets, update=False, keep_values=True)
+        filt = read_records(input_files(path, "-f"), self.targets, update=False,
+                            keep_values=True)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)
         for line, label in enumerate(filt.labels):

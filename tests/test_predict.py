@@ -148,12 +148,26 @@ def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     assert "brand-new-item" not in out.read_text()
 
 
+@pytest.mark.parametrize("fmt", ["4.3f", ".3e", "+08.2f", "g", "10.4G"])
+def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
+    out = tmp_path / "recs.txt"
+    result = run(model, "-r", str(model / "ratings.txt"), "-k", "2", "-p", fmt, output=str(out))
+    assert result.exit_code == 0, result.output
+    first = out.read_text().splitlines()[0].split("\t")[1].split(":")[0]
+    float(first.split(",")[1])
+
+
 @pytest.mark.parametrize("args,message", [
     (["-d", "ml"], "-d ml: the network's input layer reads the dataset 'gl_input'"),
     (["-l", "Out"], "the network has no layer named 'Out'"),
     (["-l", "Input"], "-l Input: is the network's input layer, which has no activations"),
     (["-l", "Hidden"], "-l Hidden: is a hidden layer, whose units are not items"),
     (["-p", "q"], "is not a printf conversion"),
+    (["-p", "abc"], "'abc' is not a printf conversion"),  # Python's % took 'a', then "bc"
+    (["-p", "4.3d"], "'4.3d' is not a printf conversion"),
+    (["-p", "4.3f,9"], "'4.3f,9' is not a printf conversion"),  # a ',' inside the records
+    (["-r", "nope.txt"], "nope.txt: the input file does not exist; check the -r path"),
+    (["-f", "nope.txt"], "nope.txt: the input file does not exist; check the -f path"),
 ])
 def test_predict_errors(model, tmp_path, args, message):
     out = tmp_path / "recs.txt"

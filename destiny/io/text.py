@@ -77,17 +77,18 @@ class Records:
         raise IndexError(row)
 
 
-def input_files(path) -> list[str]:
-    """``-i`` is a file, or a directory whose entries are read in sorted order (spec 1.1)."""
+def input_files(path, flag: str = "-i") -> list[str]:
+    """A text input (generate-netcdf's ``-i``, predict's ``-r`` and ``-f``, named by ``flag``)
+    is a file, or a directory whose entries are read in sorted order (spec 1.1)."""
     if os.path.isdir(path):
         names = sorted(os.listdir(path))
         files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
         if not files:
             raise DataFormatError(path, "the input directory holds no files; give a text file "
-                                  "or a directory of text files with -i.")
+                                  f"or a directory of text files with {flag}.")
         return files
     if not os.path.exists(path):
-        raise DataFormatError(path, "the input file does not exist; check the -i path.")
+        raise DataFormatError(path, f"the input file does not exist; check the {flag} path.")
     if not os.access(path, os.R_OK):
         raise DataFormatError(path, "the input file cannot be read (permission denied); check "
                               "its permissions.")
