@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -31,6 +32,11 @@ def library_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) stops the command
+            # as Ctrl-C does: temporaries removed, locks released, a message (train: how to
+            # resume). Here, so that every entry point (generate-netcdf, destiny ...) has it.
+            signal.signal(signal.SIGTERM, _interrupt)
         try:
             return fn(*args, **kwargs)
         except DestinyError as e:
@@ -120,9 +126,6 @@ def run_command(command: click.Command, name: str):
     """
     from destiny.parallel import get_comm
 
-    # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) stops the command as Ctrl-C
-    # does: temporary files removed, locks released, a message (train: how to resume).
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         comm = get_comm()
     except DestinyError as e:

@@ -17,7 +17,7 @@ NAME = "predict"
 
 # printf's flags, width and precision, then a floating-point conversion: anything else (a
 # literal suffix, %d, %s, a ',' or ':') would write records that do not parse, with exit 0.
-_SCORE_FORMAT = re.compile(r"[-+ #0]*\d*(?:\.\d*)?[eEfFgG]")
+_SCORE_FORMAT = re.compile(r"[-+ #0]*\d*(?:\.\d*)?[hlL]?[eEfFgG]")  # (C's 4.3lf too)
 
 
 def _check_format(ctx, param, fmt: str) -> str:

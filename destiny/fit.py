@@ -185,7 +185,7 @@ def _open_metrics(path, epoch: int):
     of later epochs are dropped, as those epochs run again). Rewritten in place, not renamed:
     the path may be a link, or /dev/stdout."""
     kept = []
-    if epoch > 0 and os.path.exists(path):
+    if epoch > 0 and os.path.exists(path) and not atomic.is_stream(path):  # (/dev/stdout)
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:

@@ -218,18 +218,23 @@ class Predictor:
         # Features no training example had (added to the index with -m since, or absent from
         # the training data) have only their initial random weights: they are left out and
         # counted, as features the index lacks are.
+        # (The full index still maps filters, whose items are the output's, and must fit.)
+        if len(in_labels) > input_layer.n:
+            raise DataFormatError(input_index, f"holds {len(in_labels):,} features but the "
+                                  f"network's input layer has {input_layer.n:,} units; it is not "
+                                  "the index this network was trained with.")
+        whole = table_of(in_labels, in_values)
+        self.features: LabelTable = whole
+        self.features_left_out = 0
         seen_in = nf.arrays.get(f"input_counts_{input_layer.name}")
         if seen_in is not None and len(seen_in) == input_layer.n and len(in_values):
             keep = in_values < input_layer.n
             keep[keep] = seen_in[in_values[keep]] > 0
-            in_labels = [label for label, kept in zip(in_labels, keep.tolist()) if kept]
-            in_values = in_values[keep]
-        self.features: LabelTable = table_of(in_labels, in_values)
+            self.features_left_out = int(np.count_nonzero(~keep))
+            if self.features_left_out:
+                self.features = table_of([label for label, kept in zip(in_labels, keep.tolist())
+                                          if kept], in_values[keep])
         load_weights(self.net, network_path, gradients=False, nf=nf)
-        if len(self.features) > input_layer.n:
-            raise DataFormatError(input_index, f"holds {len(self.features):,} features but the "
-                                  f"network's input layer has {input_layer.n:,} units; it is not "
-                                  "the index this network was trained with.")
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:
             raise DataFormatError(output_index, f"has index {int(values.max())} but the layer "
@@ -238,7 +243,7 @@ class Predictor:
         self.output_labels = np.full(n_out, None, dtype=object)
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None
-        self.targets = self.features if self.indices_alike else table_of(labels, values)
+        self.targets = whole if self.indices_alike else table_of(labels, values)
         # Units without a label are padding; units never a training target are left out too.
         allowed = np.zeros(n_out, dtype=np.uint8)
         allowed[values] = 1
@@ -270,7 +275,7 @@ class Predictor:
         parsed again; its values are then zeros.
         """
         if (not values and input_path is not None and self.indices_alike
-                and same_file(path, input_path)):
+                and not self.features_left_out and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
         filt = read_records(input_files(path, "-f"), self.targets, update=False,
                             keep_values=True)

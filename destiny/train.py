@@ -118,6 +118,7 @@ class TrainData:
     """The datasets bound to a network's Input and Output layers (spec 3.4)."""
 
     def __init__(self, net: Network, datasets: dict[str, SparseDataset]):
+        net.check_trainable()
         self.inputs: dict[str, SparseDataset] = {}
         self.targets: dict[str, SparseDataset] = {}
         for name in net.inputs + net.outputs:

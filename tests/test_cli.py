@@ -96,6 +96,23 @@ def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_every_command_turns_sigterm_into_an_interrupt(tmp_path):
+    """Each command's own entry point (generate-netcdf, evaluate, ... not only those run
+    through run_command) stops on SIGTERM as on Ctrl-C."""
+    import signal
+
+    from destiny.cli.common import _interrupt
+    from destiny.cli.evaluate import evaluate
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        CliRunner().invoke(evaluate, ["-r", str(tmp_path / "none"), "-t", str(tmp_path / "x")])
+        assert signal.getsignal(signal.SIGTERM) is _interrupt
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

@@ -148,7 +148,7 @@ def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     assert "brand-new-item" not in out.read_text()
 
 
-@pytest.mark.parametrize("fmt", ["4.3f", ".3e", "+08.2f", "g", "10.4G"])
+@pytest.mark.parametrize("fmt", ["4.3f", ".3e", "+08.2f", "g", "10.4G", "4.3lf"])
 def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(model / "ratings.txt"), "-k", "2", "-p", fmt, output=str(out))
@@ -242,6 +242,24 @@ def test_features_no_training_example_had_are_left_out(model, tmp_path):
     assert grown.read_text() == plain.read_text()
 
 
+def test_features_left_out_of_the_input_still_filter(model, tmp_path):
+    """Leaving features out of the input (above) must not leave them out of the filter: the
+    filter's items are the output's, and an item may be a target that no input had."""
+    from destiny.predict import Predictor
+
+    lines = (model / "features_input").read_text().splitlines(keepends=True)
+    index = tmp_path / "grown"
+    index.write_text("".join(lines) + f"new-a\t{len(lines)}\n")
+    predictor = Predictor(model / "gl.nc", index, index, dataset=None, backend="cpu")
+    assert predictor.features_left_out == 1
+    user, known = (model / "ratings.txt").read_text().splitlines()[0].split("\t")
+    src = tmp_path / "in.txt"
+    src.write_text(f"{user}\t{known}:new-a\n")
+    records = predictor.read_input(src)
+    indptr, indices, _ = predictor.read_filter(src, records, input_path=src, values=False)
+    assert len(indices) == len(records.indices) + 1  # new-a is filtered, though not an input
+
+
 def test_an_index_with_gaps_grown_since_still_passes():
     """An index numbered with gaps (a 0, b 1, c 5) grows from its size up (d 3), so its
     entries numbered below its size stay those the network recorded."""
@@ -314,7 +332,7 @@ def test_records_go_through_links_devices_and_pipes_without_replacing_them(model
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
     received = []
-    reader = threading.Thread(target=lambda: received.append(pipe.read_text()))
+    reader = threading.Thread(target=lambda: received.append(pipe.read_text()), daemon=True)
     reader.start()
     result = run(model, "-r", ratings, "-k", "5", output=str(pipe))
     reader.join(timeout=60)

@@ -103,7 +103,7 @@ def test_every_rank_failing_alike_prints_one_error(model, tmp_path):  # noqa: F8
     done = mpiexec(3, *argv(model, "-s", out)[:-4], "-r", tmp_path / "missing.txt", "-s", out)
     assert done.returncode == 1
     assert errors(done) == [f"Error: {tmp_path / 'missing.txt'}: the input file does not exist; "
-                            "check the -i path."]
+                            "check the -r path."]
     assert os.listdir(tmp_path) == []
 
 
@@ -128,7 +128,7 @@ def test_one_rank_failing_stops_all(model, tmp_path):  # noqa: F811
     done = run([MPIEXEC, "-n", 1, PREDICT, *good, ":", "-n", 1, PREDICT, *bad])
     assert done.returncode == 1
     assert errors(done) == [f"Error: rank 1 of 2: {tmp_path / 'missing.txt'}: the input file "
-                            "does not exist; check the -i path."]
+                            "does not exist; check the -r path."]
     assert os.listdir(tmp_path) == []
 
 
