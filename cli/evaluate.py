@@ -43,22 +43,17 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
       evaluate -r recs -t held_out.txt -k 10 --popularity train.txt
     """
     from destiny.evaluate import evaluate as run
-    from destiny.io.atomic import atomic_outputs, check_outputs, is_stream
+    from destiny.io.atomic import check_outputs, is_stream, text_output
 
-    streamed = json_out is not None and is_stream(json_out)  # /dev/stdout, a pipe: in place
-    if json_out is not None and not streamed:
+    if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
         check_outputs([(json_out, "JSON output (--json-out)")], inputs=(
             (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
             (train_path, "training text (--popularity)")))
     result = run(recs_path, held_out_path, k, popularity_train=train_path)
     payload = json.dumps(result.as_dict())
-    if streamed:
-        with open(json_out, "w", encoding="utf-8") as f:
+    if json_out is not None:
+        with text_output(json_out) as f:
             f.write(payload + "\n")
-    elif json_out is not None:
-        with atomic_outputs() as out:
-            with open(out.path(json_out), "w", encoding="utf-8") as f:
-                f.write(payload + "\n")
     if not quiet:
         _notes(result, recs_path, held_out_path, k)
     if as_json:

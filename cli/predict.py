@@ -83,7 +83,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     comm = get_comm()
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
-            if not _streamed(output_path) and comm.is_root:
+            # (stdout, a device or a pipe is written in place: nothing to check or lock)
+            if output_path != "-" and not atomic.is_stream(output_path) and comm.is_root:
                 atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
                     (network_path, "network file (-n)"), (input_index, "input index (-i)"),
                     (output_index, "output index (-o)"), (input_path, "input text (-r)"),
@@ -113,7 +114,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
 
 @contextlib.contextmanager
 def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
-    """Where the records go: stdout or a file renamed into place at the end, on rank 0 only."""
+    """Where the records go, on rank 0 only: stdout, or ``atomic.text_output`` (a file renamed
+    into place at the end, or a device or pipe written in place)."""
     from destiny.io import atomic
 
     if not comm.is_root:
@@ -121,21 +123,9 @@ def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
     elif output_path == "-":
         yield sys.stdout
         sys.stdout.flush()
-    elif _streamed(output_path):  # /dev/stdout, /dev/null, a named pipe: written in place
-        with open(output_path, "w", encoding="utf-8", newline="\n") as out:
-            yield out
     else:
-        with atomic.atomic_outputs() as outputs:
-            with open(outputs.path(output_path), "w", encoding="utf-8", newline="\n") as out:
-                yield out
-
-
-def _streamed(output_path: str) -> bool:
-    """Whether the records are written as a stream (stdout, a device or a pipe), not a file
-    renamed into place (which would replace a device or pipe)."""
-    from destiny.io import atomic
-
-    return output_path == "-" or atomic.is_stream(output_path)
+        with atomic.text_output(output_path) as out:
+            yield out
 
 
 def main():

@@ -254,8 +254,8 @@ def _check_rows_line_up(pool, summaries: dict[str, DatasetSummary]) -> None:
     different -s indexes) can hold as many rows and still not line up; DSSTNE trained on them.
     Only datasets that record their rows (``rows_digest``) are compared."""
     recorded = [(name, s.rows) for name, s in summaries.items() if s.rows is not None]
+    first, first_rows = recorded[0] if recorded else (None, None)
     for name, rows in recorded[1:]:
-        first, first_rows = recorded[0]
         if rows != first_rows:
             raise DestinyError(
                 f"the datasets {first!r} ({pool[first][0]}) and {name!r} ({pool[name][0]}) "

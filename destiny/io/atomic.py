@@ -187,8 +187,8 @@ def _place(path) -> tuple[str, str]:
     """The real path of output ``path``'s directory, and its name: its lock and temporary
     files go there, so that two spellings of one directory (a symbolic link, ``link/..``)
     give one lock, and the temporary files are where the lock's holder looks for them. An
-    output that is a symbolic link is its target's place: the file it points to is replaced,
-    and the link kept (as a program writing through it would)."""
+    output that is a symbolic link is its target's place: the file it points to is replaced
+    by the new one, and the link kept (the rename would otherwise replace the link)."""
     path = os.fspath(path)
     if os.path.islink(path):
         path = os.path.realpath(path)
@@ -292,6 +292,21 @@ def atomic_outputs():
         outputs.commit()
     finally:
         outputs.discard()
+
+
+@contextlib.contextmanager
+def text_output(path):
+    """``with text_output(path) as f: f.write(...)``: a text output, written to a temporary
+    file renamed into place at the end (``atomic_outputs``), or in place where ``path`` is a
+    device or pipe (``is_stream``: ``/dev/stdout``, a named pipe), which a rename would
+    replace."""
+    if is_stream(path):
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+        return
+    with atomic_outputs() as outputs:
+        with open(outputs.path(path), "w", encoding="utf-8", newline="\n") as f:
+            yield f
 
 
 def _umask() -> int:
