@@ -33,10 +33,7 @@ def library_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
-            # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) stops the command
-            # as Ctrl-C does: temporaries removed, locks released, a message (train: how to
-            # resume). Here, so that every entry point (generate-netcdf, destiny ...) has it.
-            signal.signal(signal.SIGTERM, _interrupt)
+            _catch_stop_signals()
         try:
             return fn(*args, **kwargs)
         except DestinyError as e:
@@ -132,12 +129,50 @@ def run_command(command: click.Command, name: str):
         click.echo(f"Error: {e}", err=True)
         sys.exit(1)
     if comm.size == 1:
-        return command(prog_name=name)
+        return run_program(command, name)
     _run_ranks(command, name, comm)
 
 
+# SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) and SIGHUP (the terminal
+# closed) stop a command as Ctrl-C does: temporaries removed, locks released, a message (train:
+# how to resume). Once that is done, run_program dies by the same signal.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_stopped_by: int | None = None  # the signal that interrupted this command, if one did
+
+
+def _catch_stop_signals():
+    """Turn the stop signals into ``KeyboardInterrupt``; one that is ignored stays ignored (the
+    shell ignores SIGINT in a background job, nohup SIGHUP)."""
+    for signum in _STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _interrupt)
+
+
 def _interrupt(signum, frame):
+    global _stopped_by
+    _stopped_by = signum
     raise KeyboardInterrupt
+
+
+def run_program(command: click.Command, name: str):
+    """Run a click command as one process's program. A command stopped by a signal says so,
+    cleans up, then dies by that signal (exit status 128 + its number: 130 for Ctrl-C, 143 for
+    SIGTERM), so that the shell script, make or scheduler that ran it stops too instead of
+    taking it for an ordinary failure it may go past."""
+    try:
+        return command(prog_name=name)
+    except SystemExit as e:
+        if e.code and _stopped_by is not None:
+            _die_by(_stopped_by)
+        raise
+
+
+def _die_by(signum: int):
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _run_ranks(command: click.Command, name: str, comm):

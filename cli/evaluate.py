@@ -6,7 +6,7 @@ import json
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note
+from destiny.cli.common import CONTEXT, library_errors, note, run_program
 
 NAME = "evaluate"
 
@@ -97,4 +97,4 @@ def _table(result) -> str:
 
 
 def main():
-    evaluate(prog_name=NAME)
+    return run_program(evaluate, NAME)

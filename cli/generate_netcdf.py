@@ -7,7 +7,7 @@ import time
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, progress_bar
+from destiny.cli.common import CONTEXT, library_errors, note, progress_bar, run_program
 
 NAME = "generate-netcdf"
 
@@ -85,4 +85,4 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
 
 
 def main():
-    generate_netcdf(prog_name=NAME)
+    return run_program(generate_netcdf, NAME)

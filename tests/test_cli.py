@@ -96,21 +96,70 @@ def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
-def test_every_command_turns_sigterm_into_an_interrupt(tmp_path):
+def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):
     """Each command's own entry point (generate-netcdf, evaluate, ... not only those run
-    through run_command) stops on SIGTERM as on Ctrl-C."""
+    through run_command) stops on SIGTERM and SIGHUP as on Ctrl-C; a signal the command was
+    started with ignored (nohup's SIGHUP) stays ignored."""
     import signal
 
     from destiny.cli.common import _interrupt
     from destiny.cli.evaluate import evaluate
 
-    before = signal.getsignal(signal.SIGTERM)
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.getsignal(signum) for signum in signals}
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum in signals:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         CliRunner().invoke(evaluate, ["-r", str(tmp_path / "none"), "-t", str(tmp_path / "x")])
+        assert signal.getsignal(signal.SIGINT) is _interrupt
         assert signal.getsignal(signal.SIGTERM) is _interrupt
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+_SELF_SIGNAL = """
+import os, signal, time
+import click
+from destiny.cli.common import library_errors, run_program
+
+signum = getattr(signal, os.environ["SIGNAL"])
+if os.environ["HOW"] == "ignored":
+    signal.signal(signum, signal.SIG_IGN)
+
+@click.command()
+@library_errors
+def command():
+    os.kill(os.getpid(), signum)
+    time.sleep(0.2)
+    click.echo("finished")
+
+run_program(command, "command")
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stopped_command_dies_by_its_signal(name):
+    """After its message and clean-up, a stopped command dies by the signal (exit status 130
+    for Ctrl-C, 143 for SIGTERM), as a shell script, make or a scheduler expect: exit code 1
+    would read as an ordinary failure, past which a script without `set -e` goes on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    signum = getattr(signal, name)
+    done = subprocess.run([sys.executable, "-c", _SELF_SIGNAL], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "SIGNAL": name, "HOW": "handled"})
+    assert done.returncode == -signum, done.stderr
+    assert done.stderr.startswith("Error: interrupted; no output was replaced"), done.stderr
+    assert "finished" not in done.stdout
+    ignored = subprocess.run([sys.executable, "-c", _SELF_SIGNAL], capture_output=True,
+                             text=True, timeout=120,
+                             env={**os.environ, "SIGNAL": name, "HOW": "ignored"})
+    assert ignored.returncode == 0 and ignored.stdout == "finished\n", ignored.stderr
 
 
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
