@@ -16,6 +16,7 @@ import traceback
 import click
 
 from destiny.errors import DestinyError
+from destiny.io.atomic import STOP_SIGNALS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -136,14 +137,13 @@ def run_command(command: click.Command, name: str):
 # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) and SIGHUP (the terminal
 # closed) stop a command as Ctrl-C does: temporaries removed, locks released, a message (train:
 # how to resume). Once that is done, run_program dies by the same signal.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _stopped_by: int | None = None  # the signal that interrupted this command, if one did
 
 
 def _catch_stop_signals():
     """Turn the stop signals into ``KeyboardInterrupt``; one that is ignored stays ignored (the
     shell ignores SIGINT in a background job, nohup SIGHUP)."""
-    for signum in _STOP_SIGNALS:
+    for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _interrupt)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -179,6 +180,34 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
         with atomic_outputs() as out:
             out.path(tmp_path / "out.nc")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM between two of a command's renames (a dataset and its index) is held
+    until all are in place, then raised: never some outputs new and the others old."""
+    import signal
+
+    from destiny.io import atomic
+
+    rename = os.replace
+    renamed = []
+
+    def replace_then_signal(src, dst):
+        rename(src, dst)
+        renamed.append(dst)
+        if len(renamed) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # time for the handler, were it to run now
+                pass
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.atomic_outputs() as out:
+            for name in ("data.nc", "index"):
+                pathlib.Path(out.path(tmp_path / name)).write_text(name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.nc", "index"]
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):

@@ -11,8 +11,10 @@ import contextlib
 import errno
 import os
 import re
+import signal
 import stat
 import tempfile
+import threading
 import time
 from typing import Callable
 
@@ -266,21 +268,59 @@ class OutputSet:
         return tmp
 
     def commit(self) -> None:
-        for tmp, final in self._pending:
-            try:
-                os.chmod(tmp, 0o666 & ~_umask())
-                os.replace(tmp, final)
-            except OSError as e:  # (an immutable file, a read-only bind mount, ...)
-                raise OutputError(f"{final}: cannot put the finished file in place ({e.strerror}); "
-                                  "it is left as it was. Check the file and its directory, or "
-                                  "choose another path.") from None
-        self._pending.clear()
+        with _stops_held():  # an interrupt between two renames would publish only some
+            for tmp, final in self._pending:
+                try:
+                    os.chmod(tmp, 0o666 & ~_umask())
+                    os.replace(tmp, final)
+                except OSError as e:  # (an immutable file, a read-only bind mount, ...)
+                    raise OutputError(f"{final}: cannot put the finished file in place "
+                                      f"({e.strerror}); it is left as it was. Check the file "
+                                      "and its directory, or choose another path.") from None
+            self._pending.clear()
 
     def discard(self) -> None:
         for tmp, _ in self._pending:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         self._pending.clear()
+
+
+# The signals that stop a command: Ctrl-C, SIGTERM (timeout, schedulers), SIGHUP (the terminal
+# closed). The CLI turns each into an interrupt (cli/common.py).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stops_held():
+    """Hold back the stop signals until the block has run, then act on the first that came.
+
+    A handler that records the signal stands in for each one's own while the block runs
+    (a signal mask would not do: the C handler runs in whichever thread leaves the signal
+    unblocked, numba's workers included). Only the main thread can set handlers; elsewhere
+    the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    saved = {}
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not signal.SIG_IGN and handler is not None:  # (None: set outside Python)
+            saved[signum] = handler
+            signal.signal(signum, lambda number, frame: arrived.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if arrived:
+            handler = saved[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)  # (Python's raises KeyboardInterrupt)
+            else:  # SIG_DFL: the signal's own action, now
+                os.kill(os.getpid(), arrived[0])
 
 
 @contextlib.contextmanager
