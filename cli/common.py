@@ -46,34 +46,36 @@ def library_errors(fn):
                 raise
             raise click.ClickException(f"interrupted; {_NOTHING_REPLACED}. Run the command "
                                        "again to start afresh.") from None
-        except OSError as e:  # after the checks: a full disk, a quota, an I/O error
-            if (os.environ.get("DESTINY_DEBUG") or e.strerror is None
-                    or isinstance(e, BrokenPipeError)):  # (stdout's reader left: `| head`)
+        except (OSError, RuntimeError, MemoryError) as e:
+            message = system_failure(e)
+            if os.environ.get("DESTINY_DEBUG") or message is None:
                 raise
-            where = f"{e.filename}: " if e.filename else ""
-            raise click.ClickException(
-                f"{where}{e.strerror}; {_NOTHING_REPLACED}. "
-                + ("Free space on that file system (or raise the quota) or write the outputs "
-                   "elsewhere, then run the command again." if e.errno in _FULL else
-                   "Check the file and the file system, then run the command again.")) from None
-        except RuntimeError as e:  # netCDF4's failures: "NetCDF: HDF error" on a full disk
-            if os.environ.get("DESTINY_DEBUG") or not str(e).startswith("NetCDF:"):
-                raise
-            raise click.ClickException(
-                f"the NetCDF library failed ({e}); {_NOTHING_REPLACED}. While writing, a full "
-                "disk or quota is the usual cause: free space or write the outputs elsewhere, "
-                "then run the command again.") from None
-        except MemoryError as e:  # NumPy's says how much one array needed
-            if os.environ.get("DESTINY_DEBUG"):
-                raise
-            raise click.ClickException(
-                f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
-                "gradients and optimizer state, the data and a batch must fit in this "
-                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
-                "layers over several machines with mpiexec (the README's train section)."
-            ) from None
+            raise click.ClickException(message) from None
 
     return wrapper
+
+
+def system_failure(e: BaseException) -> str | None:
+    """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
+    own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted)."""
+    if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
+        if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
+            return None
+        where = f"{e.filename}: " if e.filename else ""
+        return (f"{where}{e.strerror}; {_NOTHING_REPLACED}. "
+                + ("Free space on that file system (or raise the quota) or write the outputs "
+                   "elsewhere, then run the command again." if e.errno in _FULL else
+                   "Check the file and the file system, then run the command again."))
+    if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
+        return (f"the NetCDF library failed ({e}); {_NOTHING_REPLACED}. While writing, a full "
+                "disk or quota is the usual cause: free space or write the outputs elsewhere, "
+                "then run the command again.")
+    if isinstance(e, MemoryError):  # NumPy's says how much one array needed
+        return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
+                "gradients and optimizer state, the data and a batch must fit in this "
+                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
+                "layers over several machines with mpiexec (the README's train section).")
+    return None
 
 
 class FiniteRange(click.FloatRange):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from destiny.cli.common import (CONTEXT, FiniteRange, library_errors, note, products_note,
-                                run_command, tf32_option)
+                                run_command, system_failure, tf32_option)
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
 NAME = "train"
@@ -91,6 +92,13 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         progress.close()
         raise click.ClickException(_interrupted(network_path, progress.checkpoint,
                                                 checkpoint_every)) from None
+    except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
+        progress.close()
+        failure = system_failure(e)
+        if failure is None or progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):
+            raise  # (library_errors' message: nothing of this run to go on from)
+        raise click.ClickException(
+            f"{failure} {_go_on(network_path, progress.checkpoint)}") from None
     progress.close()
     if not quiet:
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
@@ -100,19 +108,13 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
 
 def _interrupted(network_path, ours: tuple[str, int] | None, every: int) -> str:
     """What Ctrl-C leaves and how to go on: ``ours`` is this run's newest checkpoint (the
-    one it resumed from or wrote last), which --resume takes unless an earlier run left a
-    newer one."""
+    one it resumed from or wrote last)."""
     from destiny.io.checkpoint import latest_checkpoint
 
-    newest = latest_checkpoint(network_path)
     lost = f"interrupted; {network_path} was not written."
-    if ours is not None and (newest is None or newest[1] <= ours[1]):
-        return (f"{lost} The newest checkpoint is {ours[0]} (epoch {ours[1]}): run the same "
-                "command with --resume to continue from it.")
     if ours is not None:
-        return (f"{lost} This run's newest checkpoint is {ours[0]} (epoch {ours[1]}), but "
-                f"--resume takes the newest beside it, {newest[0]} (epoch {newest[1]}), an "
-                "earlier run's: move that one away, then run the same command with --resume.")
+        return f"{lost} {_go_on(network_path, ours)}"
+    newest = latest_checkpoint(network_path)
     if newest is not None:
         return (f"{lost} This run wrote no checkpoint yet. The newest checkpoint, {newest[0]} "
                 f"(epoch {newest[1]}), is an earlier run's: --resume continues from it if that "
@@ -124,6 +126,20 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int) -> str:
     return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
             "the command again to start afresh (--checkpoint-every sets how often checkpoints "
             "are written).")
+
+
+def _go_on(network_path, ours: tuple[str, int]) -> str:
+    """How to continue from this run's newest checkpoint ``ours``, which --resume takes
+    unless an earlier run left a newer one beside it."""
+    from destiny.io.checkpoint import latest_checkpoint
+
+    newest = latest_checkpoint(network_path)
+    if newest is None or newest[1] <= ours[1]:
+        return (f"The newest checkpoint is {ours[0]} (epoch {ours[1]}): run the same command "
+                "with --resume to continue from it.")
+    return (f"This run's newest checkpoint is {ours[0]} (epoch {ours[1]}), but --resume takes "
+            f"the newest beside it, {newest[0]} (epoch {newest[1]}), an earlier run's: move "
+            "that one away, then run the same command with --resume.")
 
 
 class _Progress:

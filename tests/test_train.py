@@ -533,6 +533,32 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
     assert "--checkpoint-every 0 writes no checkpoints: run the command again" in result.output
 
 
+def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
+    """The disk filling up while the epoch-4 checkpoint is written: the message says so and
+    names the epoch-2 checkpoint to --resume from, not only "run the command again"."""
+    import errno
+
+    import destiny.fit
+
+    real = destiny.fit.save_network
+
+    def full_at_epoch_4(path, *args, **kwargs):
+        if str(path).endswith("net.nc4.nc"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(destiny.fit, "save_network", full_at_epoch_4)
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (f"Error: {files / 'net.nc4.nc.tmp'}: No space left on device; no output was "
+            "replaced") in result.output
+    assert (f"then run the command again. The newest checkpoint is {files / 'net.nc2.nc'} "
+            "(epoch 2): run the same command with --resume to continue from it.") in result.output
+    monkeypatch.setattr(destiny.fit, "save_network", real)
+    resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+
+
 def stop_at_once(*_, **__):
     raise KeyboardInterrupt
 
