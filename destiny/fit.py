@@ -312,8 +312,46 @@ def _check_same_run(path, extras: dict, settings: dict) -> None:
 
     saved = key(json.loads(extras.get("settings", "{}")))
     # (checkpoints of earlier versions recorded fewer settings: those they have must agree)
-    if saved != {k: v for k, v in key(settings).items() if k in saved}:
-        raise DestinyError(f"{path}: this checkpoint was made with other settings (network "
-                           "definition, data, or training flags other than -e); resuming from it "
-                           "would not continue the same run. Use the original flags, or start "
-                           "afresh without --resume.")
+    now = {k: v for k, v in key(settings).items() if k in saved}
+    if saved != now:
+        raise DestinyError(f"{path}: this checkpoint was made with other settings ("
+                           + "; ".join(_differences(saved, now)) + "); resuming from it would "
+                           "not continue the same run. Use the original flags and data, or "
+                           "start afresh without --resume.")
+
+
+# TrainConfig's fields as train's flags, for the resume refusal.
+_FLAGS = {"batch": "-b", "optimizer": "--optimizer", "alpha": "-alpha", "lam": "-lambda",
+          "lam1": "-lambda1", "mu": "-mu", "mu1": "-mu1", "seed": "--seed",
+          "shuffle": "--shuffle/--no-shuffle"}
+
+
+def _differences(saved: dict, now: dict) -> list[str]:
+    """What differs between a checkpoint's settings and this run's, in the user's terms."""
+    out = []
+    old_cfg, new_cfg = saved.get("config", {}), now.get("config", {})
+    for name in sorted(old_cfg.keys() | new_cfg.keys()):
+        if old_cfg.get(name) != new_cfg.get(name):
+            out.append(f"{_FLAGS.get(name, name)} {_shown(old_cfg.get(name))} in the "
+                       f"checkpoint, {_shown(new_cfg.get(name))} now")
+    if saved.get("netdef") != now.get("netdef"):
+        out.append("another network definition (-c)")
+    if saved.get("examples") != now.get("examples"):
+        out.append(f"{saved.get('examples')} examples in the checkpoint's data, "
+                   f"{now.get('examples')} in this data")
+    old_entries, new_entries = saved.get("entries", {}), now.get("entries", {})
+    for name in sorted(old_entries.keys() | new_entries.keys()):
+        if old_entries.get(name) != new_entries.get(name):
+            out.append(f"dataset {name}: {_shown(old_entries.get(name))} entries in the "
+                       f"checkpoint's data, {_shown(new_entries.get(name))} in this data")
+    if saved.get("indexes") != now.get("indexes"):
+        out.append("other feature indexes (generate-netcdf's -f files) for the datasets")
+    return out or ["settings of another version"]
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:,}" if isinstance(value, int) else f"{value}"

@@ -680,7 +680,8 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
         write_dataset(files / f"{name}.nc",
                       SparseDataset(name, other.width, other.indptr, other.indices))
     result = run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1", "--resume")
-    assert result.exit_code == 1 and "made with other settings" in result.output
+    assert result.exit_code == 1 and "made with other settings (dataset gl_input: " in result.output
+    assert "entries in the checkpoint's data" in result.output
 
 
 def test_metrics_file_through_a_link_stays_a_link(files):
@@ -773,8 +774,10 @@ def test_checkerboard_known_answer():
 def test_resume_refuses_other_settings(files):
     assert run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1").exit_code == 0
     (files / "net.nc").unlink()
-    result = run_train(files, "-b", "64", "-e", "5", "-alpha", "0.5", "--resume")
-    assert result.exit_code == 1 and "made with other settings" in result.output
+    result = run_train(files, "-b", "32", "-e", "5", "-alpha", "0.5", "--resume")
+    assert result.exit_code == 1
+    assert ("made with other settings (-alpha 0.01 in the checkpoint, 0.5 now; -b 64 in the "
+            "checkpoint, 32 now); resuming from it would not") in result.output
     more = run_train(files, "-b", "64", "-e", "5", "--resume")  # only -e changed: fine
     assert more.exit_code == 0, more.output
     assert read_network(files / "net.nc").destiny["epoch"] == 5

@@ -8,7 +8,6 @@ optimizer state, the update counter and the run's settings added under ``destiny
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 
@@ -155,7 +154,3 @@ def latest_checkpoint(network_path) -> tuple[str, int] | None:
         return None
     epoch, path = max(found)
     return path, epoch
-
-
-def settings_json(settings: dict) -> str:
-    return json.dumps(settings, sort_keys=True)
