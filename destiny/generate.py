@@ -126,6 +126,10 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
         indptr, indices, values = take_rows(indptr, indices, values, order)
     dataset = SparseDataset(name=dataset_name, width=width, indptr=indptr, indices=indices,
                             values=values)
+    if dataset.nnz == 0 and update:  # (-c, -m: every feature read went into the index)
+        raise DataFormatError(", ".join(files), "no sample lists a feature, so the dataset "
+                              "would be empty, which DSSTNE's loader refuses. Each line must be "
+                              "'NAME<TAB>feature[,value]:feature[,value]...'.")
     if dataset.nnz == 0:
         raise DataFormatError(", ".join(files), "no sample has a feature that is in the feature "
                               "index, so the dataset would be empty, which DSSTNE's loader "

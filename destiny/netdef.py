@@ -331,6 +331,10 @@ _TOP_READERS = {
 # --- layers ----------------------------------------------------------------------------------
 
 def _parse_layers(written: str, value, net: NetworkDef) -> tuple[LayerDef, ...]:
+    if isinstance(value, dict) and not value:
+        raise NetDefError(written, "expected a non-empty array of layer objects, got an empty "
+                                   "object; write the layers as an array: "
+                                   "[{\"Kind\": \"Input\", ...}, ...]")
     if isinstance(value, dict):  # a single layer object is allowed (spec 3.2)
         stray = next((key for key in value if key.lower() not in LAYER_KEYS), None)
         if stray is not None:  # more likely layers keyed by name than one layer with a typo

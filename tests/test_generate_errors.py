@@ -388,6 +388,15 @@ def test_all_features_unknown():
     assert "empty" in message and "-f" in message
 
 
+@pytest.mark.parametrize("mode", ["-c", "-m"])
+def test_no_features_at_all(mode):
+    """With -c or -m every feature read goes into the index: an empty dataset means the input
+    lists none, and the message says what a line holds, not to check -f."""
+    message = fails_on("u1\t\nu2\t\n", mode)
+    assert message.startswith("Error: in.txt: no sample lists a feature"), message
+    assert "NAME<TAB>feature" in message and "-f" not in message
+
+
 def test_unknown_features_dropped():
     """Not an error: the unknown feature is dropped and counted on stderr; outputs are written."""
     write("in.txt", "u1\tg_a:zz\nu2\tg_b\n")

@@ -243,6 +243,8 @@ INVALID = [
     ("layers_keyed_by_name", _set_top("Layers", {"Input": {"Kind": "Input", "N": 3}}),
      r"^Layers: expected an array of layer objects, got an object whose key 'Input' is not "
      r"a layer key; write the layers as an array"),
+    ("layers_empty_object", _set_top("Layers", {}),
+     r"^Layers: expected a non-empty array of layer objects, got an empty object"),
     ("single_layer_object", _set_top("Layers", {"Kind": "Input", "N": 3, "DataSet": "in"}),
      r"^Layers: no Output layer"),
 ]
