@@ -198,6 +198,12 @@ ERRORS = [
     ("empty file", "", [], "line 1: the file is empty"),
     ("header only", HEADER, [], "line 2: the file ends after its header and holds no ratings"),
     ("none kept", HEADER + "1,10,2.0,100\n", ["--min-rating", "4"], "none of the 1 ratings"),
+    ("timestamp", HEADER + "1,10,4.0,100\n1,11,3.5,yesterday\n", [],
+     "line 3: the timestamp 'yesterday' is not a finite number"),
+    ("value rating", "1\t10\t4\t100\n1\t11\tNA\t101\n", ["--value", "rating"],
+     "line 2: the rating 'NA' is not a finite number"),
+    ("value inf", "1::10::inf::100\n", ["--value", "rating"],
+     "line 1: the rating 'inf' is not a finite number"),
     ("format", "1 10 4 100\n", [], "line 1: cannot tell the ratings format"),
     ("wrong format", HEADER + "1,10,4.0,100\n", ["--format", "dat"], "line 1: found 1 field"),
 ]
