@@ -20,7 +20,8 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
   ``update_weight_rows`` over the batch's rows only (the lazy update of ``Network.update``,
   each row one skipped update behind);
 * ``sparse_grad_update_rows``: the input layer's gradient and lazy update in one call, beside
-  ``sparse_fc_weight_grad`` and ``update_weight_rows`` (its rows passing through G).
+  ``sparse_fc_weight_grad`` and ``update_weight_rows`` (its rows passing through G);
+* ``catch_up_rows``: the input layer's RMSProp state brought up to date, 32 updates behind.
 
 As llm.c's kernel benchmarks do, every kernel is FIRST checked against the NumPy reference
 (``destiny.kernels.reference``) and the script stops unless all results match; then each is
@@ -288,6 +289,28 @@ def sparse_update_case(batch_csr, rng, fused: bool) -> Case:
     return Case(name, run, [W, v], moved, prepare=prepare)
 
 
+def catch_up_case(rng, gap: int) -> Case:
+    """``catch_up_rows``: RMSProp's state of the input layer brought up to date before it is
+    read (a checkpoint), every row ``gap`` updates behind; one row in 7 has a state, the others
+    are zero, as a wide catalogue's features no example has had yet."""
+    _, _, v, unused, current = _input_layer(rng)
+    seen = (rng.random((len(v[::7]), HIDDEN)) * 1e-3).astype(np.float32)
+    t = [0]
+
+    def prepare():
+        t[0] += gap
+        v[...] = 0.0
+        v[::7] = seen
+        current[:] = t[0] - gap
+
+    def run(backend):
+        backend.catch_up_rows(v, unused, current, t[0], cpu_optim.RMSPROP, 0.9)
+        return v
+
+    name = f"catch_up_rows RMSProp {FEATURES}x{HIDDEN}, {gap} behind, 1 row in 7 seen"
+    return Case(name, run, [v], 2 * 4 * v.size, prepare=prepare)
+
+
 def snapshot(case: Case, backend) -> list[np.ndarray]:
     """The case's outputs after one call of ``backend``, from zeroed accumulators."""
     for out in case.outputs:
@@ -326,13 +349,14 @@ def _module(case: Case, backend: str):
                              "activation_forward": ref_pointwise, "top_k": ref_topk,
                              "top_k_activated": ref_topk,
                              "update_weights": ref_optim, "update_weight_rows": ref_optim,
-                             "sparse_grad_update_rows": ref_optim},
+                             "sparse_grad_update_rows": ref_optim, "catch_up_rows": ref_optim},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_fc_forward": cpu_sparse,
                        "sparse_loss_delta": cpu_loss,
                        "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise,
                        "top_k": cpu_topk, "top_k_activated": cpu_topk,
                        "update_weights": cpu_optim,
-                       "update_weight_rows": cpu_optim, "sparse_grad_update_rows": cpu_optim}}
+                       "update_weight_rows": cpu_optim, "sparse_grad_update_rows": cpu_optim,
+                       "catch_up_rows": cpu_optim}}
     # The comparison case (one-pass) calls NumPy whatever the backend.
     return modules[backend].get(kind, cpu_pointwise)
 
@@ -383,7 +407,8 @@ def main(argv=None) -> int:
              optimizer_case(batch_csr, rng, rows_only=False),
              optimizer_case(batch_csr, rng, rows_only=True),
              sparse_update_case(batch_csr, rng, fused=False),
-             sparse_update_case(batch_csr, rng, fused=True)]
+             sparse_update_case(batch_csr, rng, fused=True),
+             catch_up_case(rng, 32)]
     print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "
           f"({len(batch_csr[1]) / args.batch:.1f} per row)")
     if not all([check(case) for case in cases]):  # every case, so that all mismatches print

@@ -156,10 +156,25 @@ def _distinct_rows(rows, current, t, out_rows, out_steps):
 @njit(cache=True)
 def _decay_row(s, r, steps, m):
     # What `steps` updates with a zero gradient do to a decaying state row: v = m * v + 0,
-    # rounded each time (the zero term changes nothing), vectorized along the row.
-    for _ in range(steps):
+    # rounded each time (the zero term changes nothing), vectorized along the row. Once a
+    # pass leaves the row as it was, every later one would too (zeros: a feature not seen
+    # yet; or the subnormals m * v rounds back to), so the passes stop there, as cuda's
+    # _decayed does for each value. Every 16th pass looks (looking at each costs 17%).
+    done = 0
+    while done < steps:
+        moved = False
         for j in range(s.shape[1]):
-            s[r, j] = m * s[r, j]
+            x = s[r, j]
+            y = m * x
+            moved |= y != x
+            s[r, j] = y
+        done += 1
+        if not moved:
+            return
+        for _ in range(min(15, steps - done)):
+            for j in range(s.shape[1]):
+                s[r, j] = m * s[r, j]
+        done += min(15, steps - done)
 
 
 @njit(cache=True, inline="always")
