@@ -32,6 +32,18 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
 summary=()
 
+# On a machine without internet, the wheels scripts/gpu_wheels.sh fetched (carried in .gpu/):
+# installed beside the image's packages, and Destiny from this tree without its dependencies.
+if compgen -G ".gpu/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .gpu/*.whl || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+    if [ -f .gpu/torch_reference.py ]; then
+        export DESTINY_TORCH_REFERENCE=${DESTINY_TORCH_REFERENCE:-$PWD/.gpu/torch_reference.py}
+    fi
+fi
+
 run_step() {  # name, seconds, command...
     local name=$1 limit=$2 start rc
     shift 2
