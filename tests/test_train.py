@@ -638,6 +638,29 @@ def test_a_killed_runs_temporary_network_and_checkpoints_are_removed(files):
     assert left == {*kept, ".net.nc3.nc.fresh123.tmp"}
 
 
+def test_a_killed_runs_checkpoints_beside_a_linked_network_are_removed(files, tmp_path):
+    """-n a link to a file in another directory: the network's temporary is beside the file
+    it points to, and its checkpoints (named after the link) beside the link; both of a
+    killed run are removed."""
+    import os
+    import time
+
+    from destiny.io.atomic import ABANDONED_SECONDS
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (files / "net.nc").symlink_to(elsewhere / "real.nc")
+    old = time.time() - ABANDONED_SECONDS - 60
+    left = [files / ".net.nc10.nc.k3m_x9qa.tmp", elsewhere / ".real.nc.0123abcd.tmp"]
+    for path in left:
+        path.write_bytes(b"partial")
+        os.utime(path, (old, old))
+    assert run_train(files, "-e", "2", "--checkpoint-every", "1").exit_code == 0
+    assert not any(path.exists() for path in left)
+    assert (files / "net.nc").is_symlink() and (elsewhere / "real.nc").is_file()
+    assert (files / "net.nc2.nc").is_file()
+
+
 def test_metrics_to_a_device_are_written_in_place_and_a_checkpoints_name_is_refused(files):
     import stat
 

@@ -137,8 +137,9 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
     released by the kernel, so its file left behind is taken again. Once locked, temporary
     files of ``path`` that killed runs left are removed (see ``_remove_abandoned``), and those
     of the outputs in its directory whose names match the regular expression ``companions``:
-    files written only under this lock (train's checkpoints). Where the file system has no
-    flock, the block runs unlocked, as before locks existed.
+    files written only under this lock (train's checkpoints; those of a ``path`` that is a
+    link are beside the link). Where the file system has no flock, the block runs unlocked,
+    as before locks existed.
     """
     import fcntl
 
@@ -173,6 +174,9 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
             if os.fstat(fd).st_ino == os.stat(lock).st_ino:
                 _remove_abandoned(directory, re.escape(name) if companions is None
                                   else f"{re.escape(name)}|{companions}")
+                beside = os.path.realpath(os.path.dirname(os.fspath(path)) or ".")
+                if companions is not None and beside != directory:  # (path: a link elsewhere)
+                    _remove_abandoned(beside, companions)  # the companions are beside it
                 break
         except FileNotFoundError:
             pass
