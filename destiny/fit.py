@@ -328,30 +328,30 @@ _FLAGS = {"batch": "-b", "optimizer": "--optimizer", "alpha": "-alpha", "lam": "
 
 def _differences(saved: dict, now: dict) -> list[str]:
     """What differs between a checkpoint's settings and this run's, in the user's terms."""
-    out = []
-    old_cfg, new_cfg = saved.get("config", {}), now.get("config", {})
-    for name in sorted(old_cfg.keys() | new_cfg.keys()):
-        if old_cfg.get(name) != new_cfg.get(name):
-            out.append(f"{_FLAGS.get(name, name)} {_shown(old_cfg.get(name))} in the "
-                       f"checkpoint, {_shown(new_cfg.get(name))} now")
+    out = [f"{_FLAGS.get(name, name)} {_shown(old)} in the checkpoint, {_shown(new)} now"
+           for name, old, new in _changed(saved.get("config", {}), now.get("config", {}))]
     if saved.get("netdef") != now.get("netdef"):
         out.append("another network definition (-c)")
-    if saved.get("examples") != now.get("examples"):
-        out.append(f"{saved.get('examples')} examples in the checkpoint's data, "
-                   f"{now.get('examples')} in this data")
-    old_entries, new_entries = saved.get("entries", {}), now.get("entries", {})
-    for name in sorted(old_entries.keys() | new_entries.keys()):
-        if old_entries.get(name) != new_entries.get(name):
-            out.append(f"dataset {name}: {_shown(old_entries.get(name))} entries in the "
-                       f"checkpoint's data, {_shown(new_entries.get(name))} in this data")
+    out += [f"{_shown(old)} examples in the checkpoint's data, {_shown(new)} in this data"
+            for _, old, new in _changed(saved, now, ["examples"])]
+    for name, old, new in _changed(saved.get("entries", {}), now.get("entries", {})):
+        out.append(f"dataset {name}: " + (
+            "not in the checkpoint's data" if old is None else "not in this data" if new is None
+            else f"{_shown(old)} entries in the checkpoint's data, {_shown(new)} in this data"))
     if saved.get("indexes") != now.get("indexes"):
         out.append("other feature indexes (generate-netcdf's -f files) for the datasets")
     return out or ["settings of another version"]
 
 
+def _changed(old: dict, new: dict, keys=None) -> list[tuple]:
+    """(key, old value, new value) for each of ``keys`` (all) whose values differ."""
+    keys = sorted(old.keys() | new.keys()) if keys is None else keys
+    return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
+
+
 def _shown(value) -> str:
     if value is None:
-        return "none"
+        return "not given"
     if isinstance(value, bool):
         return "on" if value else "off"
     return f"{value:,}" if isinstance(value, int) else f"{value}"

@@ -794,6 +794,22 @@ def test_checkerboard_known_answer():
     assert items[:, 0].tolist() == list(range(n))
 
 
+def test_resume_refusal_names_each_difference():
+    from destiny.fit import _differences
+
+    saved = {"config": {"batch": 64, "shuffle": None, "seed": 1}, "netdef": "a",
+             "examples": 1000, "entries": {"in": 5000}, "indexes": "x"}
+    now = {"config": {"batch": 64, "shuffle": False, "seed": 1}, "netdef": "b",
+           "examples": 1200, "entries": {"in": 5000, "out": 7}, "indexes": "y"}
+    assert _differences(saved, now) == [
+        "--shuffle/--no-shuffle not given in the checkpoint, off now",
+        "another network definition (-c)",
+        "1,000 examples in the checkpoint's data, 1,200 in this data",
+        "dataset out: not in the checkpoint's data",
+        "other feature indexes (generate-netcdf's -f files) for the datasets"]
+    assert _differences(saved, saved) == ["settings of another version"]
+
+
 def test_resume_refuses_other_settings(files):
     assert run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1").exit_code == 0
     (files / "net.nc").unlink()
