@@ -15,7 +15,7 @@ import traceback
 
 import click
 
-from destiny.errors import DestinyError
+from destiny.errors import DestinyError, InterruptedAfterOutputs
 from destiny.io.atomic import STOP_SIGNALS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -41,6 +41,12 @@ def library_errors(fn):
             if os.environ.get("DESTINY_DEBUG"):
                 raise
             raise click.ClickException(str(e)) from None
+        except InterruptedAfterOutputs as e:
+            if os.environ.get("DESTINY_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"interrupted as the outputs were put in place, once all were: "
+                f"{', '.join(e.paths)} {'is' if len(e.paths) == 1 else 'are'} complete.") from None
         except KeyboardInterrupt:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
@@ -55,21 +61,23 @@ def library_errors(fn):
     return wrapper
 
 
-def system_failure(e: BaseException) -> str | None:
+def system_failure(e: BaseException,
+                   then: str = "run the command again, or write the outputs elsewhere"
+                   ) -> str | None:
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
-    own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted)."""
+    own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
+    ``then`` is what to do once the cause is mended."""
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
         where = f"{e.filename}: " if e.filename else ""
         return (f"{where}{e.strerror}; {_NOTHING_REPLACED}. "
-                + ("Free space on that file system (or raise the quota) or write the outputs "
-                   "elsewhere, then run the command again." if e.errno in _FULL else
-                   "Check the file and the file system, then run the command again."))
+                + (f"Free space on that file system (or raise the quota), then {then}."
+                   if e.errno in _FULL else
+                   f"Check the file and the file system, then {then}."))
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         return (f"the NetCDF library failed ({e}); {_NOTHING_REPLACED}. While writing, a full "
-                "disk or quota is the usual cause: free space or write the outputs elsewhere, "
-                "then run the command again.")
+                f"disk or quota is the usual cause: free space, then {then}.")
     if isinstance(e, MemoryError):  # NumPy's says how much one array needed
         return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
                 "gradients and optimizer state, the data and a batch must fit in this "
@@ -163,8 +171,8 @@ def run_program(command: click.Command, name: str):
     taking it for an ordinary failure it may go past."""
     try:
         return command(prog_name=name)
-    except SystemExit as e:
-        if e.code and _stopped_by is not None:
+    except BaseException as e:  # (also the message's own failure: stderr gone with SIGHUP)
+        if _stopped_by is not None and not (isinstance(e, SystemExit) and not e.code):
             _die_by(_stopped_by)
         raise
 

@@ -9,6 +9,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, FiniteRange, library_errors, note, products_note,
                                 run_command, system_failure, tf32_option)
+from destiny.errors import InterruptedAfterOutputs
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
 NAME = "train"
@@ -72,6 +73,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
     from destiny.fit import fit
+    from destiny.io import atomic
+    from destiny.io.checkpoint import checkpoint_epoch
     from destiny.parallel import get_comm
 
     comm = get_comm()  # under mpiexec: every layer split across the ranks (spec 7)
@@ -88,17 +91,26 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                      metrics_path=metrics_path, initial_network=initial_network,
                      on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
                      on_checkpoint=progress.checkpointed, comm=comm)
-    except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
+    except KeyboardInterrupt as e:  # Ctrl-C: say what is kept and how to go on
         progress.close()
+        if isinstance(e, InterruptedAfterOutputs):  # just as a file was put in place
+            if any(atomic.same_file(p, network_path) for p in e.paths):
+                raise click.ClickException(f"interrupted as {network_path} was put in place, "
+                                           "once it was: it is complete.") from None
+            for path in e.paths:  # a checkpoint: it is whole, and this run's newest
+                epoch = checkpoint_epoch(network_path, path)
+                if epoch is not None:
+                    progress.checkpointed(path, epoch)
         raise click.ClickException(_interrupted(network_path, progress.checkpoint,
-                                                checkpoint_every)) from None
+                                                checkpoint_every, cfg.epochs)) from None
     except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
         progress.close()
-        failure = system_failure(e)
-        if failure is None or progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):
+        if progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):
             raise  # (library_errors' message: nothing of this run to go on from)
-        raise click.ClickException(
-            f"{failure} {_go_on(network_path, progress.checkpoint)}") from None
+        failure = system_failure(e, then=_go_on(network_path, progress.checkpoint, cfg.epochs))
+        if failure is None:
+            raise
+        raise click.ClickException(failure) from None
     progress.close()
     if not quiet:
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
@@ -106,14 +118,14 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                    f"epochs in this run{resumed})")
 
 
-def _interrupted(network_path, ours: tuple[str, int] | None, every: int) -> str:
+def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int) -> str:
     """What Ctrl-C leaves and how to go on: ``ours`` is this run's newest checkpoint (the
     one it resumed from or wrote last)."""
     from destiny.io.checkpoint import latest_checkpoint
 
     lost = f"interrupted; {network_path} was not written."
     if ours is not None:
-        return f"{lost} {_go_on(network_path, ours)}"
+        return f"{lost} To go on, {_go_on(network_path, ours, epochs)}."
     newest = latest_checkpoint(network_path)
     if newest is not None:
         return (f"{lost} This run wrote no checkpoint yet. The newest checkpoint, {newest[0]} "
@@ -128,18 +140,24 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int) -> str:
             "are written).")
 
 
-def _go_on(network_path, ours: tuple[str, int]) -> str:
-    """How to continue from this run's newest checkpoint ``ours``, which --resume takes
-    unless an earlier run left a newer one beside it."""
+def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
+    """How to go on from this run's newest checkpoint ``ours`` (a clause): --resume takes the
+    newest beside it, unless an earlier run left a newer one; one of the last epoch is the
+    trained network already."""
     from destiny.io.checkpoint import latest_checkpoint
 
+    path, epoch = ours
+    if epoch >= epochs:
+        return (f"use {path}, the checkpoint of the last epoch ({epoch}): it is the trained "
+                f"network (with the optimizer's state, which predict ignores), so copy it to "
+                f"{network_path}")
     newest = latest_checkpoint(network_path)
-    if newest is None or newest[1] <= ours[1]:
-        return (f"The newest checkpoint is {ours[0]} (epoch {ours[1]}): run the same command "
-                "with --resume to continue from it.")
-    return (f"This run's newest checkpoint is {ours[0]} (epoch {ours[1]}), but --resume takes "
-            f"the newest beside it, {newest[0]} (epoch {newest[1]}), an earlier run's: move "
-            "that one away, then run the same command with --resume.")
+    if newest is not None and newest[1] > epoch:
+        return (f"move {newest[0]} (epoch {newest[1]}, an earlier run's, which --resume would "
+                f"take) away, then run the same command with --resume to continue from "
+                f"{path} (epoch {epoch}), this run's newest checkpoint")
+    return (f"run the same command with --resume to continue from {path} (epoch {epoch}), the "
+            "newest checkpoint")
 
 
 class _Progress:

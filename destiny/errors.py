@@ -48,3 +48,12 @@ class NetDefError(DestinyError):
     def with_file(self, file) -> "NetDefError":
         """Return the same error with the definition's file name in front."""
         return NetDefError(self.json_path, self.detail, file=str(file))
+
+
+class InterruptedAfterOutputs(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM) that came while outputs were put in place, raised once
+    all of them were: ``paths`` (as the caller named them) are complete."""
+
+    def __init__(self, paths: list[str]):
+        super().__init__()
+        self.paths = paths

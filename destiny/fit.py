@@ -328,7 +328,7 @@ _FLAGS = {"batch": "-b", "optimizer": "--optimizer", "alpha": "-alpha", "lam": "
 
 def _differences(saved: dict, now: dict) -> list[str]:
     """What differs between a checkpoint's settings and this run's, in the user's terms."""
-    out = [f"{_FLAGS.get(name, name)} {_shown(old)} in the checkpoint, {_shown(new)} now"
+    out = [f"{_FLAGS.get(name, name)} {_typed(old)} in the checkpoint, {_typed(new)} now"
            for name, old, new in _changed(saved.get("config", {}), now.get("config", {}))]
     if saved.get("netdef") != now.get("netdef"):
         out.append("another network definition (-c)")
@@ -349,9 +349,14 @@ def _changed(old: dict, new: dict, keys=None) -> list[tuple]:
     return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
-def _shown(value) -> str:
+def _typed(value) -> str:
+    """A flag's value as one would type it."""
     if value is None:
         return "not given"
     if isinstance(value, bool):
         return "on" if value else "off"
-    return f"{value:,}" if isinstance(value, int) else f"{value}"
+    return f"{value}"
+
+
+def _shown(count) -> str:
+    return f"{count:,}"

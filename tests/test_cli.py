@@ -127,12 +127,13 @@ import click
 from destiny.cli.common import library_errors, run_program
 
 signum = getattr(signal, os.environ["SIGNAL"])
-if os.environ["HOW"] == "ignored":
-    signal.signal(signum, signal.SIG_IGN)
+signal.signal(signum, signal.SIG_IGN if os.environ["HOW"] == "ignored" else signal.SIG_DFL)
 
 @click.command()
 @library_errors
 def command():
+    if os.environ["HOW"] == "no stderr":  # (a closed terminal, a reader gone): the message fails
+        os.close(2)
     os.kill(os.getpid(), signum)
     time.sleep(0.2)
     click.echo("finished")
@@ -161,6 +162,10 @@ def test_a_stopped_command_dies_by_its_signal(name):
                              text=True, timeout=120,
                              env={**os.environ, "SIGNAL": name, "HOW": "ignored"})
     assert ignored.returncode == 0 and ignored.stdout == "finished\n", ignored.stderr
+    unsaid = subprocess.run([sys.executable, "-c", _SELF_SIGNAL], capture_output=True,
+                            text=True, timeout=120,
+                            env={**os.environ, "SIGNAL": name, "HOW": "no stderr"})
+    assert unsaid.returncode == -signum and "finished" not in unsaid.stdout
 
 
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
@@ -184,9 +189,11 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
 
 def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM between two of a command's renames (a dataset and its index) is held
-    until all are in place, then raised: never some outputs new and the others old."""
+    until all are in place, then raised as an interrupt that names them: never some outputs
+    new and the others old."""
     import signal
 
+    from destiny.errors import InterruptedAfterOutputs
     from destiny.io import atomic
 
     rename = os.replace
@@ -202,12 +209,45 @@ def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, mon
 
     monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
     before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        with atomic.atomic_outputs() as out:
-            for name in ("data.nc", "index"):
-                pathlib.Path(out.path(tmp_path / name)).write_text(name)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest run as `... &`)
+        with pytest.raises(InterruptedAfterOutputs) as raised:
+            with atomic.atomic_outputs() as out:
+                for name in ("data.nc", "index"):
+                    pathlib.Path(out.path(tmp_path / name)).write_text(name)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.nc", "index"]
-    assert signal.getsignal(signal.SIGINT) is before
+    assert raised.value.paths == [str(tmp_path / "data.nc"), str(tmp_path / "index")]
+
+
+def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete(tmp_path,
+                                                                               monkeypatch):
+    import signal
+
+    from destiny.cli.generate_netcdf import generate_netcdf
+    from destiny.io import atomic
+
+    rename = os.replace
+
+    def replace_then_signal(src, dst):
+        rename(src, dst)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(generate_netcdf, [
+            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: interrupted as the outputs were put in place, once all "
+                             f"were: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, {tmp_path / 's'} "
+                             "are complete.\n")
 
 
 def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):

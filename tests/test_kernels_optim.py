@@ -355,6 +355,11 @@ def test_catch_up_over_a_long_gap(backend):
             np.testing.assert_array_equal(b, expected[::-1])
         assert (current == 1203).all()
     assert expected[0, 0] == np.float32(6e-45) and expected[0, 0] > 0  # the fixed point
+    # A negative decay (not one train takes) flips a zero's sign every pass: not a fixed point.
+    for steps in (2, 3):
+        a = np.zeros((1, 3), np.float32)
+        kb.catch_up_rows(a, np.zeros(0, np.float32), np.zeros(1, np.int64), steps, RMSPROP, -0.5)
+        assert np.signbit(a).all() == (steps % 2 == 1), (steps, a)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

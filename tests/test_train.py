@@ -552,11 +552,68 @@ def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert (f"Error: {files / 'net.nc4.nc.tmp'}: No space left on device; no output was "
             "replaced") in result.output
-    assert (f"then run the command again. The newest checkpoint is {files / 'net.nc2.nc'} "
-            "(epoch 2): run the same command with --resume to continue from it.") in result.output
+    assert ("Free space on that file system (or raise the quota), then run the same command "
+            f"with --resume to continue from {files / 'net.nc2.nc'} (epoch 2), the newest "
+            "checkpoint.") in result.output
     monkeypatch.setattr(destiny.fit, "save_network", real)
     resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
     assert resumed.exit_code == 0, resumed.output
+
+
+def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypatch):
+    """The disk fills up as the trained network is written, after the last epoch's checkpoint:
+    --resume would have nothing left to train, so the message says that checkpoint is the
+    trained network (predict reads it)."""
+    import errno
+
+    import destiny.fit
+
+    real = destiny.fit.save_network
+
+    def full_at_the_end(path, *args, **kwargs):
+        if str(path).endswith("net.nc"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(destiny.fit, "save_network", full_at_the_end)
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1")
+    assert result.exit_code == 1
+    assert (f"then use {files / 'net.nc2.nc'}, the checkpoint of the last epoch (2): it is the "
+            f"trained network (with the optimizer's state, which predict ignores), so copy it "
+            f"to {files / 'net.nc'}.") in result.output
+
+
+def test_an_interrupt_held_while_a_file_is_put_in_place_says_it_is_whole(files, monkeypatch):
+    """Ctrl-C as the trained network, or a checkpoint, is renamed into place: the interrupt
+    waits for the rename, then says the network is complete, or names that checkpoint as
+    this run's newest (not as an earlier run's to move away)."""
+    from destiny.io import atomic
+
+    rename = os.replace
+
+    def interrupted_rename(ending):
+        def replace(src, dst):
+            rename(src, dst)
+            if str(dst).endswith(ending):
+                os.kill(os.getpid(), signal.SIGINT)
+        return replace
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted_rename("net.nc"))
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest run as `... &`)
+        result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "0")
+        assert result.exit_code == 1
+        assert (f"interrupted as {files / 'net.nc'} was put in place, once it was: it is "
+                "complete.") in result.output
+        assert (files / "net.nc").is_file()
+        monkeypatch.setattr(atomic.os, "replace", interrupted_rename("net.nc2.nc"))
+        result = run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2", "--force")
+        assert result.exit_code == 1
+        assert (f"To go on, run the same command with --resume to continue from "
+                f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def stop_at_once(*_, **__):
@@ -585,19 +642,20 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_after(3))
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
     assert result.exit_code == 1
-    assert (f"The newest checkpoint is {files / 'net.nc2.nc'} (epoch 2): run the same command "
-            "with --resume") in result.output
+    assert (f"To go on, run the same command with --resume to continue from "
+            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
     (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's, newer than this run's
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
-    assert (f"This run's newest checkpoint is {files / 'net.nc2.nc'} (epoch 2), but --resume "
-            f"takes the newest beside it, {files / 'net.nc20.nc'} (epoch 20), an earlier run's: "
-            "move that one away") in result.output
+    assert (f"To go on, move {files / 'net.nc20.nc'} (epoch 20, an earlier run's, which "
+            "--resume would take) away, then run the same command with --resume to continue "
+            f"from {files / 'net.nc2.nc'} (epoch 2), this run's newest checkpoint.") \
+        in result.output
     (files / "net.nc20.nc").unlink()
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume")
     assert result.exit_code == 1
-    assert (f"The newest checkpoint is {files / 'net.nc2.nc'} (epoch 2): run the same command "
-            "with --resume") in result.output
+    assert (f"To go on, run the same command with --resume to continue from "
+            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
 
 
 def test_a_second_run_writing_the_same_network_stops_at_once(files):
@@ -797,11 +855,12 @@ def test_checkerboard_known_answer():
 def test_resume_refusal_names_each_difference():
     from destiny.fit import _differences
 
-    saved = {"config": {"batch": 64, "shuffle": None, "seed": 1}, "netdef": "a",
+    saved = {"config": {"batch": 64, "shuffle": None, "seed": 12134}, "netdef": "a",
              "examples": 1000, "entries": {"in": 5000}, "indexes": "x"}
-    now = {"config": {"batch": 64, "shuffle": False, "seed": 1}, "netdef": "b",
+    now = {"config": {"batch": 64, "shuffle": False, "seed": 7}, "netdef": "b",
            "examples": 1200, "entries": {"in": 5000, "out": 7}, "indexes": "y"}
     assert _differences(saved, now) == [
+        "--seed 12134 in the checkpoint, 7 now",  # (as typed: no thousands separator)
         "--shuffle/--no-shuffle not given in the checkpoint, off now",
         "another network definition (-c)",
         "1,000 examples in the checkpoint's data, 1,200 in this data",

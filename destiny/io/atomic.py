@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from destiny.errors import OutputError
+from destiny.errors import InterruptedAfterOutputs, OutputError
 
 
 def check_outputs(outputs, inputs=()) -> None:
@@ -254,6 +254,7 @@ class OutputSet:
 
     def __init__(self):
         self._pending: list[tuple[str, str]] = []
+        self._given: list[str] = []  # the outputs as the caller named them
 
     def path(self, final) -> str:
         """A temporary path in ``final``'s directory; write the output there."""
@@ -269,10 +270,12 @@ class OutputSet:
                               f"({e.strerror}); choose another path.") from None
         os.close(fd)
         self._pending.append((tmp, os.path.join(directory, name)))  # (through a link)
+        self._given.append(final)
         return tmp
 
     def commit(self) -> None:
-        with _stops_held():  # an interrupt between two renames would publish only some
+        given, self._given = self._given, []
+        with _stops_held(given):  # an interrupt between two renames would publish some
             for tmp, final in self._pending:
                 try:
                     os.chmod(tmp, 0o666 & ~_umask())
@@ -288,6 +291,7 @@ class OutputSet:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         self._pending.clear()
+        self._given.clear()
 
 
 # The signals that stop a command: Ctrl-C, SIGTERM (timeout, schedulers), SIGHUP (the terminal
@@ -296,8 +300,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def _stops_held():
-    """Hold back the stop signals until the block has run, then act on the first that came.
+def _stops_held(outputs: list[str]):
+    """Hold back the stop signals until the block, which puts ``outputs`` in place, has run;
+    then act on the first that came: an interrupt is raised as ``InterruptedAfterOutputs``
+    once the block has completed, so that the message can say the outputs are whole.
 
     A handler that records the signal stands in for each one's own while the block runs
     (a signal mask would not do: the C handler runs in whichever thread leaves the signal
@@ -309,22 +315,34 @@ def _stops_held():
         return
     arrived: list[int] = []
     saved = {}
-    for signum in STOP_SIGNALS:
-        handler = signal.getsignal(signum)
-        if handler is not signal.SIG_IGN and handler is not None:  # (None: set outside Python)
-            saved[signum] = handler
-            signal.signal(signum, lambda number, frame: arrived.append(number))
+    completed, late = False, None
     try:
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is not signal.SIG_IGN and handler is not None:  # (None: set outside Python)
+                saved[signum] = handler
+                signal.signal(signum, lambda number, frame: arrived.append(number))
         yield
+        completed = True
     finally:
         for signum, handler in saved.items():
-            signal.signal(signum, handler)
-        if arrived:
-            handler = saved[arrived[0]]
-            if callable(handler):
-                handler(arrived[0], None)  # (Python's raises KeyboardInterrupt)
-            else:  # SIG_DFL: the signal's own action, now
-                os.kill(os.getpid(), arrived[0])
+            try:  # every handler goes back, even if one put back already ran meanwhile
+                signal.signal(signum, handler)
+            except KeyboardInterrupt as e:
+                late = late or e
+        try:
+            if late is not None:
+                raise late
+            if arrived:
+                handler = saved[arrived[0]]
+                if callable(handler):
+                    handler(arrived[0], None)  # (Python's raises KeyboardInterrupt)
+                else:  # SIG_DFL: the signal's own action, now
+                    os.kill(os.getpid(), arrived[0])
+        except KeyboardInterrupt:
+            if not completed:
+                raise
+            raise InterruptedAfterOutputs(list(outputs)) from None
 
 
 @contextlib.contextmanager

@@ -137,6 +137,14 @@ def checkpoint_path(network_path, epoch: int) -> str:
     return f"{network_path}{epoch}.nc"
 
 
+def checkpoint_epoch(network_path, path) -> int | None:
+    """The epoch of ``path`` if it is one of ``network_path``'s checkpoint paths, else None."""
+    network_path, path = os.fspath(network_path), os.fspath(path)
+    m = re.fullmatch(r"(\d+)\.nc", path[len(network_path):]) \
+        if path.startswith(network_path) else None
+    return int(m.group(1)) if m else None
+
+
 def checkpoint_names(network_path) -> str:
     """A regular expression of the names of ``network_path``'s checkpoints, the epoch its group."""
     return re.escape(os.path.basename(os.fspath(network_path))) + r"(\d+)\.nc"

@@ -226,6 +226,7 @@ def _rating(text: str, path, lineno: int, fmt: str) -> float:
     return rating
 
 
+_FLOAT32_MAX = 3.4028234663852886e38  # np.finfo(np.float32).max
 # Deletes what the rows of a file of numbers are made of (str.translate, a pass in C).
 _PLAIN = dict.fromkeys(map(ord, "0123456789.,:\t\n"))
 
@@ -237,12 +238,12 @@ def _check_number(text: str, value: str, path, lineno: int, fmt: str) -> None:
         number = float(text)
     except ValueError:
         number = math.nan
-    if not math.isfinite(number):
-        raise DataFormatError(path, f"the {value} {_show(text)} is not a finite number, but "
-                              "--value writes it as each item's value, which generate-netcdf "
-                              f"reads as a number; expected rows of {_LAYOUTS[fmt]}. Fix the "
-                              "row, or give another --value (none writes no values).",
-                              line=lineno)
+    if not abs(number) <= _FLOAT32_MAX:  # (NaN too)
+        raise DataFormatError(path, f"the {value} {_show(text)} is not a number within float32's "
+                              "range, but --value writes it as each item's value, which "
+                              "generate-netcdf reads as a float32; expected rows of "
+                              f"{_LAYOUTS[fmt]}. Fix the row, or give another --value (none "
+                              "writes no values).", line=lineno)
 
 
 def _cr_error(path, lineno: int) -> DataFormatError:

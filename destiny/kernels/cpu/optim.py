@@ -169,7 +169,7 @@ def _decay_row(s, r, steps, m):
             moved |= y != x
             s[r, j] = y
         done += 1
-        if not moved:
+        if not moved and m >= 0:  # (m < 0 flips a zero's sign each pass: -0 == 0)
             return
         for _ in range(min(15, steps - done)):
             for j in range(s.shape[1]):

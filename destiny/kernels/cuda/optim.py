@@ -203,7 +203,7 @@ def _decayed(x, steps, m):
     # for m = 0.9 and tens of thousands for m = 0.999, where the loop would otherwise go on.
     for _ in range(steps):
         y = m * x
-        if y == x:
+        if y == x and m >= 0:  # (m < 0 flips a zero's sign each step: -0 == 0)
             break
         x = y
     return x
