@@ -533,21 +533,29 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
     assert "--checkpoint-every 0 writes no checkpoints: run the command again" in result.output
 
 
-def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
-    """The disk filling up while the epoch-4 checkpoint is written: the message says so and
-    names the epoch-2 checkpoint to --resume from, not only "run the command again"."""
+def disk_full_writing(monkeypatch, ending: str):
+    """Make train's writes of the network file whose path ends so fail as on a full disk."""
     import errno
 
     import destiny.fit
 
     real = destiny.fit.save_network
 
-    def full_at_epoch_4(path, *args, **kwargs):
-        if str(path).endswith("net.nc4.nc"):
+    def save(path, *args, **kwargs):
+        if str(path).endswith(ending):
             raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(destiny.fit, "save_network", full_at_epoch_4)
+    monkeypatch.setattr(destiny.fit, "save_network", save)
+    return real
+
+
+def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
+    """The disk filling up while the epoch-4 checkpoint is written: the message says so and
+    names the epoch-2 checkpoint to --resume from, not only "run the command again"."""
+    import destiny.fit
+
+    real = disk_full_writing(monkeypatch, "net.nc4.nc")
     result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert (f"Error: {files / 'net.nc4.nc.tmp'}: No space left on device; no output was "
@@ -564,18 +572,7 @@ def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypa
     """The disk fills up as the trained network is written, after the last epoch's checkpoint:
     --resume would have nothing left to train, so the message says that checkpoint is the
     trained network (predict reads it)."""
-    import errno
-
-    import destiny.fit
-
-    real = destiny.fit.save_network
-
-    def full_at_the_end(path, *args, **kwargs):
-        if str(path).endswith("net.nc"):
-            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(destiny.fit, "save_network", full_at_the_end)
+    disk_full_writing(monkeypatch, "net.nc")
     result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1")
     assert result.exit_code == 1
     assert (f"then use {files / 'net.nc2.nc'}, the checkpoint of the last epoch (2): it is the "
