@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
@@ -25,8 +24,8 @@ import numpy as np
 from destiny import __version__
 from destiny.errors import DestinyError, OutputError
 from destiny.io import atomic
-from destiny.io.checkpoint import (checkpoint_names, checkpoint_path, latest_checkpoint,
-                                   load_weights, save_network)
+from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
+                                   latest_checkpoint, load_weights, save_network)
 from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
@@ -208,10 +207,7 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     outputs = ((network_path, "network file (-n)"), (metrics_file, "metrics file"),
                (initial_network, "initial network"))
     atomic.check_outputs(outputs, inputs)
-    if metrics_file is not None and re.fullmatch(checkpoint_names(network_path),
-                                                 os.path.basename(metrics_file)) and \
-            atomic.same_file(os.path.dirname(metrics_file) or ".",
-                             os.path.dirname(os.fspath(network_path)) or "."):
+    if metrics_file is not None and checkpoint_epoch(network_path, metrics_file) is not None:
         raise OutputError(f"{metrics_path}: the metrics file has the name of one of the "
                           f"network's checkpoints ({os.path.basename(network_path)}<epoch>.nc), "
                           "which would replace it; choose another name.")

@@ -138,11 +138,14 @@ def checkpoint_path(network_path, epoch: int) -> str:
 
 
 def checkpoint_epoch(network_path, path) -> int | None:
-    """The epoch of ``path`` if it is one of ``network_path``'s checkpoint paths, else None."""
-    network_path, path = os.fspath(network_path), os.fspath(path)
-    m = re.fullmatch(r"(\d+)\.nc", path[len(network_path):]) \
-        if path.startswith(network_path) else None
-    return int(m.group(1)) if m else None
+    """The epoch of ``path`` if it names one of ``network_path``'s checkpoints (its name, in
+    the network's directory however spelt), else None."""
+    path = os.fspath(path)
+    m = re.fullmatch(checkpoint_names(network_path), os.path.basename(path))
+    if m is None or not atomic.same_file(os.path.dirname(path) or ".",
+                                         os.path.dirname(os.fspath(network_path)) or "."):
+        return None
+    return int(m.group(1))
 
 
 def checkpoint_names(network_path) -> str:

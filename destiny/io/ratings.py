@@ -213,11 +213,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _rating(text: str, path, lineno: int, fmt: str) -> float:
+def _number(text: str) -> float:
+    """``float(text)``, or NaN where ``text`` is not a number."""
     try:
-        rating = float(text)
+        return float(text)
     except ValueError:
-        rating = math.nan
+        return math.nan
+
+
+def _rating(text: str, path, lineno: int, fmt: str) -> float:
+    rating = _number(text)
     if math.isnan(rating):
         raise DataFormatError(path, f"the rating {_show(text)} is not a number, so it cannot "
                               "be compared with --min-rating; expected rows of "
@@ -232,13 +237,9 @@ _PLAIN = dict.fromkeys(map(ord, "0123456789.,:\t\n"))
 
 
 def _check_number(text: str, value: str, path, lineno: int, fmt: str) -> None:
-    """Raise unless ``text`` (the field --value writes) is a finite number, as generate-netcdf
-    will read it: checked here so that the message names this file's line."""
-    try:
-        number = float(text)
-    except ValueError:
-        number = math.nan
-    if not abs(number) <= _FLOAT32_MAX:  # (NaN too)
+    """Raise unless ``text`` (the field --value writes) is a number within float32's range,
+    as generate-netcdf will read it: checked here so that the message names this file's line."""
+    if not abs(_number(text)) <= _FLOAT32_MAX:  # (NaN too)
         raise DataFormatError(path, f"the {value} {_show(text)} is not a number within float32's "
                               "range, but --value writes it as each item's value, which "
                               "generate-netcdf reads as a float32; expected rows of "

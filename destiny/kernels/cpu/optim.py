@@ -171,10 +171,11 @@ def _decay_row(s, r, steps, m):
         done += 1
         if not moved and m >= 0:  # (m < 0 flips a zero's sign each pass: -0 == 0)
             return
-        for _ in range(min(15, steps - done)):
+        unlooked = min(15, steps - done)
+        for _ in range(unlooked):
             for j in range(s.shape[1]):
                 s[r, j] = m * s[r, j]
-        done += min(15, steps - done)
+        done += unlooked
 
 
 @njit(cache=True, inline="always")
