@@ -47,6 +47,12 @@ def library_errors(fn):
             raise click.ClickException(
                 f"interrupted as the outputs were put in place, once all were: "
                 f"{', '.join(e.paths)} {'is' if len(e.paths) == 1 else 'are'} complete.") from None
+        except BrokenPipeError:
+            # The reader of a pipe this command writes left (`predict -s - | head`): once the
+            # outputs are cleaned up, stop silently by SIGPIPE, as cat or grep do (exit status
+            # 141), so that a pipeline under `set -o pipefail` reads it as they would.
+            _stopped(signal.SIGPIPE)
+            raise
         except KeyboardInterrupt:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
@@ -159,9 +165,13 @@ def _catch_stop_signals():
 
 
 def _interrupt(signum, frame):
+    _stopped(signum)
+    raise KeyboardInterrupt
+
+
+def _stopped(signum: int):
     global _stopped_by
     _stopped_by = signum
-    raise KeyboardInterrupt
 
 
 def run_program(command: click.Command, name: str):

@@ -114,15 +114,12 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
 
 @contextlib.contextmanager
 def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
-    """Where the records go, on rank 0 only: stdout, or ``atomic.text_output`` (a file renamed
+    """Where the records go, on rank 0 only: ``atomic.text_output`` (stdout, a file renamed
     into place at the end, or a device or pipe written in place)."""
     from destiny.io import atomic
 
     if not comm.is_root:
         yield None  # the other MPI ranks send their records to rank 0
-    elif output_path == "-":
-        yield sys.stdout
-        sys.stdout.flush()
     else:
         with atomic.text_output(output_path) as out:
             yield out

@@ -7,19 +7,16 @@
 Reads ratings.csv, u.data or ratings.dat (detected from the first line unless --format is
 given) and writes one line per user, 'USER<TAB>item,value:item,value...'. A file output is
 written beside the target and renamed into place at the end, so a failed run never leaves a
-partial file. Bad input: a message on stderr starting with 'Error: ' and exit code 1.
+partial file. Bad input: a message on stderr starting with 'Error: ' and exit code 1. A reader
+that leaves stdout's pipe early (| head) stops it as it would cat (SIGPIPE, status 141).
 """
 
 from __future__ import annotations
 
-import io
-import os
-import sys
-
 import click
 
-from destiny.errors import DestinyError
-from destiny.io.atomic import atomic_outputs, check_outputs
+from destiny.cli.common import library_errors, run_program
+from destiny.io.atomic import check_outputs, text_output
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 
 
@@ -34,45 +31,21 @@ from destiny.io.ratings import FORMATS, VALUES, convert_ratings
                    "or nothing.")
 @click.option("--min-rating", type=float, default=None,
               help="Keep only ratings at least this high (e.g. 4 for 'liked').")
+@library_errors
 def main(ratings, output, fmt, value, min_rating):
     """Convert the MovieLens ratings file RATINGS to DSSTNE text."""
     options = {"fmt": fmt, "value": value, "min_rating": min_rating}
-    try:
-        if output == "-":
-            report = _to_stdout(ratings, options)
-            where = "stdout"
-        else:
-            check_outputs([(output, "converted ratings (-o)")],
-                          inputs=[(ratings, "ratings file")])
-            with atomic_outputs() as outputs:
-                with open(outputs.path(output), "w", encoding="utf-8", newline="\n") as out:
-                    report = convert_ratings(ratings, out, **options)
-            where = output
-    except DestinyError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(1)
+    if output != "-":
+        check_outputs([(output, "converted ratings (-o)")], inputs=[(ratings, "ratings file")])
+    with text_output(output) as out:
+        report = convert_ratings(ratings, out, **options)
     skipped = ""
     if min_rating is not None:
         skipped = f", {report.skipped_below_min} below --min-rating left out"
+    where = "stdout" if output == "-" else output
     click.echo(f"convert_ratings: {report.users} users, {report.ratings} ratings "
                f"({report.fmt} input{skipped}) written to {where}", err=True)
 
 
-def _to_stdout(ratings, options):
-    # UTF-8 and LF whatever the locale, as for a file output.
-    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-    try:
-        report = convert_ratings(ratings, out, **options)
-        out.flush()
-    except BrokenPipeError:
-        # The reader stopped early (| head). Point stdout at devnull so that the flushes
-        # still to come (detach, interpreter exit) do not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-    finally:
-        out.detach()
-    return report
-
-
 if __name__ == "__main__":
-    main()
+    run_program(main, "convert_ratings.py")

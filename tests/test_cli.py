@@ -168,6 +168,33 @@ def test_a_stopped_command_dies_by_its_signal(name):
     assert unsaid.returncode == -signum and "finished" not in unsaid.stdout
 
 
+_SHORT_WRITE = """
+import signal, sys
+from destiny.io.atomic import text_output
+signal.signal(signal.SIGUSR1, lambda *_: None)
+print("ready", file=sys.stderr, flush=True)
+with text_output("-") as out:
+    out.write("x" * (4 << 20))
+"""
+
+
+def test_standard_output_gets_the_whole_of_a_write_a_signal_cut_short():
+    """A write to a pipe that a signal's handler cuts short: under PYTHONUNBUFFERED=1 (set in
+    many containers) sys.stdout writes to the raw file and CPython's text layer drops the
+    rest without a word; text_output("-"), which predict -s - writes through, loses none."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", _SHORT_WRITE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stderr.readline() == b"ready\n"
+    time.sleep(0.5)  # the write has filled the pipe and waits for this reader
+    proc.send_signal(signal.SIGUSR1)
+    data = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert len(data) == 4 << 20
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,23 @@ def test_report(csv_path, rows):
     report = convert_ratings(csv_path, io.StringIO())
     assert report == ratings_mod.ConvertReport(users=300, ratings=len(rows),
                                                skipped_below_min=0, fmt="csv")
+
+
+def test_a_reader_that_leaves_early_stops_it_as_sigpipe_does(tmp_path):
+    """`convert_ratings.py ratings.csv | head`: once head leaves, the script stops silently
+    with SIGPIPE's status (141), as cat would, not with a traceback or exit code 1."""
+    import signal
+
+    r = synthetic.generate_ratings(users=3000, items=500, mean_per_user=12, seed=5)
+    path = tmp_path / "ratings.csv"  # ~400 KB of text: more than a pipe holds
+    synthetic.write_ratings_csv(path, r)
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert b"\t" in proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == -signal.SIGPIPE, stderr
+    assert stderr == ""
 
 
 def test_stdout(csv_path):
@@ -206,9 +224,45 @@ ERRORS = [
      "line 1: the rating 'inf' is not a number within float32's range"),
     ("value beyond float32", "1::10::4::-1e39\n", [],
      "line 1: the timestamp '-1e39' is not a number within float32's range"),
+    # Chunks of digits, points and separators only: their values are not read one by one.
+    ("value two points", "1,10,4.0,1.2.3\n", [],
+     "line 1: the timestamp '1.2.3' is not a number within float32's range"),
+    ("value a point", "1\t10\t4\t.\n", [],
+     "line 1: the timestamp '.' is not a number within float32's range"),
+    ("value of 39 digits", "1::10::4::" + "9" * 39 + "\n", [],
+     f"line 1: the timestamp '{'9' * 39}' is not a number within float32's range"),
     ("format", "1 10 4 100\n", [], "line 1: cannot tell the ratings format"),
     ("wrong format", HEADER + "1,10,4.0,100\n", ["--format", "dat"], "line 1: found 1 field"),
 ]
+
+
+def test_a_chunk_is_plain_only_where_every_field_is_a_float32():
+    """_plain, which spares a chunk the checks of its values one by one, against the slow
+    and obvious reading of its definition on random fields of digits and points."""
+    rng = random.Random(7)
+
+    def field():
+        shape = rng.random()
+        if shape < 0.05:
+            return "9" * rng.randint(37, 41)
+        return "".join(rng.choice("0123456789" * 3 + ".") for _ in range(rng.randint(1, 5)))
+
+    def reference(fields):
+        return all(re.fullmatch(r"[0-9]*\.?[0-9]*", f) and f != "." and "0" * 39 not in
+                   re.sub("[1-9]", "0", f) for f in fields)
+
+    seen = set()
+    for _ in range(3000):
+        fields = [field() for _ in range(rng.randint(1, 8))]
+        text = "".join(f"{','.join(fields[i:i + 4])}\n" for i in range(0, len(fields), 4))
+        plain = ratings_mod._plain(text)
+        assert plain == bool(reference(fields)), text
+        if plain:  # what the fast path relies on
+            assert all(abs(float(f)) <= ratings_mod._FLOAT32_MAX for f in fields), text
+        seen.add(plain)
+    assert seen == {True, False}
+    assert not ratings_mod._plain("1,10,4.5,100\n2,é,4,5\n")
+    assert not ratings_mod._plain("1,10,-4.5,100\n")
 
 
 @pytest.mark.parametrize("name, content, args, message", ERRORS, ids=[e[0] for e in ERRORS])

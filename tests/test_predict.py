@@ -342,6 +342,27 @@ def test_records_go_through_links_devices_and_pipes_without_replacing_them(model
                                                           "plain.txt", "target.txt"]
 
 
+def test_a_reader_that_leaves_the_pipe_stops_predict_as_sigpipe_does(model):
+    """`predict -s - | head`: once head has its lines and leaves, predict stops silently with
+    SIGPIPE's status (141), as cat or grep would; exit code 1 would fail a pipeline under
+    `set -o pipefail` as a real error."""
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+
+    predict_bin = pathlib.Path(sys.executable).parent / "predict"
+    proc = subprocess.Popen(  # -k 90: ~250 KB of records, beyond what the pipe holds
+        [str(predict_bin), "-n", str(model / "gl.nc"), "-i", str(model / "features_input"),
+         "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), "-k", "90",
+         "-s", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().count(b",") == 90
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == -signal.SIGPIPE, stderr
+    assert "Error" not in stderr and "Traceback" not in stderr, stderr
+
+
 def test_alike_indices_are_digested_once(model, monkeypatch):
     """An autoencoder's input and output indices map alike: the check of each against the
     network's record computes one digest for both (0.26 s each at 930k items)."""

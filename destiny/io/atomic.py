@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import re
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -361,7 +363,23 @@ def text_output(path):
     """``with text_output(path) as f: f.write(...)``: a text output, written to a temporary
     file renamed into place at the end (``atomic_outputs``), or in place where ``path`` is a
     device or pipe (``is_stream``: ``/dev/stdout``, a named pipe), which a rename would
-    replace."""
+    replace, or ``-`` (standard output)."""
+    if path == "-":
+        # A buffered writer of our own on standard output, not sys.stdout: under
+        # PYTHONUNBUFFERED=1 (set in many containers and CI images) sys.stdout writes to the
+        # raw file, and CPython's text layer drops the rest of a short write (a signal, a full
+        # disk) without a word. UTF-8 and LF whatever the locale, as a file output.
+        sys.stdout.flush()
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, io.UnsupportedOperation):  # replaced: a test's, a notebook's
+            fd = None
+        if fd is None:
+            yield sys.stdout
+        else:
+            with open(fd, "w", encoding="utf-8", newline="\n", closefd=False) as f:
+                yield f
+        return
     if is_stream(path):
         with open(path, "w", encoding="utf-8", newline="\n") as f:
             yield f
