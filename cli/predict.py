@@ -84,7 +84,7 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
             # (stdout, a device or a pipe is written in place: nothing to check or lock)
-            if output_path != "-" and not atomic.is_stream(output_path) and comm.is_root:
+            if not atomic.is_stream(output_path) and comm.is_root:
                 atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
                     (network_path, "network file (-n)"), (input_index, "input index (-i)"),
                     (output_index, "output index (-o)"), (input_path, "input text (-r)"),

@@ -115,7 +115,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     if not quiet:
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
         note(NAME, f"wrote {report.written} at epoch {cfg.epochs} ({report.epochs_run} "
-                   f"epochs in this run{resumed})")
+                   f"epoch{'' if report.epochs_run == 1 else 's'} in this run{resumed})")
 
 
 def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int) -> str:

@@ -182,7 +182,7 @@ def _open_metrics(path, epoch: int):
     """The metrics file, open for appending: emptied for a fresh run (``epoch`` 0); on resuming
     from ``epoch``, holding the lines of epochs 1..``epoch`` only (an interrupted run's lines
     of later epochs are dropped, as those epochs run again). Rewritten in place, not renamed:
-    the path may be a link, or /dev/stdout."""
+    the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
     kept = []
     if epoch > 0 and os.path.exists(path) and not atomic.is_stream(path):  # (/dev/stdout)
         with open(path, encoding="utf-8") as f:
@@ -192,7 +192,8 @@ def _open_metrics(path, epoch: int):
                         kept.append(line)
                 except (ValueError, KeyError, TypeError):
                     kept.append(line)  # not ours to judge: kept as it was
-    metrics = open(path, "w", encoding="utf-8")
+    metrics = (atomic.open_stream(path) if atomic.is_stream(path) else
+               open(path, "w", encoding="utf-8", newline="\n"))
     metrics.writelines(kept)
     return metrics
 

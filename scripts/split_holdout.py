@@ -8,7 +8,8 @@ all). Train on the first, `predict` with it as the filter, and `evaluate` agains
 Both outputs are written beside their targets and renamed into place only when the whole
 input split, so a failed run leaves no partial file. Bad input (a line without a TAB, CRLF
 line ends, bytes that are not UTF-8, an output that is the input, ...): a message on stderr
-starting with 'Error: ' that names the file and line, and exit code 1.
+starting with 'Error: ' that names the file and line, and exit code 1; so too a full disk.
+Stopped (Ctrl-C, SIGTERM), it removes its temporary files, as the commands do.
 
 Example:
   python scripts/split_holdout.py ratings.txt --train train.txt --heldout heldout.txt --fraction 0.2
@@ -16,12 +17,11 @@ Example:
 
 from __future__ import annotations
 
-import sys
-
 import click
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError
+from destiny.cli.common import library_errors, run_program
+from destiny.errors import DataFormatError
 from destiny.io.atomic import atomic_outputs, check_outputs
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
@@ -34,18 +34,15 @@ _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 @click.option("--fraction", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.2,
               show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@library_errors
 def main(text, train_path, heldout_path, fraction, seed):
     """Hold out a fraction of each sample's features."""
     outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
-    try:
-        check_outputs(outputs, [(text, "input text")])
-        with atomic_outputs() as out, \
-                open(out.path(train_path), "w", encoding="utf-8", newline="\n") as train, \
-                open(out.path(heldout_path), "w", encoding="utf-8", newline="\n") as heldout:
-            kept, held = split_text(text, train, heldout, fraction, seed)
-    except DestinyError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(1)
+    check_outputs(outputs, [(text, "input text")])
+    with atomic_outputs() as out, \
+            open(out.path(train_path), "w", encoding="utf-8", newline="\n") as train, \
+            open(out.path(heldout_path), "w", encoding="utf-8", newline="\n") as heldout:
+        kept, held = split_text(text, train, heldout, fraction, seed)
     click.echo(f"split_holdout: {kept:,} features to {train_path}, {held:,} to {heldout_path}",
                err=True)
 
@@ -114,4 +111,4 @@ def _parse(path, raw: bytes, line_no: int) -> tuple[str, list[str]]:
 
 
 if __name__ == "__main__":
-    main()
+    run_program(main, "split_holdout.py")

@@ -22,7 +22,7 @@ import click
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from destiny import synthetic  # noqa: E402
-from destiny.errors import DestinyError  # noqa: E402
+from destiny.cli.common import library_errors, run_program  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 
@@ -39,13 +39,10 @@ from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
               show_default=True)
 @click.option("--value", type=click.Choice(["timestamp", "rating", "none"]), default="timestamp",
               show_default=True, help="With --format dsstne: the value after each item.")
+@library_errors
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
-    try:
-        check_outputs([(output, "ratings file (-o)")])
-    except DestinyError as e:
-        click.echo(f"Error: {e}", err=True)
-        sys.exit(1)
+    check_outputs([(output, "ratings file (-o)")])
     try:
         r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
                                        clusters=clusters, zipf=zipf, seed=seed)
@@ -61,4 +58,4 @@ def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
 
 
 if __name__ == "__main__":
-    main()
+    run_program(main, "synthetic_data.py")

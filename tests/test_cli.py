@@ -195,6 +195,89 @@ def test_standard_output_gets_the_whole_of_a_write_a_signal_cut_short():
     assert len(data) == 4 << 20
 
 
+def test_a_descriptor_named_as_a_file_is_a_stream(tmp_path):
+    """/dev/stdout, /dev/fd/N, /proc/self/fd/N and links to them name this process's own
+    descriptors, written in place through them (even where stdout is a regular file: a log);
+    a closed descriptor's name is an ordinary missing file."""
+    from destiny.io.atomic import descriptor, is_stream
+
+    link = tmp_path / "out"
+    link.symlink_to("/dev/stdout")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("")
+    with open(plain, "a") as f:
+        names = {"/dev/stdout": 1, "/dev/stderr": 2, "/dev/fd/2": 2, "/proc/self/fd/1": 1,
+                 f"/proc/{os.getpid()}/fd/{f.fileno()}": f.fileno(), str(link): 1,
+                 f"/dev/fd/{f.fileno()}": f.fileno()}
+        for name, fd in names.items():
+            assert descriptor(name) == fd, name
+            assert is_stream(name), name
+    for name in (str(plain), "/dev/null", "/dev/fd/987", "relative/name", "/proc/1/fd/1"):
+        assert descriptor(name) is None, name
+    assert is_stream("-") and is_stream("/dev/null") and not is_stream(plain)
+
+
+def test_outputs_to_stdout_keep_the_log_that_stdout_appends_to(tmp_path):
+    """`... -s /dev/stdout >> log` wrote the log anew through a rename (predict, evaluate's
+    --json-out): what the log held, and the notes, were gone."""
+    import json
+
+    from destiny.io.atomic import text_output
+
+    log = tmp_path / "log"
+    log.write_text("old\n")
+    code = ("import sys\nfrom destiny.io.atomic import text_output\n"
+            "print('note', file=sys.stderr, flush=True)\n"
+            "with text_output(sys.argv[1]) as f:\n    f.write('{\"k\": 1}\\n')\n")
+    inode = log.stat().st_ino
+    with open(log, "ab") as out:
+        done = subprocess.run([sys.executable, "-c", code, "/dev/stdout"], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=60)
+    assert done.returncode == 0
+    assert log.read_text().splitlines() == ["old", "note", '{"k": 1}']
+    assert log.stat().st_ino == inode
+    with text_output(tmp_path / "plain.json") as f:  # a file is still replaced whole
+        f.write(json.dumps({"k": 1}))
+    assert json.loads((tmp_path / "plain.json").read_text()) == {"k": 1}
+
+
+@pytest.mark.parametrize("script, first_lines, outputs", [
+    ("convert_ratings.py", "userId,movieId,rating,timestamp\n1,2,3.0,4\n", ["-o", "out.txt"]),
+    ("split_holdout.py", "1\t2:3:4\n", ["--train", "t.txt", "--heldout", "h.txt"]),
+])
+def test_the_scripts_stop_as_the_commands_do(tmp_path, script, first_lines, outputs):
+    """SIGTERM while a script reads (its input a named pipe that is still being written):
+    its temporary outputs go, a message says so, and it dies by the signal (143). Both
+    scripts used to leave their temporaries, which nothing ever removed."""
+    import signal
+    import threading
+    import time
+
+    source = tmp_path / "in.txt"
+    os.mkfifo(source)
+    done = threading.Event()
+
+    def writer():
+        with open(source, "w") as f:
+            f.write(first_lines)
+            f.flush()
+            done.wait(60)
+
+    threading.Thread(target=writer, daemon=True).start()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / script), str(source),
+                             *outputs], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    done.set()
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert stderr.startswith("Error: interrupted; no output was replaced"), stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

@@ -762,6 +762,30 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
     assert "entries in the checkpoint's data" in result.output
 
 
+def test_metrics_to_stdout_append_to_the_log_that_stdout_is(files):
+    """`train --metrics /dev/stdout >> cron.log 2>&1` (or `--metrics -`): the metrics go
+    through stdout's own descriptor, after what the log held and beside the notes on stderr;
+    opening /dev/stdout again used to empty the log. With `> log 2>&1` (one offset for both
+    streams) neither overwrites the other."""
+    for mode, name in (("ab", "/dev/stdout"), ("wb", "-")):
+        log = files / "cron.log"
+        log.write_text("old\n")
+        with open(log, mode) as out:
+            if mode == "wb":
+                out.write(b"old\n")
+                out.flush()
+            done = subprocess.run(
+                [str(BIN / "train"), "-c", str(files / "net.json"), "-i",
+                 str(files / "gl_input.nc"), "-o", str(files / "gl_output.nc"), "-n",
+                 str(files / "net.nc"), "-b", "64", "-e", "2", "--force", "--metrics", name],
+                stdout=out, stderr=subprocess.STDOUT, timeout=300)
+        lines = log.read_text().splitlines()
+        assert done.returncode == 0, lines
+        assert lines[0] == "old" and lines[-1].startswith("train: wrote"), lines
+        assert [json.loads(line)["epoch"] for line in lines if line.startswith("{")] == [1, 2]
+        assert sum(line.startswith("train: epoch") for line in lines) == 2
+
+
 def test_metrics_file_through_a_link_stays_a_link(files):
     (files / "target.jsonl").write_text("old\n")
     (files / "m.jsonl").symlink_to(files / "target.jsonl")

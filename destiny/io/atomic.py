@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Callable, TextIO
 
 from destiny.errors import InterruptedAfterOutputs, OutputError
 
@@ -27,22 +27,28 @@ def check_outputs(outputs, inputs=()) -> None:
     """Fail early, before any work, if an output cannot be written where it is asked for.
 
     ``outputs`` and ``inputs`` are (path, what) pairs, ``what`` naming the file and its flag
-    ("network file (-n)"); outputs not given (None) and '-' (a standard stream) are skipped,
-    an empty path is refused. The checks are then ``check_distinct`` and ``check_writable``.
+    ("network file (-n)"); outputs not given (None) are skipped, an empty path is refused.
+    The checks are then ``check_distinct`` and ``check_writable``, which refuses a stream ('-'
+    among them): an output that may be one is written in place (``is_stream``, ``text_output``)
+    and not checked here.
     """
     for path, what in outputs:
         if path is not None and not os.fspath(path):
             raise OutputError(f"the {what} is an empty path; give a file name.")
     check_distinct(outputs, inputs)
     for path, what in outputs:
-        if path is not None and path != "-":
+        if path is not None:
             check_writable(path, what)
 
 
 def is_stream(path) -> bool:
-    """Whether ``path`` is a device, pipe or socket (``/dev/null``, ``/dev/stdout``, a named
-    pipe), through links: such an output can only be written in place, as a stream; the
-    rename that publishes a file would replace it (as root, ``/dev/null`` itself)."""
+    """Whether ``path`` is written in place, as a stream: '-' (standard output), a file
+    descriptor of this process named as a file (``descriptor``: /dev/stdout, which may be a
+    log the shell opened, ``>> cron.log``), a device, pipe or socket (``/dev/null``, a named
+    pipe), through links. The rename that publishes a file would replace it (as root,
+    ``/dev/null`` itself)."""
+    if path == "-" or descriptor(path) is not None:
+        return True
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
@@ -50,10 +56,60 @@ def is_stream(path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+_STANDARD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_NAME = re.compile(r"/(?:dev|proc/self|proc/(\d+))/fd/(\d+)")
+
+
+def descriptor(path) -> int | None:
+    """The open file descriptor of this process that ``path`` names, or None: /dev/stdout is 1,
+    /dev/stderr 2, /dev/fd/N and /proc/self/fd/N are N, and so is a link to one of these."""
+    try:
+        name = os.path.abspath(os.fspath(path))
+    except (TypeError, ValueError):
+        return None
+    for _ in range(40):  # (as the system, give up on a loop of links)
+        match = _FD_NAME.fullmatch(name)
+        if name in _STANDARD or match and match[1] in (None, str(os.getpid())):
+            fd = _STANDARD[name] if name in _STANDARD else int(match[2])
+            try:
+                os.fstat(fd)
+            except OSError:  # (not open: the name fails as any missing file would)
+                return None
+            return fd
+        try:
+            target = os.readlink(name)
+        except OSError:  # not a link
+            return None
+        name = os.path.normpath(os.path.join(os.path.dirname(name), target))
+    return None
+
+
+def _stream_kind(path) -> str:
+    fd = 1 if path == "-" else descriptor(path)
+    return ("a device, pipe or socket" if fd is None else
+            {0: "standard input", 1: "standard output", 2: "standard error"}.get(
+                fd, f"this process's file descriptor {fd}"))
+
+
+def open_stream(path) -> TextIO:
+    """``path`` (``is_stream``) open for writing UTF-8 text in place. A file descriptor of
+    this process is written through, sharing its offset with the process's own writes: opening
+    /dev/stdout again would empty the log that stdout appends to (``>> cron.log``), and it
+    bypasses sys.stdout, whose short writes CPython drops under PYTHONUNBUFFERED=1 (a signal,
+    a full disk). A device or pipe is opened."""
+    fd = 1 if path == "-" else descriptor(path)
+    if fd is None:
+        return open(path, "w", encoding="utf-8", newline="\n")
+    for stream in (sys.stdout, sys.stderr):  # what the process wrote there comes first
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.flush()
+    return open(fd, "w", encoding="utf-8", newline="\n", closefd=False)
+
+
 def check_writable(path, what: str) -> None:
     """Fail early, before any work, if ``path`` cannot be created as a file."""
     if is_stream(path):
-        raise OutputError(f"{path}: is a device, pipe or socket, not a file; the {what} is "
+        raise OutputError(f"{path}: is {_stream_kind(path)}, not a file; the {what} is "
                           "written to a temporary file and renamed into place, which would "
                           "replace it. Give the path of a file.")
     directory = _place(path)[0]
@@ -262,7 +318,7 @@ class OutputSet:
         """A temporary path in ``final``'s directory; write the output there."""
         final = os.fspath(final)
         if is_stream(final):  # (callers write streams in place; never replace one)
-            raise OutputError(f"{final}: is a device, pipe or socket, not a file; it cannot be "
+            raise OutputError(f"{final}: is {_stream_kind(final)}, not a file; it cannot be "
                               "replaced by a file. Give the path of a file.")
         directory, name = _place(final)
         try:
@@ -362,31 +418,25 @@ def atomic_outputs():
 def text_output(path):
     """``with text_output(path) as f: f.write(...)``: a text output, written to a temporary
     file renamed into place at the end (``atomic_outputs``), or in place where ``path`` is a
-    device or pipe (``is_stream``: ``/dev/stdout``, a named pipe), which a rename would
-    replace, or ``-`` (standard output)."""
-    if path == "-":
-        # A buffered writer of our own on standard output, not sys.stdout: under
-        # PYTHONUNBUFFERED=1 (set in many containers and CI images) sys.stdout writes to the
-        # raw file, and CPython's text layer drops the rest of a short write (a signal, a full
-        # disk) without a word. UTF-8 and LF whatever the locale, as a file output.
-        sys.stdout.flush()
-        try:
-            fd = sys.stdout.fileno()
-        except (AttributeError, io.UnsupportedOperation):  # replaced: a test's, a notebook's
-            fd = None
-        if fd is None:
-            yield sys.stdout
-        else:
-            with open(fd, "w", encoding="utf-8", newline="\n", closefd=False) as f:
-                yield f
+    stream (``is_stream``: '-', /dev/stdout, a named pipe), which a rename would replace."""
+    if path == "-" and not _has_descriptor(sys.stdout):  # (replaced: a test's, a notebook's)
+        yield sys.stdout
         return
     if is_stream(path):
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+        with open_stream(path) as f:
             yield f
         return
     with atomic_outputs() as outputs:
         with open(outputs.path(path), "w", encoding="utf-8", newline="\n") as f:
             yield f
+
+
+def _has_descriptor(stream) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False
+    return True
 
 
 def _umask() -> int:
