@@ -72,7 +72,8 @@ def fit(
     with contextlib.ExitStack() as held:  # the network file's lock, held to the end
         with all_or_none(comm):
             if comm.is_root:
-                _claim_outputs(held, network_path, metrics_path, initial_network, force,
+                _claim_outputs(held, network_path, metrics_path,
+                               None if resume else initial_network, force,
                                inputs=((config_path, "network definition (-c)"),
                                        (input_path, "input dataset file (-i)"),
                                        (output_path, "output dataset file (-o)")))
@@ -220,6 +221,11 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "
                           "another -n, or pass --force.")
+    if initial_network and os.path.exists(initial_network) and not force:
+        raise OutputError(f"{initial_network}: the initial network file (--initial-network) "
+                          "already exists, and it could be a trained network; it is not "
+                          "overwritten without --force. Remove it, choose another path, or "
+                          "pass --force.")
 
 
 def dataset_pool(paths) -> dict[str, tuple[str, int]]:

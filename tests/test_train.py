@@ -416,6 +416,24 @@ def test_train_refuses_to_overwrite(files):
     assert run_train(files, "-e", "1", "--force").exit_code == 0
 
 
+def test_an_existing_initial_network_is_kept_without_force(files):
+    """--initial-network named a trained network by mistake: it used to be overwritten with
+    an untrained one, without a word. On --resume it is not written, so not refused."""
+    (files / "init.nc").write_bytes(b"a trained network")
+    result = run_train(files, "-e", "1", "--initial-network", str(files / "init.nc"))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (f"Error: {files / 'init.nc'}: the initial network file (--initial-network) already "
+            "exists") in result.output and "--force" in result.output
+    assert (files / "init.nc").read_bytes() == b"a trained network"
+    assert not (files / "net.nc").exists()
+    assert run_train(files, "-e", "1", "--resume", "--checkpoint-every", "1",
+                     "--initial-network", str(files / "init.nc")).exit_code == 0
+    assert (files / "init.nc").read_bytes() == b"a trained network"
+    result = run_train(files, "-e", "1", "--force", "--initial-network", str(files / "init.nc"))
+    assert result.exit_code == 0, result.output
+    assert read_network(files / "init.nc").weights
+
+
 def test_dsstne_flags_parse(files):
     result = run_train(files, "-b", "50", "-e", "1", "-alpha", "0.01", "-lambda", "0.001",
                        "-lambda1", "0", "-mu", "0.8", "-mu1", "0.99", "-d", "ignored")
