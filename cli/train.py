@@ -59,7 +59,8 @@ NAME = "train"
                    "(with --resume: kept up to the checkpoint's epoch, then appended).")
 @click.option("--initial-network", metavar="FILE",
               help="Also write the untrained network here (DSSTNE always wrote initial_network.nc).")
-@click.option("--force", is_flag=True, help="Overwrite an existing network file (and initial network).")
+@click.option("--force", is_flag=True,
+              help="Overwrite an existing network file (and initial network).")
 @click.option("-d", "ignored_d", hidden=True, help="Ignored, as in DSSTNE.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
 @library_errors
