@@ -148,7 +148,8 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[lis
 
     _check_file(train_path, "training", "--popularity")
     features = LabelTable()
-    records = read_records([os.fspath(train_path)], features, update=True, keep_values=False)
+    records = read_records([os.fspath(train_path)], features, update=True, keep_values=False,
+                           flag="--popularity")
     row_of: dict[str, int] = {}
     for row, name in enumerate(records.labels):
         if name in row_of:

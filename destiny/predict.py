@@ -260,7 +260,8 @@ class Predictor:
         return self._item_labels
 
     def read_input(self, path) -> Records:
-        records = read_records(input_files(path, "-r"), self.features, update=False)
+        records = read_records(input_files(path, "-r"), self.features, update=False,
+                               flag="-r")
         records.check_unique()
         return records
 
@@ -277,7 +278,7 @@ class Predictor:
         if (not values and input_path is not None and self.indices_alike
                 and not self.features_left_out and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
-        filt = read_records(input_files(path, "-f"), self.targets, update=False,
+        filt = read_records(input_files(path, "-f"), self.targets, update=False, flag="-f",
                             keep_values=True)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)

@@ -168,6 +168,9 @@ def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     (["-p", "4.3f,9"], "'4.3f,9' is not a printf conversion"),  # a ',' inside the records
     (["-r", "nope.txt"], "nope.txt: the input file does not exist; check the -r path"),
     (["-f", "nope.txt"], "nope.txt: the input file does not exist; check the -f path"),
+    (["-r", "/dev/null"], "holds no records. Each line must be 'NAME<TAB>feature"),
+    (["-r", "/dev/null"], "check that the right file was given with -r."),
+    (["-f", "/dev/null"], "check that the right file was given with -f."),
 ])
 def test_predict_errors(model, tmp_path, args, message):
     out = tmp_path / "recs.txt"

@@ -103,8 +103,10 @@ def read_records(
     strict: bool = False,
     keep_values: bool = True,
     progress: Callable[[int], None] | None = None,
+    flag: str = "-i",
 ) -> Records:
-    """Read every record of ``paths`` (in order), mapping feature names through ``features``.
+    """Read every record of ``paths`` (in order), mapping feature names through ``features``;
+    ``flag`` names the option that gave them, for the messages.
 
     With ``update`` new feature names are added to ``features``; otherwise they are dropped
     and counted (spec 1.4), or raise with ``strict``. Without ``keep_values`` (indicator data)
@@ -140,7 +142,7 @@ def read_records(
     labels = [s for chunk in chunks for s in chunk.labels]
     if not labels:
         raise DataFormatError(", ".join(paths), "the input holds no records. " + _FIX_FORMAT
-                              + "; check that the right file was given with -i.")
+                              + f"; check that the right file was given with {flag}.")
     indptr = np.zeros(len(labels) + 1, dtype=np.int64)
     entries, row = 0, 1
     for chunk in chunks:
