@@ -242,8 +242,25 @@ def test_unreadable_input_file_simulated(monkeypatch):
 
 def test_input_directory_without_files():
     os.makedirs("indir/sub")  # a folder inside is not a file
+    write("indir/_SUCCESS", "")
     message = fails(["-i", "indir", *OUTPUTS, "-c"])
     assert message.startswith("Error: indir: ") and "no files" in message
+    assert "names starting with '.' or '_' are skipped" in message
+
+
+def test_the_files_hadoop_and_spark_write_beside_the_data_are_skipped():
+    """A Spark job's output directory as -i: _SUCCESS and the .crc checksums are not read
+    (they used to fail the run on their first line), the part files are."""
+    from destiny.io.dataset import read_dataset
+
+    os.mkdir("indir")
+    write("indir/part-00000", "u1\ta:b\n")
+    write("indir/part-00001", "u2\tb:c\n")
+    write("indir/.part-00000.crc", b"\x00\x01crc")
+    write("indir/_SUCCESS", "")
+    result = invoke(["-i", "indir", *OUTPUTS, "-c"])
+    assert result.exit_code == 0, result.output
+    assert read_dataset("out.nc").indptr.tolist() == [0, 2, 4]
 
 
 # --- index files ---------------------------------------------------------------------------

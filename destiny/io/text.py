@@ -79,13 +79,16 @@ class Records:
 
 def input_files(path, flag: str = "-i") -> list[str]:
     """A text input (generate-netcdf's ``-i``, predict's ``-r`` and ``-f``, named by ``flag``)
-    is a file, or a directory whose entries are read in sorted order (spec 1.1)."""
+    is a file, or a directory whose files are read in sorted order (spec 1.1), bar those whose
+    names start with '.' or '_': the files Hadoop and Spark write beside the data
+    (``_SUCCESS``, ``.part-00000.crc``), which their own readers skip (DSSTNE read them)."""
     if os.path.isdir(path):
-        names = sorted(os.listdir(path))
+        names = sorted(n for n in os.listdir(path) if not n.startswith((".", "_")))
         files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
         if not files:
-            raise DataFormatError(path, "the input directory holds no files; give a text file "
-                                  f"or a directory of text files with {flag}.")
+            raise DataFormatError(path, "the input directory holds no files (names starting "
+                                  "with '.' or '_' are skipped, as Hadoop does); give a text "
+                                  f"file or a directory of text files with {flag}.")
         return files
     if not os.path.exists(path):
         raise DataFormatError(path, f"the input file does not exist; check the {flag} path.")
