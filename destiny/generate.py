@@ -9,6 +9,7 @@ are written to temporary files and renamed together at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -168,6 +169,14 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
                                + list(range(len(samples), len(samples) + len(new_samples))))
             write_index(out.path(sample_index), names, numbers)
             report.written.append(str(sample_index))
+    # An index output left as it was is touched: make compares times, and a rule that lists it
+    # as a target of the text would otherwise run again on every make.
+    kept = [sample_index] if not new_samples else []
+    if update and str(feature_index) not in report.written:
+        kept.append(feature_index)
+    for path in kept:
+        with contextlib.suppress(OSError):  # (only make's view of it is at stake)
+            os.utime(path)
     return report
 
 

@@ -114,6 +114,26 @@ def test_rows_follow_reused_sample_index(tmp_path):
     assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
 
 
+def test_index_outputs_left_as_they_were_are_touched_for_make(tmp_path):
+    """A make rule with the indices among its targets (`out.nc features samples &: in.txt`)
+    saw a sample index older than the text after a run that found no new sample, and ran
+    again on every make. Indices left as they were are touched; one only read (no -c, -m) is
+    an input and is not."""
+    import os
+
+    run(tmp_path, "a\tx\nb\ty\n", "-c")
+    for name in ("samples", "features"):
+        os.utime(tmp_path / name, (1, 1))
+    before = {n: (tmp_path / n).read_bytes() for n in ("samples", "features")}
+    run(tmp_path, "a\ty\nb\tx\n", "-m")  # no new sample, no new feature
+    for name in ("samples", "features"):
+        assert (tmp_path / name).read_bytes() == before[name]
+        assert (tmp_path / name).stat().st_mtime >= (tmp_path / "in.txt").stat().st_mtime
+    os.utime(tmp_path / "features", (1, 1))
+    run(tmp_path, "a\ty\n")  # the feature index only read
+    assert (tmp_path / "features").stat().st_mtime == 1
+
+
 def test_new_samples_appended_to_index(tmp_path):
     (tmp_path / "samples").write_text("a\t0\nb\t1\n")
     run(tmp_path, "c\tx\na\ty\n", "-c")
