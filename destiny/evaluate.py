@@ -24,6 +24,7 @@ their own training line does not list.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)
 _NUMBER_ONLY = re.compile(rf"(?:{_NUMBER})")
 
 _REC_FORMAT = ("Each line must be 'NAME<TAB>item,score:item,score:...:' as predict writes it "
-               "(every item followed by ':'; 'NAME<TAB>' alone for no recommendation)")
+               "(best first, so scores never rise; 'NAME<TAB>' alone for no recommendation)")
+# How far (relatively) a score may rise along a line before the line is refused: far above the
+# error of the scanner's decimal reading (1e-15 or so), far below two scores printed apart.
+_RISE = 1e-12
 _TEXT_FORMAT = "Each line must be 'NAME<TAB>item[,value]:item[,value]...' (DSSTNE text)"
 
 
@@ -296,6 +300,7 @@ def _token_error(path, line_no: int, name: str, rest: str, scores: bool) -> Data
     column = len(name) + 2
     tokens = rest.split(":")
     problem = None
+    best, best_text = math.inf, ""  # the lowest score so far
     for i, token in enumerate(tokens):
         if token == "" and i == len(tokens) - 1 and (scores or i > 0):
             break
@@ -314,8 +319,15 @@ def _token_error(path, line_no: int, name: str, rest: str, scores: bool) -> Data
         elif comma and not _NUMBER_ONLY.fullmatch(number):
             problem = (f"has the value {number!r} (in {token!r}), which is not a number; at most "
                        "one ',value' per item")
+        elif scores and _rises(float(number), best):
+            problem = (f"has the score {number} (in {token!r}) above the score {best_text} "
+                       "before it, but recommendations come best first; check that -r names "
+                       "recommendations (as predict -s writes them), not DSSTNE text, and that "
+                       "-r and -t are not swapped")
         if problem:
             break
+        if scores and float(number) < best:
+            best, best_text = float(number), number
         column += len(token) + 1
     fmt = _REC_FORMAT if scores else _TEXT_FORMAT
     if problem:
@@ -331,17 +343,32 @@ _TAB, _LF, _CR, _COLON, _COMMA = 9, 10, 13, 58, 44
 
 
 @njit(cache=True)
-def _number_end(buf, p):
-    """The end of the decimal number (or nan/inf) starting at ``p``, or -1 if there is none."""
+def _rises(score, best):
+    """Whether ``score`` is above ``best`` (the lowest before it on its line) by more than
+    reading error; NaN rises above nothing."""
+    return score > best and score - best > _RISE * abs(best)
+
+
+@njit(cache=True)
+def _number(buf, p):
+    """(The end of the decimal number (or nan/inf) starting at ``p``, or -1 if there is none;
+    its value, as digits times a power of ten: within 1e-15 or so, enough to order scores.)"""
+    sign = 1.0
     if buf[p] == 43 or buf[p] == 45:  # + -
+        sign = -1.0 if buf[p] == 45 else 1.0
         p += 1
     digits = 0
+    value = 0.0
+    scale = 0
     while 48 <= buf[p] <= 57:
+        value = value * 10.0 + (buf[p] - 48)
         p += 1
         digits += 1
     if buf[p] == 46:  # .
         p += 1
         while 48 <= buf[p] <= 57:
+            value = value * 10.0 + (buf[p] - 48)
+            scale -= 1
             p += 1
             digits += 1
     if digits == 0:
@@ -352,17 +379,23 @@ def _number_end(buf, p):
                     ok = False
                     break
             if ok:
-                return p + len(word)
-        return -1
+                return p + len(word), sign * (np.nan if word == "nan" else np.inf)
+        return -1, 0.0
     if buf[p] == 101 or buf[p] == 69:  # e E
         p += 1
+        negative = buf[p] == 45
         if buf[p] == 43 or buf[p] == 45:
             p += 1
         if not 48 <= buf[p] <= 57:
-            return -1
+            return -1, 0.0
+        exponent = 0
         while 48 <= buf[p] <= 57:
+            exponent = min(exponent * 10 + (buf[p] - 48), 100_000)  # (1e400 is inf anyway)
             p += 1
-    return p
+        scale += -exponent if negative else exponent
+    if value == 0.0:
+        return p, sign * 0.0
+    return p, sign * value * 10.0 ** scale
 
 
 @njit(cache=True)
@@ -371,7 +404,7 @@ def _scan_lines(buf, keep, scores, out, totals):
 
     A line is NAME TAB, then items separated by ':' with an optional ':' after the last one;
     an item is a label (no TAB, CR, ',' or ':') followed by ',number' (required with
-    ``scores``, optional otherwise). ``out`` receives, per line, ``NAME<TAB>item:item...<LF>``
+    ``scores``, and then never rising along the line; optional otherwise). ``out`` receives, per line, ``NAME<TAB>item:item...<LF>``
     with the first ``keep`` item labels (all when ``keep`` < 0) and ``totals`` the line's
     number of items. Returns (_OK, len(buf), bytes of ``out`` used) or (_BAD, a byte of the
     first bad line, 0).
@@ -392,6 +425,7 @@ def _scan_lines(buf, keep, scores, out, totals):
             o += 1
         p += 1
         count = 0
+        best = np.inf
         while buf[p] != _LF:
             s = p
             while (buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR and buf[p] != _COMMA
@@ -401,9 +435,13 @@ def _scan_lines(buf, keep, scores, out, totals):
                 return _BAD, start, 0
             e = p
             if buf[p] == _COMMA:
-                p = _number_end(buf, p + 1)
+                p, number = _number(buf, p + 1)
                 if p < 0 or (buf[p] != _COLON and buf[p] != _LF):
                     return _BAD, start, 0
+                if scores:  # best first: a score above one before it is a wrong file
+                    if _rises(number, best):
+                        return _BAD, start, 0
+                    best = min(best, number) if number == number else best
             elif scores:
                 return _BAD, start, 0
             if keep < 0 or count < keep:

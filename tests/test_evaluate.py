@@ -123,6 +123,39 @@ def test_non_ascii_labels():
     assert json.loads(result.stdout)["precision"] == 1.0
 
 
+def test_scores_are_read_closely_enough_to_order_them():
+    """The scanner's decimal reading, which refuses a line whose scores rise, against Python's
+    float() on numbers printed every way predict's -p formats and others might: falling and
+    tied scores pass whatever the format, and the reading is within 1e-12 of float()."""
+    import random
+
+    import numpy as np
+
+    from destiny.evaluate import _number, _rises
+
+    rng = random.Random(3)
+    formats = ["%.3f", "%g", "%.17g", "%e", "%.1f", "%.10e", "%d", "%+.4f"]
+    for _ in range(300):
+        fmt = rng.choice(formats)
+        top = 10.0 ** rng.uniform(-8, 12) * rng.choice([1, -1])
+        scores = sorted((top * rng.random() for _ in range(rng.randint(1, 12))), reverse=True)
+        texts = [fmt % (round(x) if fmt == "%d" else x) for x in scores]
+        for text in texts:
+            buf = np.frombuffer(text.encode() + b":", dtype=np.uint8)
+            end, value = _number(buf, 0)
+            assert end == len(text) and value == pytest.approx(float(text), rel=1e-12, abs=0)
+        line = "u1\t" + ":".join(f"i{j},{t}" for j, t in enumerate(texts)) + ":\n"
+        write("recs.txt", line)
+        result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
+        assert result.exit_code == 0, (line, result.stderr)
+    for text in ("inf", "-Infinity", "nan", "1e999", "-0.0"):
+        buf = np.frombuffer(text.encode() + b":", dtype=np.uint8)
+        assert _number(buf, 0)[0] == len(text)
+        assert str(_number(buf, 0)[1]) == str(float(text))
+    assert _rises(0.9, 0.5) and not _rises(0.5, 0.9) and not _rises(float("nan"), 0.5)
+    assert not _rises(0.5, 0.5) and not _rises(1 + 1e-14, 1.0) and _rises(1 + 1e-10, 1.0)
+
+
 @pytest.mark.parametrize("which, content, expected", [
     ("recs.txt", "u1 a,0.9:\n", "line 1: 'u1 a,0.9:' has no TAB"),
     ("recs.txt", "u1\ta,0.9:b:\n", "line 1, column 10: 'u1\\ta,0.9:b:' has the item 'b' without"),
@@ -139,6 +172,13 @@ def test_non_ascii_labels():
     ("recs.txt", b"u1\ta,0.9:\nu2\t\xe9,0.5:\n", "line 2, column 4: the bytes b'\\xe9' are not "
                                                   "valid UTF-8"),
     ("recs.txt", "", "recs.txt: the recommendation file is empty"),
+    ("recs.txt", "u1\ta,0.5:b,0.900:\n", "line 1, column 10: 'u1\\ta,0.5:b,0.900:' has the score "
+                                        "0.900 (in 'b,0.900') above the score 0.5 before it"),
+    ("recs.txt", "u1\ta,0.9:b,nan:c,0.5:d,0.7:\n", "the score 0.7 (in 'd,0.7') above the "
+                                                  "score 0.5"),
+    ("recs.txt", "u1\t7,1360201315:9,1360187954:5,1360187955\n",  # DSSTNE text given as -r
+     "the score 1360187955 (in '5,1360187955') above the score 1360187954 before it, but "
+     "recommendations come best first; check that -r names recommendations"),
     ("held.txt", "u1\tb,five\n", "the value 'five' (in 'b,five'), which is not a number"),
     ("held.txt", "u1\tb\nu1\tc\n", "line 2: the sample 'u1' has a second line"),
     ("held.txt", "u1\tb::c\n", "an empty item"),
