@@ -143,20 +143,13 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
 
 def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
     """How to go on from this run's newest checkpoint ``ours`` (a clause): --resume takes the
-    newest beside it, unless an earlier run left a newer one; one of the last epoch is the
-    trained network already."""
-    from destiny.io.checkpoint import latest_checkpoint
-
+    checkpoint written last, which it is; one of the last epoch is the trained network
+    already."""
     path, epoch = ours
     if epoch >= epochs:
         return (f"use {path}, the checkpoint of the last epoch ({epoch}): it is the trained "
                 f"network (with the optimizer's state, which predict ignores), so copy it to "
                 f"{network_path}")
-    newest = latest_checkpoint(network_path)
-    if newest is not None and newest[1] > epoch:
-        return (f"move {newest[0]} (epoch {newest[1]}, an earlier run's, which --resume would "
-                f"take) away, then run the same command with --resume to continue from "
-                f"{path} (epoch {epoch}), this run's newest checkpoint")
     return (f"run the same command with --resume to continue from {path} (epoch {epoch}), the "
             "newest checkpoint")
 

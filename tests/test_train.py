@@ -637,9 +637,9 @@ def stop_at_once(*_, **__):
 
 def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatch):
     """Ctrl-C after epoch 3 of a run checkpointing every 2 epochs names its own epoch-2
-    checkpoint, which --resume takes; where an earlier run left a newer one (epoch 20), which
-    --resume would take instead, it says so. A resumed run that finished no epoch since names
-    the checkpoint it resumed from."""
+    checkpoint, which --resume takes, even where an earlier run left one of a later epoch
+    (20): --resume goes on from the checkpoint written last (it used to take epoch 20, and
+    fail). A resumed run that finished no epoch since names the checkpoint it resumed from."""
     import destiny.fit
 
     real = destiny.fit.train_epochs
@@ -659,13 +659,16 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
     assert result.exit_code == 1
     assert (f"To go on, run the same command with --resume to continue from "
             f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
-    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's, newer than this run's
+    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's, of a later epoch
+    os.utime(files / "net.nc20.nc", (1, 1))
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
-    assert (f"To go on, move {files / 'net.nc20.nc'} (epoch 20, an earlier run's, which "
-            "--resume would take) away, then run the same command with --resume to continue "
-            f"from {files / 'net.nc2.nc'} (epoch 2), this run's newest checkpoint.") \
-        in result.output
-    (files / "net.nc20.nc").unlink()
+    assert (f"To go on, run the same command with --resume to continue from "
+            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
+    monkeypatch.setattr(destiny.fit, "train_epochs", real)
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "2", "--resume")
+    assert result.exit_code == 1  # (it resumed from epoch 2, with nothing left to train)
+    assert (f"{files / 'net.nc2.nc'}: --resume found this checkpoint at epoch 2, and -e 2 asks "
+            "for no more") in result.output
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume")
     assert result.exit_code == 1

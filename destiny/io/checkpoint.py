@@ -154,14 +154,23 @@ def checkpoint_names(network_path) -> str:
 
 
 def latest_checkpoint(network_path) -> tuple[str, int] | None:
-    """The newest ``<network><epoch>.nc`` next to ``network_path``, with its epoch."""
+    """The ``<network><epoch>.nc`` beside ``network_path`` written last, with its epoch.
+
+    Written last, not of the highest epoch: within a run the two agree, but a fresh run
+    (``--force``) stopped before the epochs an earlier run reached leaves that run's later
+    checkpoints in place, and ``--resume`` must go on with the run that stopped.
+    """
     pattern = re.compile(checkpoint_names(network_path) + "$")
     found = []
     for path in glob.glob(glob.escape(str(network_path)) + "*.nc"):
         m = pattern.match(os.path.basename(path))
         if m:
-            found.append((int(m.group(1)), path))
+            try:
+                written = os.stat(path).st_mtime_ns
+            except OSError:  # (removed meanwhile)
+                continue
+            found.append((written, int(m.group(1)), path))
     if not found:
         return None
-    epoch, path = max(found)
+    _, epoch, path = max(found)
     return path, epoch
