@@ -110,6 +110,12 @@ tf32_option = click.option(
          "mantissa. Off: float32, as DSSTNE. No effect on the cpu.")
 
 
+def stdin_for_dash(ctx, param, value):
+    """A click callback: '-' for a text input is standard input, read as /dev/stdin (the
+    readers need a path: directories are listed, messages name the file)."""
+    return "/dev/stdin" if value == "-" else value
+
+
 def products_note(kernels) -> str:
     """What a backend note adds when the products are not float32."""
     return " with TF32 products" if kernels.products == "tf32" else ""

@@ -6,21 +6,23 @@ import json
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, run_program
+from destiny.cli.common import CONTEXT, library_errors, note, run_program, stdin_for_dash
 
 NAME = "evaluate"
 
 
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-r", "--recommendations", "recs_path", required=True, metavar="RECS.txt",
+              callback=stdin_for_dash,
               help="Recommendations as predict writes them (-s): "
-                   "NAME<TAB>item,score:item,score:...: with items best first.")
+                   "NAME<TAB>item,score:item,score:...: with items best first; '-' reads stdin.")
 @click.option("-t", "--held-out", "held_out_path", required=True, metavar="HELD.txt",
+              callback=stdin_for_dash,
               help="Held-out interactions in DSSTNE text: NAME<TAB>item[,value]:... "
-                   "(values ignored).")
+                   "(values ignored; '-' reads stdin).")
 @click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Score the first k recommendations of every user.")
-@click.option("--popularity", "train_path", metavar="TRAIN.txt",
+@click.option("--popularity", "train_path", metavar="TRAIN.txt", callback=stdin_for_dash,
               help="Also score a popularity baseline built from this training file (DSSTNE "
                    "text): every user gets the k items listed by most users that their own "
                    "training line does not list.")

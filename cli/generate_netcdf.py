@@ -7,15 +7,17 @@ import time
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, progress_bar, run_program
+from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_program,
+                                stdin_for_dash)
 
 NAME = "generate-netcdf"
 
 
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-i", "--input", "input_path", required=True, metavar="PATH",
+              callback=stdin_for_dash,
               help="DSSTNE text (NAME<TAB>feat[,value]:...), or a directory of such files, "
-                   "read in sorted name order.")
+                   "read in sorted name order; '-' reads stdin.")
 @click.option("-o", "--output", required=True, metavar="FILE.nc",
               help="The dataset NetCDF file to write (replaced if it exists).")
 @click.option("-d", "--dataset", "dataset_name", required=True, metavar="NAME",

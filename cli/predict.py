@@ -10,7 +10,7 @@ from typing import Iterator, TextIO
 import click
 
 from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
-                                tf32_option)
+                                stdin_for_dash, tf32_option)
 
 NAME = "predict"
 
@@ -32,14 +32,15 @@ def _check_format(ctx, param, fmt: str) -> str:
 @click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
               help="Trained network file.")
 @click.option("-r", "--input", "input_path", required=True, metavar="PATH",
-              help="Samples to score, DSSTNE text (a file or a directory).")
+              callback=stdin_for_dash,
+              help="Samples to score, DSSTNE text (a file or a directory; '-' reads stdin).")
 @click.option("-i", "--input-index", required=True, metavar="FILE",
               help="Feature index of the network's input (from generate-netcdf).")
 @click.option("-o", "--output-index", required=True, metavar="FILE",
               help="Feature index of the network's output: maps output units to item labels.")
 @click.option("-s", "--output", "output_path", required=True, metavar="FILE",
               help="Recommendations file to write; '-' writes stdout.")
-@click.option("-f", "--filter", "filter_path", metavar="PATH",
+@click.option("-f", "--filter", "filter_path", metavar="PATH", callback=stdin_for_dash,
               help="Items to leave out per sample, DSSTNE text (e.g. the ratings already seen).")
 @click.option("--filter-mode", type=click.Choice(["remove", "multiply"]), default="remove",
               show_default=True,

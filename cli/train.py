@@ -37,7 +37,8 @@ NAME = "train"
               show_default=True,
               help="L1 weight decay.")
 @click.option("-mu", "--mu", type=FiniteRange(0.0, 1.0, max_open=True), default=None,
-              help="Momentum, or decay of RMSProp/AdaDelta, or Adam's beta1 [default: per optimizer].")
+              help="Momentum, or decay of RMSProp/AdaDelta, or Adam's beta1 "
+                   "[default: per optimizer].")
 @click.option("-mu1", "--mu1", type=FiniteRange(0.0, 1.0, max_open=True), default=None,
               help="Adam's beta2 [default: 0.999].")
 @click.option("--optimizer", type=click.Choice(sorted(OPTIMIZERS)), default=DEFAULT_OPTIMIZER,
@@ -58,7 +59,8 @@ NAME = "train"
               help="Write one JSON line per epoch: epoch, loss, seconds, learning_rate, ... "
                    "(with --resume: kept up to the checkpoint's epoch, then appended).")
 @click.option("--initial-network", metavar="FILE",
-              help="Also write the untrained network here (DSSTNE always wrote initial_network.nc).")
+              help="Also write the untrained network here (DSSTNE always wrote "
+                   "initial_network.nc).")
 @click.option("--force", is_flag=True,
               help="Overwrite an existing network file (and initial network).")
 @click.option("-d", "ignored_d", hidden=True, help="Ignored, as in DSSTNE.")

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import click
 
-from destiny.cli.common import library_errors, run_program
+from destiny.cli.common import library_errors, run_program, stdin_for_dash
 from destiny.io.atomic import check_outputs, text_output
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("ratings", type=click.Path())
+@click.argument("ratings", type=click.Path(), callback=stdin_for_dash)
 @click.option("-o", "--output", default="-", show_default=True,
               help="DSSTNE text file to write; '-' writes stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,

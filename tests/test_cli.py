@@ -278,6 +278,46 @@ def test_the_scripts_stop_as_the_commands_do(tmp_path, script, first_lines, outp
     assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]
 
 
+def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
+    """`... | generate-netcdf -i -`, `predict -r -`, `evaluate -r -`, `convert_ratings.py -`:
+    '-' used to be looked for as a file of that name ("does not exist")."""
+    from destiny import synthetic
+    from destiny.io.dataset import read_dataset
+
+    bin_dir = pathlib.Path(sys.executable).parent
+    text = (model / "ratings.txt").read_bytes()
+
+    def run(argv, stdin: bytes):
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout
+
+    for source, name in (("-", "piped"), (str(model / "ratings.txt"), "file")):
+        run([str(bin_dir / "generate-netcdf"), "-i", source, "-o", str(tmp_path / f"{name}.nc"),
+             "-d", "gl_input", "-f", str(tmp_path / f"f_{name}"), "-s",
+             str(tmp_path / f"s_{name}"), "-c", "-q"], text)
+    piped, plain = (read_dataset(tmp_path / f"{n}.nc") for n in ("piped", "file"))
+    assert piped.indices.tolist() == plain.indices.tolist() and piped.rows == plain.rows
+
+    model_args = ["-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+                  str(model / "features_output"), "-k", "5", "-q", "-s", "-"]
+    recs = run([str(bin_dir / "predict"), *model_args, "-r", "-"], text)
+    assert recs == run([str(bin_dir / "predict"), *model_args, "-r", str(model / "ratings.txt")],
+                       b"")
+    assert recs.count(b"\n") == 300
+    (tmp_path / "recs").write_bytes(recs)
+    scores = run([str(bin_dir / "evaluate"), "-r", "-", "-t", str(model / "ratings.txt"),
+                  "--json", "-q"], recs)
+    assert scores == run([str(bin_dir / "evaluate"), "-r", str(tmp_path / "recs"), "-t",
+                          str(model / "ratings.txt"), "--json", "-q"], b"")
+
+    synthetic.write_ratings_csv(tmp_path / "r.csv", synthetic.generate_ratings(
+        users=20, items=30, mean_per_user=5, seed=1))
+    script = [sys.executable, str(ROOT / "scripts" / "convert_ratings.py")]
+    assert run([*script, "-"], (tmp_path / "r.csv").read_bytes()) == run(
+        [*script, str(tmp_path / "r.csv")], b"")
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""
