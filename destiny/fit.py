@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
@@ -27,6 +28,7 @@ from destiny.io import atomic
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network)
 from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
+from destiny.io.network_file import destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -100,9 +102,14 @@ def fit(
             state, resumed_from = TrainState(), None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
         found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
+        # When this run started, in every checkpoint: --resume goes on with the run started
+        # last (latest_checkpoint). A resumed run is the same run, and keeps the time.
+        run["run_started"] = comm.bcast(time.time() if comm.is_root else None)
         if found is not None:
             resumed_from, _ = found
-            state = _resume(net, resumed_from, settings, cfg.epochs, comm)
+            state, started = _resume(net, resumed_from, settings, cfg.epochs, comm)
+            if started is not None:
+                run["run_started"] = started
             if on_checkpoint is not None:
                 on_checkpoint(resumed_from, state.epoch)
         elif initial_network and not resume:
@@ -159,9 +166,11 @@ def _input_counts(net: Network, name: str, ds, comm: Comm) -> np.ndarray:
     return np.concatenate(comm.allgather(counts))
 
 
-def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm) -> TrainState:
+def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
+            ) -> tuple[TrainState, float | None]:
     """Load the checkpoint ``path`` into ``net`` (each rank its part), once it is known to be
-    of this run (``settings``) and to leave epochs to train before ``epochs``."""
+    of this run (``settings``) and to leave epochs to train before ``epochs``; with the time
+    its run started (None from earlier versions)."""
     with all_or_none(comm):
         try:
             extras = load_weights(net, path)
@@ -176,7 +185,9 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm) -> Trai
                 f"{path}: --resume found this checkpoint at epoch {int(extras['epoch'])}, and "
                 f"-e {epochs} asks for no more. Give a larger -e to train on from it, or start "
                 "afresh without --resume.")
-    return TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"]))
+    started = extras.get("run_started")
+    return (TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"])),
+            None if started is None else float(np.asarray(started).flat[0]))
 
 
 def _open_metrics(path, epoch: int):
@@ -221,11 +232,18 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "
                           "another -n, or pass --force.")
-    if initial_network and os.path.exists(initial_network) and not force:
+    if (initial_network and os.path.exists(initial_network) and not force
+            and not _untrained(initial_network)):
         raise OutputError(f"{initial_network}: the initial network file (--initial-network) "
-                          "already exists, and it could be a trained network; it is not "
-                          "overwritten without --force. Remove it, choose another path, or "
-                          "pass --force.")
+                          "already exists and is not an untrained network (an earlier run's "
+                          "initial network, which is replaced); it is not overwritten without "
+                          "--force. Remove it, choose another path, or pass --force.")
+
+
+def _untrained(path) -> bool:
+    """Whether ``path`` is a network Destiny wrote before any training (epoch 0)."""
+    attrs = destiny_attributes(path)
+    return attrs is not None and "epoch" in attrs and int(np.asarray(attrs["epoch"]).flat[0]) == 0
 
 
 def dataset_pool(paths) -> dict[str, tuple[str, int]]:

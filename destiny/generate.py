@@ -169,14 +169,17 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
                                + list(range(len(samples), len(samples) + len(new_samples))))
             write_index(out.path(sample_index), names, numbers)
             report.written.append(str(sample_index))
-    # An index output left as it was is touched: make compares times, and a rule that lists it
-    # as a target of the text would otherwise run again on every make.
+    # An index output left as it was takes the dataset's time, for make: a rule that lists it
+    # as a target of the text would otherwise run again on every make (it stayed older than
+    # the text), and a rule of the other dataset that reads it must still see it no newer
+    # than that dataset (DSSTNE's two conversions sharing -s).
     kept = [sample_index] if not new_samples else []
     if update and str(feature_index) not in report.written:
         kept.append(feature_index)
-    for path in kept:
-        with contextlib.suppress(OSError):  # (only make's view of it is at stake)
-            os.utime(path)
+    with contextlib.suppress(OSError):  # (only make's view of them is at stake)
+        written = os.stat(output).st_mtime_ns
+        for path in kept:
+            os.utime(path, ns=(os.stat(path).st_atime_ns, written))
     return report
 
 

@@ -114,11 +114,11 @@ def test_rows_follow_reused_sample_index(tmp_path):
     assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
 
 
-def test_index_outputs_left_as_they_were_are_touched_for_make(tmp_path):
-    """A make rule with the indices among its targets (`out.nc features samples &: in.txt`)
-    saw a sample index older than the text after a run that found no new sample, and ran
-    again on every make. Indices left as they were are touched; one only read (no -c, -m) is
-    an input and is not."""
+def test_index_outputs_left_as_they_were_take_the_datasets_time_for_make(tmp_path):
+    """Two make rules: `in.nc features samples &: in.txt` saw a sample index older than the
+    text after a run that found no new sample, and ran again on every make; `out.nc &: in.txt
+    samples` must not see it newer than out.nc once out.nc's run is done. Indices left as
+    they were take the dataset's time; one only read (no -c, -m) is an input, left alone."""
     import os
 
     run(tmp_path, "a\tx\nb\ty\n", "-c")
@@ -126,9 +126,11 @@ def test_index_outputs_left_as_they_were_are_touched_for_make(tmp_path):
         os.utime(tmp_path / name, (1, 1))
     before = {n: (tmp_path / n).read_bytes() for n in ("samples", "features")}
     run(tmp_path, "a\ty\nb\tx\n", "-m")  # no new sample, no new feature
+    dataset = (tmp_path / "out.nc").stat().st_mtime_ns
     for name in ("samples", "features"):
         assert (tmp_path / name).read_bytes() == before[name]
-        assert (tmp_path / name).stat().st_mtime >= (tmp_path / "in.txt").stat().st_mtime
+        assert (tmp_path / name).stat().st_mtime_ns == dataset
+        assert dataset >= (tmp_path / "in.txt").stat().st_mtime_ns
     os.utime(tmp_path / "features", (1, 1))
     run(tmp_path, "a\ty\n")  # the feature index only read
     assert (tmp_path / "features").stat().st_mtime == 1

@@ -418,7 +418,8 @@ def test_train_refuses_to_overwrite(files):
 
 def test_an_existing_initial_network_is_kept_without_force(files):
     """--initial-network named a trained network by mistake: it used to be overwritten with
-    an untrained one, without a word. On --resume it is not written, so not refused."""
+    an untrained one, without a word. An earlier run's initial network is replaced (a stopped
+    run is run again as it was); on --resume none is written, so none is refused."""
     (files / "init.nc").write_bytes(b"a trained network")
     result = run_train(files, "-e", "1", "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -432,6 +433,15 @@ def test_an_existing_initial_network_is_kept_without_force(files):
     result = run_train(files, "-e", "1", "--force", "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 0, result.output
     assert read_network(files / "init.nc").weights
+    (files / "net.nc").unlink()  # an earlier run's initial network is replaced: running the
+    assert run_train(files, "-e", "1", "--initial-network",  # command again works
+                     str(files / "init.nc")).exit_code == 0
+    result = run_train(files, "-e", "1", "--force", "--initial-network", str(files / "net.nc"),
+                       network="net2.nc")
+    assert result.exit_code == 0, result.output  # (--force: a trained one too)
+    result = run_train(files, "-e", "1", "--initial-network", str(files / "net2.nc"),
+                       network="net3.nc")
+    assert result.exit_code == 1 and "is not an untrained network" in result.output
 
 
 def test_dsstne_flags_parse(files):
@@ -637,9 +647,10 @@ def stop_at_once(*_, **__):
 
 def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatch):
     """Ctrl-C after epoch 3 of a run checkpointing every 2 epochs names its own epoch-2
-    checkpoint, which --resume takes, even where an earlier run left one of a later epoch
-    (20): --resume goes on from the checkpoint written last (it used to take epoch 20, and
-    fail). A resumed run that finished no epoch since names the checkpoint it resumed from."""
+    checkpoint, which --resume takes, even where an earlier run left one of a later epoch (4)
+    and the files' times say otherwise (a copy sets them in its own order): --resume goes on
+    with the run started last (it used to take epoch 4, another run's). A resumed run that
+    finished no epoch since names the checkpoint it resumed from."""
     import destiny.fit
 
     real = destiny.fit.train_epochs
@@ -653,27 +664,23 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
             return real(net, data, cfg, state, on_batch=on_batch, on_epoch=done)
         return run
 
-    (files / "net.nc1.nc").write_bytes(b"")  # an earlier run's, older than this run's
+    this_run = (f"To go on, run the same command with --resume to continue from "
+                f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.")
+    assert run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2").exit_code == 0
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_after(3))
-    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
-    assert result.exit_code == 1
-    assert (f"To go on, run the same command with --resume to continue from "
-            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
-    (files / "net.nc20.nc").write_bytes(b"")  # an earlier run's, of a later epoch
-    os.utime(files / "net.nc20.nc", (1, 1))
-    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2")
-    assert (f"To go on, run the same command with --resume to continue from "
-            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
+    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--force")
+    assert result.exit_code == 1 and this_run in result.output
+    os.utime(files / "net.nc4.nc", (time.time() + 100,) * 2)  # the earlier run's, copied last
     monkeypatch.setattr(destiny.fit, "train_epochs", real)
-    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "2", "--resume")
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "2", "--resume",
+                       "--force")
     assert result.exit_code == 1  # (it resumed from epoch 2, with nothing left to train)
     assert (f"{files / 'net.nc2.nc'}: --resume found this checkpoint at epoch 2, and -e 2 asks "
             "for no more") in result.output
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
-    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume")
-    assert result.exit_code == 1
-    assert (f"To go on, run the same command with --resume to continue from "
-            f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
+    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume",
+                       "--force")
+    assert result.exit_code == 1 and this_run in result.output
 
 
 def test_a_second_run_writing_the_same_network_stops_at_once(files):

@@ -8,6 +8,7 @@ optimizer state, the update counter and the run's settings added under ``destiny
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
 
@@ -16,7 +17,8 @@ import numpy as np
 from destiny import shard
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_file import NetworkFile, read_block, read_network, write_network
+from destiny.io.network_file import (NetworkFile, destiny_attributes, read_block, read_network,
+                                     write_network)
 from destiny.network import Network
 
 
@@ -154,22 +156,26 @@ def checkpoint_names(network_path) -> str:
 
 
 def latest_checkpoint(network_path) -> tuple[str, int] | None:
-    """The ``<network><epoch>.nc`` beside ``network_path`` written last, with its epoch.
+    """The newest ``<network><epoch>.nc`` beside ``network_path``, with its epoch: the last
+    epoch of the run started last.
 
-    Written last, not of the highest epoch: within a run the two agree, but a fresh run
-    (``--force``) stopped before the epochs an earlier run reached leaves that run's later
-    checkpoints in place, and ``--resume`` must go on with the run that stopped.
+    Not simply the highest epoch: a fresh run (``--force``) stopped before the epochs an
+    earlier run reached leaves that run's later checkpoints in place, and ``--resume`` must go
+    on with the run that stopped. Each checkpoint records when its run started
+    (``run_started``, kept on resuming); the files' times would not do, as a copy (cp, a
+    download) sets them in its own order. A checkpoint that cannot be read counts as newest,
+    so that resuming says it is damaged rather than pass over progress without a word; one
+    of an earlier version (no start recorded) as oldest.
     """
     pattern = re.compile(checkpoint_names(network_path) + "$")
     found = []
     for path in glob.glob(glob.escape(str(network_path)) + "*.nc"):
         m = pattern.match(os.path.basename(path))
         if m:
-            try:
-                written = os.stat(path).st_mtime_ns
-            except OSError:  # (removed meanwhile)
-                continue
-            found.append((written, int(m.group(1)), path))
+            attrs = destiny_attributes(path)
+            started = (math.inf if attrs is None else
+                       float(np.asarray(attrs.get("run_started", -math.inf)).flat[0]))
+            found.append((started, int(m.group(1)), path))
     if not found:
         return None
     _, epoch, path = max(found)

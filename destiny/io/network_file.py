@@ -227,6 +227,19 @@ def read_network(path, *, mmap: bool = False, arrays: bool = True) -> NetworkFil
     return NetworkFile(netdef, weights, biases, destiny, extra)
 
 
+def destiny_attributes(path) -> dict | None:
+    """Destiny's ``destiny_`` attributes of a network file (prefix removed), without its
+    arrays; None if ``path`` is not a NetCDF file that can be read."""
+    import netCDF4
+
+    try:
+        with netCDF4.Dataset(path, "r") as nc:
+            return {k[len("destiny_"):]: nc.getncattr(k) for k in nc.ncattrs()
+                    if k.startswith("destiny_")}
+    except OSError:  # (missing, not NetCDF, damaged)
+        return None
+
+
 def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[int, int]
                ) -> np.ndarray | None:
     """Rows ``rows`` and columns ``cols`` of the flat float variable ``name`` seen as a matrix
