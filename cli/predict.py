@@ -84,6 +84,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     comm = get_comm()
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
+            if comm.size > 1:
+                _check_read_once(input_path, filter_path)
             # (stdout, a device or a pipe is written in place: nothing to check or lock)
             if not atomic.is_stream(output_path) and comm.is_root:
                 atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
@@ -111,6 +113,19 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                    + (f", {report.filtered:,} filter entries applied ({filter_mode})"
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
                    + products_note(predictor.kernels))
+
+
+def _check_read_once(input_path, filter_path) -> None:
+    """Under mpiexec every process reads -r and -f in full: standard input or a pipe would
+    be read by one process, and the others would wait for ever."""
+    from destiny.errors import DestinyError
+    from destiny.io import atomic
+
+    for path, flag in ((input_path, "-r"), (filter_path, "-f")):
+        if path is not None and atomic.is_stream(path):
+            raise DestinyError(f"{path}: under mpiexec every process reads {flag} in full, but "
+                               "standard input or a pipe can be read only once; write it to a "
+                               f"file and give that with {flag}.")
 
 
 @contextlib.contextmanager

@@ -352,7 +352,9 @@ def _rises(score, best):
 @njit(cache=True)
 def _number(buf, p):
     """(The end of the decimal number (or nan/inf) starting at ``p``, or -1 if there is none;
-    its value, as digits times a power of ten: within 1e-15 or so, enough to order scores.)"""
+    its value, as 19 significant digits times a power of ten: within 1e-15 or so of float()
+    (bar the largest doubles, within 1e-16 of overflowing, read as inf), enough to order
+    scores.)"""
     sign = 1.0
     if buf[p] == 43 or buf[p] == 45:  # + -
         sign = -1.0 if buf[p] == 45 else 1.0
@@ -360,15 +362,22 @@ def _number(buf, p):
     digits = 0
     value = 0.0
     scale = 0
+    kept = 0  # significant digits in value: past 19 the rest only move the point
     while 48 <= buf[p] <= 57:
-        value = value * 10.0 + (buf[p] - 48)
+        if kept < 19:
+            value = value * 10.0 + (buf[p] - 48)
+            kept += 1 if value > 0 else 0
+        else:
+            scale += 1
         p += 1
         digits += 1
     if buf[p] == 46:  # .
         p += 1
         while 48 <= buf[p] <= 57:
-            value = value * 10.0 + (buf[p] - 48)
-            scale -= 1
+            if kept < 19:
+                value = value * 10.0 + (buf[p] - 48)
+                kept += 1 if value > 0 else 0
+                scale -= 1
             p += 1
             digits += 1
     if digits == 0:
@@ -395,7 +404,10 @@ def _number(buf, p):
         scale += -exponent if negative else exponent
     if value == 0.0:
         return p, sign * 0.0
-    return p, sign * value * 10.0 ** scale
+    if scale >= -300:
+        return p, sign * value * 10.0 ** scale
+    # (in two steps: 10.0 ** -310 alone is 0, 1e-310 is not)
+    return p, sign * value * 10.0 ** (scale + 300) * 1e-300
 
 
 @njit(cache=True)

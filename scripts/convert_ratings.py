@@ -16,7 +16,7 @@ from __future__ import annotations
 import click
 
 from destiny.cli.common import library_errors, run_program, stdin_for_dash
-from destiny.io.atomic import check_outputs, text_output
+from destiny.io.atomic import check_outputs, is_stream, text_output
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 
 
@@ -35,7 +35,7 @@ from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 def main(ratings, output, fmt, value, min_rating):
     """Convert the MovieLens ratings file RATINGS to DSSTNE text."""
     options = {"fmt": fmt, "value": value, "min_rating": min_rating}
-    if output != "-":
+    if not is_stream(output):  # (stdout, a pipe: written in place)
         check_outputs([(output, "converted ratings (-o)")], inputs=[(ratings, "ratings file")])
     with text_output(output) as out:
         report = convert_ratings(ratings, out, **options)

@@ -217,6 +217,18 @@ def test_a_descriptor_named_as_a_file_is_a_stream(tmp_path):
     assert is_stream("-") and is_stream("/dev/null") and not is_stream(plain)
 
 
+def test_records_to_a_closed_stdout_are_refused(model):
+    """`predict -s - >&-`: a message, not an AttributeError's traceback."""
+    done = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "predict"), "-n", str(model / "gl.nc"),
+         "-i", str(model / "features_input"), "-o", str(model / "features_output"), "-r",
+         str(model / "ratings.txt"), "-s", "-"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1
+    assert done.stderr == ("Error: -: standard output is closed; give a file path instead, or "
+                           "run the command with its output open.\n")
+
+
 def test_outputs_to_stdout_keep_the_log_that_stdout_appends_to(tmp_path):
     """`... -s /dev/stdout >> log` wrote the log anew through a rename (predict, evaluate's
     --json-out): what the log held, and the notes, were gone."""

@@ -148,6 +148,11 @@ def test_scores_are_read_closely_enough_to_order_them():
         write("recs.txt", line)
         result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
         assert result.exit_code == 0, (line, result.stderr)
+    for text in ("100e-310", "1e-320", "0." + "4" * 400, "1" + "0" * 40 + ".5e-30"):
+        buf = np.frombuffer(text.encode() + b":", dtype=np.uint8)
+        assert _number(buf, 0)[1] == pytest.approx(float(text), rel=1e-12, abs=0), text
+    write("recs.txt", "u1\ta,100e-310:b,1e-308:\n")  # (10.0 ** -310 is 0: this rose)
+    assert invoke(["-r", "recs.txt", "-t", "held.txt", "-q"]).exit_code == 0
     for text in ("inf", "-Infinity", "nan", "1e999", "-0.0"):
         buf = np.frombuffer(text.encode() + b":", dtype=np.uint8)
         assert _number(buf, 0)[0] == len(text)

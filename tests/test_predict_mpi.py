@@ -107,6 +107,20 @@ def test_every_rank_failing_alike_prints_one_error(model, tmp_path):  # noqa: F8
     assert os.listdir(tmp_path) == []
 
 
+def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path):  # noqa: F811
+    """Every rank reads -r in full; stdin reaches rank 0 alone, and the others waited for
+    ever."""
+    out = tmp_path / "recs.txt"
+    command = [MPIEXEC, "-n", 2, PREDICT, *argv(model, "-s", out)[:-4], "-r", "-", "-s", out]
+    done = subprocess.run([str(c) for c in command], env=ENV, capture_output=True, timeout=120,
+                          input=(model / "ratings.txt").read_bytes())
+    assert done.returncode == 1
+    assert errors(done) == ["Error: /dev/stdin: under mpiexec every process reads -r in full, "
+                            "but standard input or a pipe can be read only once; write it to a "
+                            "file and give that with -r."]
+    assert os.listdir(tmp_path) == []
+
+
 def test_usage_error_is_printed_once(model, tmp_path):  # noqa: F811
     done = mpiexec(2, *argv(model, "-p", "q", "-s", tmp_path / "recs.txt"))
     assert done.returncode == 2 and len(errors(done)) == 1 and b"-p" in done.stderr

@@ -100,6 +100,11 @@ def open_stream(path) -> TextIO:
     fd = 1 if path == "-" else descriptor(path)
     if fd is None:
         return open(path, "w", encoding="utf-8", newline="\n")
+    try:
+        os.fstat(fd)
+    except OSError:  # ('-' with stdout closed: `>&-`)
+        raise OutputError(f"{path}: standard output is closed; give a file path instead, or "
+                          "run the command with its output open.") from None
     for stream in (sys.stdout, sys.stderr):  # what the process wrote there comes first
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.flush()
@@ -419,7 +424,8 @@ def text_output(path):
     """``with text_output(path) as f: f.write(...)``: a text output, written to a temporary
     file renamed into place at the end (``atomic_outputs``), or in place where ``path`` is a
     stream (``is_stream``: '-', /dev/stdout, a named pipe), which a rename would replace."""
-    if path == "-" and not _has_descriptor(sys.stdout):  # (replaced: a test's, a notebook's)
+    # (sys.stdout replaced by one with no descriptor: a test's, a notebook's)
+    if path == "-" and sys.stdout is not None and not _has_descriptor(sys.stdout):
         yield sys.stdout
         return
     if is_stream(path):
