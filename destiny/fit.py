@@ -235,9 +235,10 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     if (initial_network and os.path.exists(initial_network) and not force
             and not _untrained(initial_network)):
         raise OutputError(f"{initial_network}: the initial network file (--initial-network) "
-                          "already exists and is not an untrained network (an earlier run's "
-                          "initial network, which is replaced); it is not overwritten without "
-                          "--force. Remove it, choose another path, or pass --force.")
+                          "already exists and is not an earlier run's initial network (which "
+                          "would be replaced); it may be a trained one, so it is not "
+                          "overwritten without --force. Remove it, choose another path, or "
+                          "pass --force.")
 
 
 def _untrained(path) -> bool:

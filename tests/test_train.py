@@ -441,7 +441,7 @@ def test_an_existing_initial_network_is_kept_without_force(files):
     assert result.exit_code == 0, result.output  # (--force: a trained one too)
     result = run_train(files, "-e", "1", "--initial-network", str(files / "net2.nc"),
                        network="net3.nc")
-    assert result.exit_code == 1 and "is not an untrained network" in result.output
+    assert result.exit_code == 1 and "is not an earlier run's initial network" in result.output
 
 
 def test_dsstne_flags_parse(files):
