@@ -291,8 +291,8 @@ def test_the_scripts_stop_as_the_commands_do(tmp_path, script, first_lines, outp
 
 
 def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
-    """`... | generate-netcdf -i -`, `predict -r -`, `evaluate -r -`, `convert_ratings.py -`:
-    '-' used to be looked for as a file of that name ("does not exist")."""
+    """`... | generate-netcdf -i -`, `predict -r -`, `evaluate -r -`, `convert_ratings.py -`,
+    `split_holdout.py -`: '-' used to be looked for as a file of that name."""
     from destiny import synthetic
     from destiny.io.dataset import read_dataset
 
@@ -328,6 +328,12 @@ def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
     script = [sys.executable, str(ROOT / "scripts" / "convert_ratings.py")]
     assert run([*script, "-"], (tmp_path / "r.csv").read_bytes()) == run(
         [*script, str(tmp_path / "r.csv")], b"")
+    split = [sys.executable, str(ROOT / "scripts" / "split_holdout.py")]
+    for source, name in (("-", "piped"), (str(model / "ratings.txt"), "file")):
+        run([*split, source, "--train", str(tmp_path / f"t_{name}"), "--heldout",
+             str(tmp_path / f"h_{name}")], text)
+    for part in ("t", "h"):
+        assert (tmp_path / f"{part}_piped").read_bytes() == (tmp_path / f"{part}_file").read_bytes()
 
 
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
