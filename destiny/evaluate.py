@@ -418,8 +418,8 @@ def _scan_lines(buf, keep, scores, out, totals):
     an item is a label (no TAB, CR, ',' or ':') followed by ',number' (required with
     ``scores``, and then never rising along the line; optional otherwise). ``out``
     receives, per line, ``NAME<TAB>item:item...<LF>`` with the first ``keep`` item labels (all
-    when ``keep`` < 0) and ``totals`` the line's number of items. Returns (_OK, len(buf), bytes of ``out`` used) or (_BAD, a byte of the
-    first bad line, 0).
+    when ``keep`` < 0) and ``totals`` the line's number of items. Returns (_OK, len(buf),
+    bytes of ``out`` used) or (_BAD, a byte of the first bad line, 0).
     """
     n = len(buf)
     pos = 0

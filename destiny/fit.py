@@ -187,7 +187,7 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
                 "afresh without --resume.")
     started = extras.get("run_started")
     return (TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"])),
-            None if started is None else float(np.asarray(started).flat[0]))
+            None if started is None else float(started))
 
 
 def _open_metrics(path, epoch: int):
@@ -244,7 +244,7 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
 def _untrained(path) -> bool:
     """Whether ``path`` is a network Destiny wrote before any training (epoch 0)."""
     attrs = destiny_attributes(path)
-    return attrs is not None and "epoch" in attrs and int(np.asarray(attrs["epoch"]).flat[0]) == 0
+    return attrs is not None and "epoch" in attrs and int(attrs["epoch"]) == 0
 
 
 def dataset_pool(paths) -> dict[str, tuple[str, int]]:

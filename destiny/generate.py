@@ -174,7 +174,7 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
     # the text), and a rule of the other dataset that reads it must still see it no newer
     # than that dataset (DSSTNE's two conversions sharing -s).
     kept = [sample_index] if not new_samples else []
-    if update and str(feature_index) not in report.written:
+    if update and not (create or report.new_features):  # (-m, nothing new: not written)
         kept.append(feature_index)
     with contextlib.suppress(OSError):  # (only make's view of them is at stake)
         written = os.stat(output).st_mtime_ns

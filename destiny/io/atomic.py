@@ -47,7 +47,7 @@ def is_stream(path) -> bool:
     log the shell opened, ``>> cron.log``), a device, pipe or socket (``/dev/null``, a named
     pipe), through links. The rename that publishes a file would replace it (as root,
     ``/dev/null`` itself)."""
-    if path == "-" or descriptor(path) is not None:
+    if _output_fd(path) is not None:
         return True
     try:
         mode = os.stat(path).st_mode
@@ -84,8 +84,13 @@ def descriptor(path) -> int | None:
     return None
 
 
+def _output_fd(path) -> int | None:
+    """The descriptor an output path names: '-' is standard output; else ``descriptor``."""
+    return 1 if path == "-" else descriptor(path)
+
+
 def _stream_kind(path) -> str:
-    fd = 1 if path == "-" else descriptor(path)
+    fd = _output_fd(path)
     return ("a device, pipe or socket" if fd is None else
             {0: "standard input", 1: "standard output", 2: "standard error"}.get(
                 fd, f"this process's file descriptor {fd}"))
@@ -97,7 +102,7 @@ def open_stream(path) -> TextIO:
     /dev/stdout again would empty the log that stdout appends to (``>> cron.log``), and it
     bypasses sys.stdout, whose short writes CPython drops under PYTHONUNBUFFERED=1 (a signal,
     a full disk). A device or pipe is opened."""
-    fd = 1 if path == "-" else descriptor(path)
+    fd = _output_fd(path)
     if fd is None:
         return open(path, "w", encoding="utf-8", newline="\n")
     try:

@@ -173,8 +173,7 @@ def latest_checkpoint(network_path) -> tuple[str, int] | None:
         m = pattern.match(os.path.basename(path))
         if m:
             attrs = destiny_attributes(path)
-            started = (math.inf if attrs is None else
-                       float(np.asarray(attrs.get("run_started", -math.inf)).flat[0]))
+            started = math.inf if attrs is None else float(attrs.get("run_started", -math.inf))
             found.append((started, int(m.group(1)), path))
     if not found:
         return None
