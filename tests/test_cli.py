@@ -253,43 +253,6 @@ def test_outputs_to_stdout_keep_the_log_that_stdout_appends_to(tmp_path):
     assert json.loads((tmp_path / "plain.json").read_text()) == {"k": 1}
 
 
-@pytest.mark.parametrize("script, first_lines, outputs", [
-    ("convert_ratings.py", "userId,movieId,rating,timestamp\n1,2,3.0,4\n", ["-o", "out.txt"]),
-    ("split_holdout.py", "1\t2:3:4\n", ["--train", "t.txt", "--heldout", "h.txt"]),
-])
-def test_the_scripts_stop_as_the_commands_do(tmp_path, script, first_lines, outputs):
-    """SIGTERM while a script reads (its input a named pipe that is still being written):
-    its temporary outputs go, a message says so, and it dies by the signal (143). Both
-    scripts used to leave their temporaries, which nothing ever removed."""
-    import signal
-    import threading
-    import time
-
-    source = tmp_path / "in.txt"
-    os.mkfifo(source)
-    done = threading.Event()
-
-    def writer():
-        with open(source, "w") as f:
-            f.write(first_lines)
-            f.flush()
-            done.wait(60)
-
-    threading.Thread(target=writer, daemon=True).start()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / script), str(source),
-                             *outputs], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    done.set()
-    assert proc.returncode == -signal.SIGTERM, stderr
-    assert stderr.startswith("Error: interrupted; no output was replaced"), stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["in.txt"]
-
-
 def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
     """`... | generate-netcdf -i -`, `predict -r -`, `evaluate -r -`, `convert_ratings.py -`,
     `split_holdout.py -`: '-' used to be looked for as a file of that name."""
