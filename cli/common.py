@@ -172,7 +172,33 @@ def _catch_stop_signals():
 
 def _interrupt(signum, frame):
     _stopped(signum)
+    if _importing(frame):
+        # An exception raised while a compiled module initializes can be lost: Cython's module
+        # code (NumPy's random generators, loaded on first use) drops it inside abc.register,
+        # or reports it as an ImportError, so a SIGTERM there was ignored and the command ran
+        # on. The signal is sent again (to the main thread, where it interrupts a blocking
+        # read) until it arrives outside an import.
+        timer = threading.Timer(_IMPORT_RETRY_S, signal.pthread_kill,
+                                (threading.main_thread().ident, signum))
+        timer.daemon = True
+        timer.start()
+        return
     raise KeyboardInterrupt
+
+
+_IMPORT_RETRY_S = 0.02
+
+
+_IMPORT_MACHINERY = {"_frozen_importlib", "_frozen_importlib_external", "importlib._bootstrap",
+                     "importlib._bootstrap_external"}  # (frozen, or from source: -X frozen_modules=off)
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _stopped(signum: int):
