@@ -189,8 +189,9 @@ def _interrupt(signum, frame):
 _IMPORT_RETRY_S = 0.02
 
 
+# (frozen, or read from source under -X frozen_modules=off)
 _IMPORT_MACHINERY = {"_frozen_importlib", "_frozen_importlib_external", "importlib._bootstrap",
-                     "importlib._bootstrap_external"}  # (frozen, or from source: -X frozen_modules=off)
+                     "importlib._bootstrap_external"}
 
 
 def _importing(frame) -> bool:
