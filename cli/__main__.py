@@ -1,3 +1,3 @@
-from destiny.cli.main import main
+from destiny.cli.entry import destiny
 
-main()
+destiny()

@@ -152,6 +152,22 @@ def test_a_stop_signal_during_an_import_stops_the_command_after_it(tmp_path):
     assert result.stdout == "imported\ninterrupted\n", result.stderr
 
 
+
+def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
+    """The installed commands load with Ctrl-C's default action (cli/entry.py): a Ctrl-C in
+    the half second numba takes to load used to print Python's traceback."""
+    (tmp_path / "slow_command.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(5)\n"
+        "def main():\n"
+        "    print('ran')\n")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+            "from destiny.cli.entry import _main; _main('slow_command')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (-2, "", "")
+
 @pytest.mark.parametrize("script, first_lines, outputs", [
     ("convert_ratings.py", "userId,movieId,rating,timestamp\n1,2,3.0,4\n", ["-o", "out.txt"]),
     ("split_holdout.py", "1\t2:3:4\n", ["--train", "t.txt", "--heldout", "h.txt"]),

@@ -17,3 +17,21 @@ def test_every_package_is_listed():
         for p in (ROOT / "destiny").rglob("__init__.py")}
     assert set(config["packages"]) == on_disk
     assert config["package-dir"]["destiny.cli"] == "cli"
+
+
+def test_each_console_script_loads_the_command_it_is_named_for(monkeypatch):
+    """The console scripts go through cli/entry.py (Ctrl-C's default action while the command
+    loads); each must load the module of its own command, whose ``main`` it runs."""
+    import importlib
+
+    from destiny.cli import entry
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    loaded = []
+    monkeypatch.setattr(entry, "_main", loaded.append)
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        getattr(importlib.import_module(module), function)()
+        command = "main" if name == "destiny" else name.replace("-", "_")
+        assert loaded[-1] == f"destiny.cli.{command}"
+        assert callable(importlib.import_module(loaded[-1]).main)

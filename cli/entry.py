@@ -1,0 +1,40 @@
+"""The installed commands' entry points: each loads its command with Ctrl-C's default action.
+
+Loading a command takes up to half a second (numba). Python's own Ctrl-C handler would raise
+``KeyboardInterrupt`` somewhere in those imports: a traceback on the terminal, or, inside a
+compiled module's initialization, an interrupt lost or reported as an ImportError (see
+``_interrupt`` in cli/common.py). With the default action a Ctrl-C there stops the program at
+once (exit status 130), as it stops a C program, before it has anything to clean up; each
+command installs its own handlers when it starts (``library_errors``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+
+
+def _main(module: str):
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not SIG_IGN: kept)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return importlib.import_module(module).main()
+
+
+def generate_netcdf():
+    return _main("destiny.cli.generate_netcdf")
+
+
+def train():
+    return _main("destiny.cli.train")
+
+
+def predict():
+    return _main("destiny.cli.predict")
+
+
+def evaluate():
+    return _main("destiny.cli.evaluate")
+
+
+def destiny():
+    return _main("destiny.cli.main")
