@@ -246,9 +246,11 @@ def _run_ranks(command: click.Command, name: str, comm):
             e.message = f"rank {comm.rank} of {comm.size}: {e.message}"
         if comm.is_root or not agreed:
             e.show()
+        # (stopped by a signal: 128 + its number, which mpiexec passes on, as one process's)
+        code = e.exit_code if _stopped_by is None else 128 + _stopped_by
         if not agreed:
-            comm.abort(e.exit_code)
-        sys.exit(e.exit_code)
+            comm.abort(code)
+        sys.exit(code)
     except ParallelError:  # DESTINY_DEBUG=1 lets it through: one traceback
         if comm.is_root:
             traceback.print_exc()

@@ -216,6 +216,34 @@ def test_rank_that_dies_stops_the_job(data, tmp_path):
     assert not (out / "gl.nc").exists()
 
 
+
+def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
+    """`timeout` (or a scheduler) sends SIGTERM to mpiexec, which passes it to the ranks: the
+    job stops with a message naming the checkpoint to resume from and exit status 143, as
+    one process does (it was 1)."""
+    import signal
+    import time
+
+    argv = [MPIEXEC, "-n", "2", TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc",
+            "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc", "-b", "32", "-e", "100000",
+            "-q", "--checkpoint-every", "1"]
+    proc = subprocess.Popen([str(a) for a in argv], env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "gl.nc1.nc").exists():
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    # (from rank 0, or from the rank that stopped first, named: the others may be stopped by
+    # its MPI_Abort as they say it)
+    assert "interrupted; " in stderr and "--resume" in stderr, stderr
+    assert not (tmp_path / "gl.nc").exists()
+
 def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
     """RMSProp updates only the batch's rows of the input layer (Network.update), each rank
     its part; checkpoints hold the settled state. Split or not, the same network."""
