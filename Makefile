@@ -28,10 +28,12 @@ $(CUDA_STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The suite (CUDA kernels under numba's simulator), then every CUDA kernel compiled for an
-# H100 with the argument types the suite launched it with (scripts/cuda_compile_check.py).
+# The style check (ruff, pyproject's [tool.ruff]), the suite (CUDA kernels under numba's
+# simulator), then every CUDA kernel compiled for an H100 with the argument types the suite
+# launched it with (scripts/cuda_compile_check.py).
 test: $(STAMP) $(CUDA_STAMP)
 	@mkdir -p build
+	$(BIN)/ruff check --quiet .
 	DESTINY_CUDA_SIGNATURES=$(SIGNATURES) $(BIN)/python -m pytest -q
 	$(CUDA_VENV)/bin/python scripts/cuda_compile_check.py --signatures $(SIGNATURES)
 

@@ -71,7 +71,8 @@ def generate_ratings(
     # Popularity ranks are shuffled over item ids so that id order says nothing.
     popularity = 1.0 / (rng.permutation(items) + 1.0) ** zipf
     home = rng.integers(0, clusters, size=items)
-    weights = popularity[None, :] * (1.0 + affinity * (home[None, :] == np.arange(clusters)[:, None]))
+    at_home = home[None, :] == np.arange(clusters)[:, None]
+    weights = popularity[None, :] * (1.0 + affinity * at_home)
     cdf = np.cumsum(weights, axis=1)
     cdf /= cdf[:, -1:]
     stacked_cdf = (cdf + np.arange(clusters)[:, None]).ravel()
@@ -149,9 +150,8 @@ def write_ratings_csv(path, r: Ratings, *, chunk: int = 1 << 20) -> None:
         for lo in range(0, len(r), chunk):
             hi = lo + chunk
             rating_text = stars[(r.ratings[lo:hi] * 2).astype(np.int64) - 1]
-            f.write(
-                _format_rows([r.users[lo:hi], r.items[lo:hi], rating_text, r.timestamps[lo:hi]], ",")
-            )
+            f.write(_format_rows(
+                [r.users[lo:hi], r.items[lo:hi], rating_text, r.timestamps[lo:hi]], ","))
 
 
 def write_ratings_dsstne(path, r: Ratings, *, value: str = "timestamp") -> None:

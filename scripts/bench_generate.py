@@ -31,7 +31,8 @@ RUN = "from destiny.cli.generate_netcdf import main; main()"
 
 
 def timed_run(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process (includes this process's RSS at fork)."""
+    """Wall seconds and peak RSS (MiB) of one child process (which includes this process's RSS
+    at the fork)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

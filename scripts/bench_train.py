@@ -294,7 +294,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
           f"({100 * result['gflops']['train'] / ceiling:.0f}% of the {ceiling:.0f} GFLOP/s "
           f"matmul rate); floor {result['floor_samples_per_s']:,.0f} samples/s "
           f"({100 * train_sps / result['floor_samples_per_s']:.0f}% of it)")
-    print("  per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in result["breakdown_ms"].items()))
+    breakdown = result["breakdown_ms"].items()
+    print("  per step (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in breakdown))
     print(f"destiny predict: {result['predict_samples_per_s']:,.0f} samples/s; with top-{topk} "
           f"and filters {result['predict_topk_samples_per_s']:,.0f} samples/s")
     print("  10th-90th percentiles (samples/s): " + ", ".join(

@@ -266,7 +266,8 @@ def test_generated_file_reads_in_torch_reference_layout(tmp_path):
 def test_unknown_dataset_name(tmp_path):
     run(tmp_path, "u1\ta\n", "-c")
     from destiny.errors import DataFormatError
-    with pytest.raises(DataFormatError, match="has no dataset named 'gl_output'; it holds 'gl_input'"):
+    with pytest.raises(DataFormatError,
+                       match="has no dataset named 'gl_output'; it holds 'gl_input'"):
         read_dataset(tmp_path / "out.nc", "gl_output")
 
 

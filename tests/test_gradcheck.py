@@ -95,7 +95,8 @@ def check(net, batch, eps=1e-6, rtol=2e-5, atol=1e-7):
             numeric[idx] = (up - down) / (2 * eps)
             _clear(net)
         np.testing.assert_allclose(grad, numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"{what} of connection {k} ({c.source.name}->{c.dest.name})")
+                                   err_msg=f"{what} of connection {k} "
+                                           f"({c.source.name}->{c.dest.name})")
 
 
 def _clear(net):

@@ -26,8 +26,9 @@ def test_sample_pipeline(tmp_path):
     sh(sys.executable, ROOT / "scripts" / "convert_ratings.py", ROOT / "data" / "ratings.csv",
        "-o", text)
     for side in ("input", "output"):
-        sh(BIN / "generate-netcdf", "-d", f"gl_{side}", "-i", text, "-o", tmp_path / f"gl_{side}.nc",
-           "-f", tmp_path / f"features_{side}", "-s", tmp_path / "samples_input", "-c")
+        sh(BIN / "generate-netcdf", "-d", f"gl_{side}", "-i", text,
+           "-o", tmp_path / f"gl_{side}.nc", "-f", tmp_path / f"features_{side}",
+           "-s", tmp_path / "samples_input", "-c")
     inp = read_dataset(tmp_path / "gl_input.nc", "gl_input")
     out = read_dataset(tmp_path / "gl_output.nc", "gl_output")
     # The sample: 2,000 users, 80,242 ratings on (at most) 1,000 items.
@@ -36,5 +37,6 @@ def test_sample_pipeline(tmp_path):
     np.testing.assert_array_equal(inp.indices, out.indices)
     samples, ids = read_index(tmp_path / "samples_input")
     assert samples[:3] == ["1", "2", "3"] and ids.tolist() == list(range(2000))
-    describe = sh(sys.executable, ROOT / "scripts" / "describe_dataset.py", tmp_path / "gl_input.nc")
+    describe = sh(sys.executable, ROOT / "scripts" / "describe_dataset.py",
+                  tmp_path / "gl_input.nc")
     assert "2,000 samples x width 1,024, 80,242 entries" in describe.stdout

@@ -70,7 +70,8 @@ def test_reading_columns_keeps_the_shard_of_every_row(tmp_path, monkeypatch):
         part = read_dataset(tmp_path / "d.nc", columns=(lo, hi))
         assert part.columns == (lo, hi) and part.offset == lo and part.width == 256
         for r in range(40):
-            mine = (indices[indptr[r]:indptr[r + 1]] >= lo) & (indices[indptr[r]:indptr[r + 1]] < hi)
+            row = indices[indptr[r]:indptr[r + 1]]
+            mine = (row >= lo) & (row < hi)
             got = slice(part.indptr[r], part.indptr[r + 1])
             np.testing.assert_array_equal(part.indices[got] + lo,
                                           indices[indptr[r]:indptr[r + 1]][mine])

@@ -144,7 +144,8 @@ def reference_fault(data: bytes, known: set | None) -> tuple[int, int]:
             name, _, value = token.partition(b",")
             if not name:
                 return textscan.EMPTY_FEATURE, p
-            if value and not (_DECIMAL.fullmatch(value) and abs(float(value)) <= 3.4028234663852886e38):
+            if value and not (_DECIMAL.fullmatch(value)
+                              and abs(float(value)) <= 3.4028234663852886e38):
                 return textscan.BAD_VALUE, p + len(name) + 1
             if known is not None and name not in known:
                 return textscan.UNKNOWN_FEATURE, p
@@ -166,7 +167,8 @@ def _damaged_text(rng) -> bytes:
             name = bytes(rng.choice(list(b"abxy12"), size=rng.integers(0, 4)).tolist())
             r = rng.random()
             if r < 0.4:  # integers of up to 21 digits: the scanner's fast path takes 18
-                toks.append(name + b"," + "".join(map(str, rng.integers(0, 10, rng.integers(1, 22)))).encode())
+                digits = "".join(map(str, rng.integers(0, 10, rng.integers(1, 22))))
+                toks.append(name + b"," + digits.encode())
             elif r < 0.6:
                 toks.append(name + b",%g" % rng.normal(0, 100))
             elif r < 0.7:

@@ -84,7 +84,8 @@ def test_backends_agree_over_training(files):
                           mu=0.9, mu1=0.999, seed=3, shuffle=True)
         net.init_optimizer(cfg.optimizer_config())
         train_epochs(net, TrainData(net, datasets), cfg, TrainState())
-        results.append([c.W.copy() for c in net.connections] + [c.b.copy() for c in net.connections])
+        results.append([c.W.copy() for c in net.connections]
+                       + [c.b.copy() for c in net.connections])
     for ref, cpu in zip(*results):
         np.testing.assert_allclose(cpu, ref, rtol=2e-4, atol=2e-5)
 
@@ -352,7 +353,8 @@ def test_datasets_of_other_samples_are_refused(files):
                         feature_index=str(files / "features"), sample_index=str(files / "samples"),
                         create=not (files / "features").exists())
     argv = ["-c", str(files / "net.json"), "-i", str(files / "a.nc"), "-e", "1"]
-    result = CliRunner().invoke(train, argv + ["-o", str(files / "b.nc"), "-n", str(files / "x.nc")])
+    result = CliRunner().invoke(train,
+                                argv + ["-o", str(files / "b.nc"), "-n", str(files / "x.nc")])
     assert result.exit_code == 1
     assert "'gl_input'" in result.output and "'gl_output'" in result.output
     assert "hold other samples, or the same in another order" in result.output

@@ -1,4 +1,5 @@
-"""The cpu backend's vectorised float32 exp and log (destiny.kernels.cpu.vecmath), against float64."""
+"""The cpu backend's vectorised float32 exp and log (destiny.kernels.cpu.vecmath), against
+float64."""
 
 import numpy as np
 import pytest

@@ -192,10 +192,12 @@ def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
                               "the Sparse bit); Destiny reads sparse datasets only. Write it "
                               "with generate-netcdf.")
     if dtype not in _SUPPORTED_TYPES:
+        names = ", ".join(_SUPPORTED_TYPES.values())
         raise DataFormatError(path, f"dataset {name!r} has {dtype_name} = {dtype}; expected one "
-                              f"of {sorted(_SUPPORTED_TYPES)} ({', '.join(_SUPPORTED_TYPES.values())}).")
+                              f"of {sorted(_SUPPORTED_TYPES)} ({names}).")
     if not 1 <= dims <= 3:
-        raise DataFormatError(path, f"dataset {name!r} has dimensions{n} = {dims}; expected 1 to 3.")
+        raise DataFormatError(path, f"dataset {name!r} has dimensions{n} = {dims}; expected 1 "
+                              "to 3.")
     width = _uint(nc, path, f"width{n}")
     height = _uint(nc, path, f"height{n}") if dims > 1 else 1
     length = _uint(nc, path, f"length{n}") if dims > 2 else 1
@@ -220,7 +222,8 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
     if attrs & INDEXED:
         rows = _var(nc, path, f"index{n}").astype(np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(start)):
-            raise DataFormatError(path, f"dataset {name!r} has index{n} values outside 0..{len(start) - 1}.")
+            raise DataFormatError(path, f"dataset {name!r} has index{n} values outside "
+                                  f"0..{len(start) - 1}.")
         start, lengths = start[rows], lengths[rows]
     scale = {UCHAR: 256.0, CHAR: 128.0}.get(dtype)  # DSSTNE scales 8-bit values (spec 2.3)
     entries = _Entries(nc, path, n, name, stride, analog=not attrs & BOOLEAN, scale=scale)

@@ -64,7 +64,8 @@ class LabelTable:
                 self.arena, self.state)
 
     def add_labels(self, labels: list[str], values: np.ndarray) -> int:
-        """Insert ``labels`` with ``values``; return -1 or the position of a label already present."""
+        """Insert ``labels`` with ``values``; return -1, or the position of a label already
+        present."""
         encoded = [s.encode("utf-8") for s in labels]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
@@ -175,7 +176,8 @@ def _parse_checked(path, lines: list[str]):
         if "\r" in line:
             raise DataFormatError(path, f"the line ends with a carriage return (Windows line "
                                   f"ends); {expected}, or convert it with dos2unix.", line=number)
-        if len(fields) != 2 or fields[0] == "" or not fields[1].isascii() or not fields[1].isdigit():
+        if (len(fields) != 2 or fields[0] == "" or not fields[1].isascii()
+                or not fields[1].isdigit()):
             raise DataFormatError(path, f"found {_show(line)}; {expected}.", line=number)
         label, index = fields[0], int(fields[1])
         if index > MAX_INDEX:

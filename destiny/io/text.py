@@ -346,7 +346,8 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
         textscan.NO_TAB: f"{quote} has no TAB between the sample name and its features. "
         f"{_FIX_FORMAT}; check the separator (spaces are not a TAB).",
-        textscan.EMPTY_LABEL: f"{quote} starts with a TAB: the sample name is empty. {_FIX_FORMAT}.",
+        textscan.EMPTY_LABEL: f"{quote} starts with a TAB: the sample name is empty. "
+                              f"{_FIX_FORMAT}.",
         textscan.EMPTY_FEATURE: f"{quote} has an empty feature name (at {token!r}). "
         f"{_FIX_FORMAT}: features are separated by single ':' and each needs a name.",
         textscan.TRAILING_COLON: f"{quote} ends with ':', an empty feature. Remove the trailing "

@@ -80,7 +80,8 @@ def _has_room(slots, key_hash, arena, state, n_bytes):
 
 
 @njit(cache=True)
-def table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf, start, end, h, free, value):
+def table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf, start, end, h,
+                 free, value):
     """Append ``buf[start:end]`` as key number ``state[0]`` with ``value``; return its number.
 
     ``state`` holds [number of keys, bytes of the arena in use]. The caller guarantees room.
@@ -101,7 +102,8 @@ def table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, b
 
 
 @njit(cache=True)
-def table_insert_labels(slots, key_hash, key_start, key_len, key_value, arena, state, buf, offsets, values):
+def table_insert_labels(slots, key_hash, key_start, key_len, key_value, arena, state, buf, offsets,
+                        values):
     """Insert labels ``buf[offsets[i]:offsets[i + 1]]`` with ``values[i]``.
 
     Returns -1, or the position of the first label that is already present.
@@ -112,7 +114,8 @@ def table_insert_labels(slots, key_hash, key_start, key_len, key_value, arena, s
         k = table_find(slots, key_hash, key_start, key_len, arena, buf, s, e, h)
         if k >= 0:
             return i
-        table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf, s, e, h, -k - 1, values[i])
+        table_insert(slots, key_hash, key_start, key_len, key_value, arena, state, buf, s, e, h,
+                     -k - 1, values[i])
     return -1
 
 

@@ -97,7 +97,8 @@ def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamesp
                 "gpu extra is missing: pip install 'destiny[gpu]', which brings numba-cuda "
                 "and CuPy). Use --backend cpu (or auto).")
         return _load("cuda", tf32)
-    raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or reference.")
+    raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or "
+                                  "reference.")
 
 
 def _simulated() -> bool:

@@ -59,7 +59,8 @@ def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, tf32=Fals
     """
     if tf32 and a.dtype == np.float32 and b.dtype == np.float32:
         a, b = tf32_inputs(a), tf32_inputs(b)
-    product = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    product = a.astype(np.float64) @ b.astype(np.float64)
     old = 0.0 if beta == 0 else beta * out.astype(np.float64)
     out[...] = (alpha * product + old).astype(out.dtype)
 
