@@ -58,9 +58,20 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
         raise click.UsageError("-c (create a new feature index) and -m (merge into the existing "
                                "one) contradict each other; give one of them.")
 
+    waited = False
+
     def waiting(line):
+        nonlocal waited
+        waited = True
         if not quiet:
             note(NAME, line)
+
+    def progress(n):
+        nonlocal waited
+        if waited:  # the bar's clock ran while another run held the lock: its rate starts now
+            bar.reset(total)
+            waited = False
+        bar.update(n)
 
     started = time.perf_counter()
     total = sum(os.path.getsize(p) for p in input_files(input_path))
@@ -69,7 +80,7 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
         report = run(input_path=input_path, output=output, dataset_name=dataset_name,
                      feature_index=feature_index, sample_index=sample_index, create=create,
                      merge=merge, analog=data_type == "analog", strict=strict,
-                     progress=bar.update, on_wait=waiting)
+                     progress=progress, on_wait=waiting)
     if report.dropped:
         note(NAME, f"dropped {report.dropped:,} features that are not in {feature_index}, from "
                    f"{report.lines_with_drops:,} lines (DSSTNE drops them silently; -m adds them "

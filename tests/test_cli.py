@@ -500,3 +500,48 @@ def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
     assert "wrote gl.nc, features, samples" in rest
     waited = float(re.search(r", after ([0-9.]+) s waiting for another run\n", rest)[1])
     assert waited >= 1.0, rest
+
+
+def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatch):
+    """The progress bar's clock restarts once another run's lock is released, so that its
+    rate is the conversion's own, not diluted by the wait."""
+    import destiny.cli.generate_netcdf as command
+    import destiny.generate
+    from destiny.generate import GenerateReport
+
+    events = []
+
+    class Bar:
+        disable = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def reset(self, total):
+            events.append(("reset", total))
+
+        def update(self, n):
+            events.append(("update", n))
+
+    def run(*, progress, on_wait, **_):
+        progress(3)
+        on_wait("waiting")
+        events.append(("lock taken",))
+        progress(5)
+        progress(7)
+        return GenerateReport(samples=1, entries=2, width=2, features=2, new_features=2,
+                              new_samples=1, dropped=0, lines_with_drops=0)
+
+    monkeypatch.setattr(command, "progress_bar", lambda total, desc: Bar())
+    monkeypatch.setattr(destiny.generate, "generate_netcdf", run)
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    result = CliRunner().invoke(command.generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "gl.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
+    assert result.exit_code == 0, result.output
+    size = (tmp_path / "in.txt").stat().st_size
+    assert events == [("update", 3), ("lock taken",), ("reset", size), ("update", 5),
+                      ("update", 7)]
