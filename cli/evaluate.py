@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
@@ -45,17 +46,20 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
       evaluate -r recs -t held_out.txt -k 10 --popularity train.txt
     """
     from destiny.evaluate import evaluate as run
-    from destiny.io.atomic import check_outputs, is_stream, text_output
+    from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output
 
-    if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
-        check_outputs([(json_out, "JSON output (--json-out)")], inputs=(
-            (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
-            (train_path, "training text (--popularity)")))
-    result = run(recs_path, held_out_path, k, popularity_train=train_path)
-    payload = json.dumps(result.as_dict())
-    if json_out is not None:
-        with text_output(json_out) as f:
-            f.write(payload + "\n")
+    with contextlib.ExitStack() as held:  # the output's lock, held to the end
+        if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
+            what = "JSON output (--json-out)"
+            check_outputs([(json_out, what)], inputs=(
+                (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
+                (train_path, "training text (--popularity)")))
+            held.enter_context(exclusive(json_out, what))  # (overlapping cron runs, as predict)
+        result = run(recs_path, held_out_path, k, popularity_train=train_path)
+        payload = json.dumps(result.as_dict())
+        if json_out is not None:
+            with text_output(json_out) as f:
+                f.write(payload + "\n")
     if not quiet:
         _notes(result, recs_path, held_out_path, k)
     if as_json:
