@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 
 import click
@@ -134,8 +135,6 @@ def progress_bar(total: int, desc: str):
                 disable=None, leave=False)
 
 
-
-
 def run_command(command: click.Command, name: str):
     """Run a click command as a program: plainly in one process, or on every MPI rank.
 
@@ -171,22 +170,45 @@ def _catch_stop_signals():
 
 
 def _interrupt(signum, frame):
+    global _deferred_since
     _stopped(signum)
-    if _importing(frame):
+    now = time.monotonic()
+    if _importing(frame) and now - (_deferred_since or now) < _DEFER_LIMIT_S:
         # An exception raised while a compiled module initializes can be lost: Cython's module
         # code (NumPy's random generators, loaded on first use) drops it inside abc.register,
         # or reports it as an ImportError, so a SIGTERM there was ignored and the command ran
-        # on. The signal is sent again (to the main thread, where it interrupts a blocking
-        # read) until it arrives outside an import.
-        timer = threading.Timer(_IMPORT_RETRY_S, signal.pthread_kill,
-                                (threading.main_thread().ident, signum))
-        timer.daemon = True
-        timer.start()
+        # on. Until the import is over (for at most _DEFER_LIMIT_S), the signal is sent again
+        # to the main thread, where it also interrupts a blocking read, every _RESEND_S.
+        _deferred_since = _deferred_since or now
+        _send_again_later(signum)
         return
+    _deferred_since = None
     raise KeyboardInterrupt
 
 
-_IMPORT_RETRY_S = 0.02
+_RESEND_S = 0.02
+_DEFER_LIMIT_S = 2.0
+_deferred_since: float | None = None  # when the first deferred signal came
+_resend: threading.Timer | None = None  # the pending resend; one at a time
+
+
+def _send_again_later(signum: int):
+    global _resend
+    if _resend is not None:  # (a second signal meanwhile: the pending resend stops the command)
+        return
+    _resend = threading.Timer(_RESEND_S, _send_again, (signum,))
+    _resend.daemon = True
+    try:
+        _resend.start()
+    except RuntimeError:  # (no new threads at the interpreter's shutdown)
+        _resend = None
+        raise KeyboardInterrupt from None
+
+
+def _send_again(signum: int):
+    global _resend
+    _resend = None  # (before the signal: its handler may need the next resend)
+    signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 # (frozen, or read from source under -X frozen_modules=off)
@@ -214,8 +236,10 @@ def run_program(command: click.Command, name: str):
     taking it for an ordinary failure it may go past."""
     try:
         return command(prog_name=name)
-    except BaseException as e:  # (also the message's own failure: stderr gone with SIGHUP)
-        if _stopped_by is not None and not (isinstance(e, SystemExit) and not e.code):
+    except BaseException:  # (also the message's own failure: stderr gone with SIGHUP)
+        # (also after a success: a signal that came too late to stop the command, or that
+        # was lost, still ends it as the signal would)
+        if _stopped_by is not None:
             _die_by(_stopped_by)
         raise
 
@@ -258,7 +282,7 @@ def _run_ranks(command: click.Command, name: str, comm):
     except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
         traceback.print_exc()
         comm.abort(1)
-    sys.exit(0)
+    sys.exit(0 if _stopped_by is None else 128 + _stopped_by)  # (a signal too late to stop it)
 
 
 def _parse_ranks(command: click.Command, name: str, comm):

@@ -15,7 +15,6 @@ from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 NAME = "train"
 
 
-
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-c", "--config", "config_path", required=True, metavar="NET.json",
               help="Network definition (DSSTNE JSON).")

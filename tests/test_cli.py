@@ -121,9 +121,8 @@ def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):
             signal.signal(signum, handler)
 
 
-
 _SIGNAL_IN_AN_IMPORT = """
-import os, sys
+import os, sys, time
 from destiny.cli.common import _catch_stop_signals
 
 _catch_stop_signals()
@@ -135,7 +134,15 @@ try:
     os.read(r, 1)  # for ever, unless the signal comes again
 except KeyboardInterrupt:
     print("interrupted", flush=True)
+    time.sleep(0.3)  # a cleanup that a second interrupt would cut short
+    print("cleaned up", flush=True)
 """
+
+
+def signal_in_an_import(tmp_path, module: str, code: str = _SIGNAL_IN_AN_IMPORT):
+    (tmp_path / "stopped_while_loading.py").write_text(module)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "MODULES": str(tmp_path)})
 
 
 def test_a_stop_signal_during_an_import_stops_the_command_after_it(tmp_path):
@@ -143,14 +150,59 @@ def test_a_stop_signal_during_an_import_stops_the_command_after_it(tmp_path):
     drops it inside abc.register: NumPy's random module, loaded on first use), and a SIGTERM
     there left split_holdout.py running, 1 run in 7. The interrupt now waits for the import
     and is sent again to the main thread, where it also ends a read that would block."""
-    (tmp_path / "stopped_while_loading.py").write_text(
+    result = signal_in_an_import(tmp_path, (
         "import os, signal, time\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
-        "time.sleep(0.3)  # the handler runs here, inside the import, and is sent again\n")
-    result = subprocess.run([sys.executable, "-c", _SIGNAL_IN_AN_IMPORT], capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "MODULES": str(tmp_path)})
-    assert result.stdout == "imported\ninterrupted\n", result.stderr
+        "time.sleep(0.31)  # the handler runs here, inside the import, and is sent again\n"))
+    assert result.stdout == "imported\ninterrupted\ncleaned up\n", result.stderr
 
+
+def test_two_signals_during_an_import_interrupt_once(tmp_path):
+    """Ctrl-C, then SIGTERM, both while a module loads: one interrupt after the import (each
+    signal sent again on its own would interrupt the first one's cleanup)."""
+    result = signal_in_an_import(tmp_path, (
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.1)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(0.21)\n"))
+    assert result.stdout == "imported\ninterrupted\ncleaned up\n", result.stderr
+
+
+def test_an_import_that_never_ends_is_interrupted_after_a_while(tmp_path):
+    """The wait for an import is bounded (_DEFER_LIMIT_S): a module that blocks while it
+    loads is interrupted there."""
+    result = signal_in_an_import(tmp_path, (
+        "import os, signal\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "r, w = os.pipe()\n"
+        "os.read(r, 1)\n"))
+    assert result.stdout == "interrupted\ncleaned up\n", result.stderr
+
+
+_LAST_STEP_AN_IMPORT = """
+import os, sys
+import click
+from destiny.cli.common import library_errors, run_program
+
+@click.command()
+@library_errors
+def command():
+    sys.path.insert(0, os.environ["MODULES"])
+    import stopped_while_loading
+    print("done", flush=True)
+
+run_program(command, "command")
+"""
+
+
+def test_a_signal_deferred_at_the_end_still_ends_the_command_by_it(tmp_path):
+    """A SIGTERM during the command's last import: whether the command stops first or ends
+    first, the process ends by the signal (it used to exit 0, the signal lost)."""
+    result = signal_in_an_import(tmp_path, (
+        "import os, signal\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"), code=_LAST_STEP_AN_IMPORT)
+    assert result.returncode == -15, result.stdout + result.stderr
 
 
 def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
@@ -167,6 +219,7 @@ def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert (result.returncode, result.stdout, result.stderr) == (-2, "", "")
+
 
 @pytest.mark.parametrize("script, first_lines, outputs", [
     ("convert_ratings.py", "userId,movieId,rating,timestamp\n1,2,3.0,4\n", ["-o", "out.txt"]),

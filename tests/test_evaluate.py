@@ -233,7 +233,6 @@ def test_json_out_over_an_input_is_refused():
     assert "the JSON output (--json-out) would replace the held-out items (-t)" in result.stderr
 
 
-
 def test_a_second_run_to_the_same_json_out_stops(tmp_path):
     """Two runs writing one --json-out (overlapping cron jobs): the second stops at once, as
     predict's and train's do, instead of silently replacing the first's file."""
@@ -250,6 +249,7 @@ def test_a_second_run_to_the_same_json_out_stops(tmp_path):
     with open("m.json") as f:
         assert result.exit_code == 0 and json.load(f)["k"] == 10
     assert sorted(os.listdir(tmp_path)) == ["held.txt", "m.json", "recs.txt", "train.txt"]
+
 
 @pytest.mark.parametrize("k", ["0", "-3", "x"])
 def test_bad_k_is_a_usage_error(k):

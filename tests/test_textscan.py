@@ -302,6 +302,7 @@ def test_index_fast_path_agrees_with_the_line_by_line_parser(tmp_path):
     path = tmp_path / "index"
     tricky = ["7\t1\t2\n3\n", "7\t1\n\t2\n", "7\t\n1\t2\n", "\n", "", "a\t1", "a\t1\n\n",
               "a\t1\t\n"]  # a TAB moved to another line keeps the count of TABs
+
     def random_index():
         return "".join(f"{''.join(rng.choice(pieces[:6], rng.integers(1, 4)))}\t"
                        f"{rng.integers(0, 10_000)}\n" for _ in range(rng.integers(0, 6)))

@@ -216,7 +216,6 @@ def test_rank_that_dies_stops_the_job(data, tmp_path):
     assert not (out / "gl.nc").exists()
 
 
-
 def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
     """`timeout` (or a scheduler) sends SIGTERM to mpiexec, which passes it to the ranks: the
     job stops with a message naming the checkpoint to resume from and exit status 143, as
@@ -243,6 +242,7 @@ def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
     # its MPI_Abort as they say it)
     assert "interrupted; " in stderr and "--resume" in stderr, stderr
     assert not (tmp_path / "gl.nc").exists()
+
 
 def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
     """RMSProp updates only the batch's rows of the input layer (Network.update), each rank
