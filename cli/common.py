@@ -270,8 +270,7 @@ def _run_ranks(command: click.Command, name: str, comm):
             e.message = f"rank {comm.rank} of {comm.size}: {e.message}"
         if comm.is_root or not agreed:
             e.show()
-        # (stopped by a signal: 128 + its number, which mpiexec passes on, as one process's)
-        code = e.exit_code if _stopped_by is None else 128 + _stopped_by
+        code = _rank_status(e.exit_code)
         if not agreed:
             comm.abort(code)
         sys.exit(code)
@@ -282,7 +281,13 @@ def _run_ranks(command: click.Command, name: str, comm):
     except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
         traceback.print_exc()
         comm.abort(1)
-    sys.exit(0 if _stopped_by is None else 128 + _stopped_by)  # (a signal too late to stop it)
+    sys.exit(_rank_status(0))  # (not 0 after a signal too late to stop the command)
+
+
+def _rank_status(code: int) -> int:
+    """A rank's exit status: ``code``, or once a stop signal came, 128 + its number, which
+    mpiexec passes on, as one process's death by the signal (run_program) reads."""
+    return code if _stopped_by is None else 128 + _stopped_by
 
 
 def _parse_ranks(command: click.Command, name: str, comm):
