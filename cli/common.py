@@ -17,7 +17,7 @@ import traceback
 import click
 
 from destiny.errors import DestinyError, InterruptedAfterOutputs
-from destiny.io.atomic import STOP_SIGNALS
+from destiny.signals import STOP_SIGNALS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -253,7 +253,7 @@ def _die_by(signum: int):
 
 
 def _run_ranks(command: click.Command, name: str, comm):
-    from destiny.parallel import ParallelError
+    from destiny.parallel import ParallelError, StoppedTogether
 
     ctx, stop = _parse_ranks(command, name, comm)
     if stop is not None:
@@ -265,7 +265,8 @@ def _run_ranks(command: click.Command, name: str, comm):
         with ctx:
             command.invoke(ctx)
     except click.ClickException as e:
-        agreed = isinstance(e.__context__, ParallelError)  # raised on every rank
+        # raised on every rank alike: a failure shared, or a stop signal acted on in step
+        agreed = isinstance(e.__context__, (ParallelError, StoppedTogether))
         if not agreed and not comm.is_root:  # this rank alone: say which one
             e.message = f"rank {comm.rank} of {comm.size}: {e.message}"
         if comm.is_root or not agreed:

@@ -25,6 +25,7 @@ from destiny.kernels.counter_rng import DENOISE, DROPOUT, stream_key
 from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
+from destiny.parallel import ParallelError, StopCheck, stop_together
 from destiny.sparse import keep_entries
 
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
@@ -45,8 +46,10 @@ OPTIMIZER_DEFAULTS = {
 DEFAULT_OPTIMIZER = "adam"
 
 
-class TrainingDivergedError(DestinyError):
-    """The loss or the weights stopped being finite."""
+class TrainingDivergedError(ParallelError):
+    """The loss or the weights stopped being finite. Under MPI every rank finds it alike (the
+    loss is summed over ranks, the weights checked on all), so it is a ``ParallelError``:
+    reported once, and no rank is aborted."""
 
 
 @dataclass
@@ -242,66 +245,79 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
                  on_batch: Callable[[int, float], None] | None = None,
                  on_epoch: Callable[[EpochRecord, TrainState], None] | None = None) -> TrainState:
     """Train from ``state.epoch`` to ``cfg.epochs``; ``on_epoch`` may write checkpoints."""
+    # Under MPI a stop signal stops every rank after the same step (parallel.stop_together).
+    with stop_together(net.comm) as stops:
+        while state.epoch < cfg.epochs:
+            record = _train_epoch(net, data, cfg, state, on_batch=on_batch, stops=stops)
+            if on_epoch is not None:
+                on_epoch(record, state)
+            stops.check()  # (a signal that came while a checkpoint was written)
+    return state
+
+
+def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainState, *,
+                 on_batch: Callable[[int, float], None] | None = None,
+                 stops: StopCheck | None = None) -> EpochRecord:
+    """Train epoch ``state.epoch + 1`` and count it in ``state``; ``stops.check()`` after each
+    update."""
     opt = cfg.optimizer_config()
     E, decay = data.examples, net.netdef.decay
-    p_denoise = net.netdef.denoising.p
-    while state.epoch < cfg.epochs:
-        epoch, started = state.epoch + 1, time.perf_counter()
-        rng = epoch_rng(cfg.seed, epoch)
-        perm = rng.permutation(E) if cfg.shuffle else np.arange(E)
-        masks = {name: denoised(net, name, ds, cfg.seed, epoch)
-                 for name, ds in data.inputs.items() if net.layers[name].denoising}
-        data.set_denoised(masks)
-        total_t, skipped, step = 0.0, 0, cfg.alpha
-        moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
-        for number, pos in enumerate(range(0, E, cfg.batch)):
-            rows = perm[pos:pos + cfg.batch]
-            batch = data.batch(rows)
-            denoise = {n: (batch.inputs[n], 1.0 / (1.0 - p_denoise)) for n in masks}
-            with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
-                net.forward(batch, train=True, denoise=denoise,
-                            dropout_key=stream_key(cfg.seed, DROPOUT, epoch, number))
-                err_t = net.backward()
-            if not np.isfinite(err_t):
-                raise TrainingDivergedError(
-                    f"training diverged in epoch {epoch}: the loss of layer "
-                    f"{net.outputs[0]!r} became {err_t} at example {pos:,}. The last good "
-                    "checkpoint (if any) is kept; lower the learning rate (-alpha) or use the "
-                    "default optimizer.")
-            total_t += err_t
-            step = step_size(cfg.alpha, decay, state.updates)
-            if cfg.brake:
-                moving = 0.9 * moving + 0.1 * err_t
-                if init_steps > 0:
-                    init_steps -= 1
-                elif err_t > 2.0 * moving:
-                    brake_steps = 25  # spec 5.2: skip this batch, then 0.1 x alpha for 24
-                if brake_steps > 0:
-                    step *= 0.1
-                    brake_steps -= 1
-            if brake_steps < 24:
-                state.updates += 1
-                net.update(step, state.updates, opt)
-            else:
-                skipped += 1
-                net.discard_gradients()
-            if on_batch is not None:
-                on_batch(len(rows), err_t)
-        bad = net.check_finite()
-        if bad is not None:
+    epoch, started = state.epoch + 1, time.perf_counter()
+    rng = epoch_rng(cfg.seed, epoch)
+    perm = rng.permutation(E) if cfg.shuffle else np.arange(E)
+    masks = {name: denoised(net, name, ds, cfg.seed, epoch)
+             for name, ds in data.inputs.items() if net.layers[name].denoising}
+    data.set_denoised(masks)
+    scale = 1.0 / (1.0 - net.netdef.denoising.p)
+    total_t, skipped, step = 0.0, 0, cfg.alpha
+    moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
+    for number, pos in enumerate(range(0, E, cfg.batch)):
+        rows = perm[pos:pos + cfg.batch]
+        batch = data.batch(rows)
+        denoise = {n: (batch.inputs[n], scale) for n in masks}
+        with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
+            net.forward(batch, train=True, denoise=denoise,
+                        dropout_key=stream_key(cfg.seed, DROPOUT, epoch, number))
+            err_t = net.backward()
+        if not np.isfinite(err_t):
             raise TrainingDivergedError(
-                f"training diverged in epoch {epoch}: the weights into layer {bad!r} are no "
-                "longer finite. The last good checkpoint (if any) is kept; lower the learning "
-                "rate (-alpha).")
-        seconds = time.perf_counter() - started
-        reg = net.regularization_error(cfg.lam, cfg.lam1)
-        state.epoch = epoch
-        record = EpochRecord(epoch=epoch, loss=(total_t + reg * E) / E, training_error=total_t / E,
-                             regularization_error=reg, seconds=seconds, learning_rate=step,
-                             samples_per_s=E / seconds, skipped_batches=skipped)
-        if on_epoch is not None:
-            on_epoch(record, state)
-    return state
+                f"training diverged in epoch {epoch}: the loss of layer "
+                f"{net.outputs[0]!r} became {err_t} at example {pos:,}. The last good "
+                "checkpoint (if any) is kept; lower the learning rate (-alpha) or use the "
+                "default optimizer.")
+        total_t += err_t
+        step = step_size(cfg.alpha, decay, state.updates)
+        if cfg.brake:
+            moving = 0.9 * moving + 0.1 * err_t
+            if init_steps > 0:
+                init_steps -= 1
+            elif err_t > 2.0 * moving:
+                brake_steps = 25  # spec 5.2: skip this batch, then 0.1 x alpha for 24
+            if brake_steps > 0:
+                step *= 0.1
+                brake_steps -= 1
+        if brake_steps < 24:
+            state.updates += 1
+            net.update(step, state.updates, opt)
+        else:
+            skipped += 1
+            net.discard_gradients()
+        if on_batch is not None:
+            on_batch(len(rows), err_t)
+        if stops is not None:
+            stops.check()
+    bad = net.check_finite()
+    if bad is not None:
+        raise TrainingDivergedError(
+            f"training diverged in epoch {epoch}: the weights into layer {bad!r} are no "
+            "longer finite. The last good checkpoint (if any) is kept; lower the learning "
+            "rate (-alpha).")
+    seconds = time.perf_counter() - started
+    reg = net.regularization_error(cfg.lam, cfg.lam1)
+    state.epoch = epoch
+    return EpochRecord(epoch=epoch, loss=(total_t + reg * E) / E, training_error=total_t / E,
+                       regularization_error=reg, seconds=seconds, learning_rate=step,
+                       samples_per_s=E / seconds, skipped_batches=skipped)
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 
 from destiny.errors import DestinyError
-from destiny.parallel import (Comm, all_or_none, failure_message, gather_in_order, get_comm,
-                              launched_by_mpi, shard_range)
+from destiny.parallel import (Comm, StoppedTogether, all_or_none, failure_message,
+                              gather_in_order, get_comm, launched_by_mpi, shard_range,
+                              stop_together)
 
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
@@ -77,6 +79,7 @@ def test_single_process_comm_collectives_are_identities():
     total = comm.allreduce_sum(x)
     assert total.dtype == np.float64 and np.array_equal(total, x) and total is not x
     assert comm.allreduce_sum(np.float32(1.5)) == 1.5 and isinstance(comm.allreduce_sum(2), float)
+    assert comm.allreduce_max(np.int64(3)) == 3
     comm.barrier()
     with pytest.raises(SystemExit) as stop:
         comm.abort(3)
@@ -108,6 +111,109 @@ def test_failure_message_names_other_ranks():
     assert text.startswith("rank 2 of 3: Traceback") and "RuntimeError: a bug" in text
 
 
+class TwoRanks(Comm):
+    """Rank 0 of two, in this process: the other rank's stop signal is ``theirs``."""
+
+    size, theirs = 2, 0
+
+    def allreduce_max(self, x: int) -> int:
+        return max(int(x), self.theirs)
+
+
+@pytest.fixture
+def handlers():
+    """The command line's kind of handler on the stop signals (an interrupt), for one test:
+    ``handlers`` lists the signals it was called with."""
+    called = []
+
+    def interrupt(signum, frame):
+        called.append(signum)
+        raise KeyboardInterrupt
+
+    saved = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield called
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_stop_signal_waits_for_the_check_then_stops_every_rank(handlers):
+    comm, steps = TwoRanks(), []
+    with pytest.raises(StoppedTogether) as stopped:
+        with stop_together(comm) as stops:
+            for step in range(5):
+                if step == 2:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                steps.append(step)  # (the step goes on to its end)
+                assert handlers == []
+                stops.check()
+    assert steps == [0, 1, 2] and stopped.value.signum == signal.SIGTERM
+    assert handlers == [signal.SIGTERM]  # the handler ran once, at the check
+    assert signal.getsignal(signal.SIGTERM).__name__ == "interrupt"  # put back
+
+
+def test_other_ranks_stop_signal_stops_this_one(handlers):
+    comm = TwoRanks()
+    with stop_together(comm) as stops:
+        stops.check()
+        comm.theirs = signal.SIGHUP
+        with pytest.raises(StoppedTogether) as stopped:
+            stops.check()
+    assert stopped.value.signum == signal.SIGHUP and handlers == [signal.SIGHUP]
+
+
+def test_second_stop_signal_acts_at_once(handlers):
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with stop_together(TwoRanks()):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("not stopped")  # pragma: no cover
+    assert type(raised.value) is KeyboardInterrupt and handlers == [signal.SIGTERM]
+
+
+def test_stop_signal_after_the_last_check_acts_as_the_block_ends(handlers):
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with stop_together(TwoRanks()) as stops:
+            stops.check()
+            os.kill(os.getpid(), signal.SIGHUP)
+    assert type(raised.value) is KeyboardInterrupt and handlers == [signal.SIGHUP]
+
+
+def test_stop_signal_handler_that_returns_lets_the_steps_go_on():
+    called = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
+    try:
+        with stop_together(TwoRanks()) as stops:
+            os.kill(os.getpid(), signal.SIGTERM)
+            stops.check()
+            assert called == [signal.SIGTERM]
+            os.kill(os.getpid(), signal.SIGTERM)  # (a first signal again: held)
+            assert called == [signal.SIGTERM]
+            stops.check()
+        assert called == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def test_ignored_stop_signal_stays_ignored(handlers):
+    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_together(TwoRanks()) as stops:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+            stops.check()
+    finally:
+        signal.signal(signal.SIGHUP, saved)
+    assert handlers == []
+
+
+def test_one_process_acts_on_stop_signals_at_once(handlers):
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with stop_together(Comm()):
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("not stopped")  # pragma: no cover
+    assert type(raised.value) is KeyboardInterrupt
+
+
 def test_plain_process_never_imports_mpi4py():
     code = ("import sys; from destiny.parallel import get_comm; c = get_comm(); "
             "assert type(c).__name__ == 'Comm' and c.size == 1, c; "
@@ -129,11 +235,14 @@ def test_launcher_without_mpi4py_is_a_clear_error():
                                   "but mpi4py is not installed"), done.stdout + done.stderr
 
 
-# The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2.
+# The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2;
+# then a stop signal that one rank gets.
 MPI_SCRIPT = textwrap.dedent("""
+    import os, signal
     import numpy as np
     from destiny.errors import DestinyError
-    from destiny.parallel import MPIComm, ParallelError, all_or_none, gather_in_order, get_comm
+    from destiny.parallel import (MPIComm, ParallelError, StoppedTogether, all_or_none,
+                                  gather_in_order, get_comm, stop_together)
 
     comm = get_comm()
     assert isinstance(comm, MPIComm) and comm.size == 3, comm
@@ -170,6 +279,39 @@ MPI_SCRIPT = textwrap.dedent("""
         assert seen == (list(range(6)) if r == 0 else []), seen  # not round 2 (items 6-8)
     else:
         raise AssertionError("no error")
+
+    # A stop signal that rank 1 alone gets stops every rank at the same check.
+    assert comm.allreduce_max(r * 2) == 4
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    steps = []
+    try:
+        with stop_together(comm) as stops:
+            for step in range(5):
+                if r == 1 and step == 2:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                steps.append(step)
+                stops.check()
+    except StoppedTogether as e:
+        assert e.signum == signal.SIGTERM and steps == [0, 1, 2], (e.signum, steps)
+    else:
+        raise AssertionError("not stopped")
+
+    def produce(lo, hi):  # rank 2 gets a signal making items 6-8: that round ends, then all stop
+        if r == 2 and lo >= 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return list(range(lo, hi))
+
+    seen = []
+    try:
+        gather_in_order(comm, 20, 1, produce, seen.extend)
+    except StoppedTogether:
+        assert seen == (list(range(9)) if r == 0 else []), seen
+    else:
+        raise AssertionError("not stopped")
     if comm.allgather("ok") == ["ok"] * 3 and r == 0:
         print("all ranks ok")  # one line: the ranks' stdout would interleave
 """)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,9 +25,10 @@ pytestmark = needs_mpiexec
 ENV = rank_env()
 
 # A test-only launcher: rank FAIL_RANK fails while formatting its second batch (a DestinyError,
-# a bug, or a sudden death), through the real command line; the library has no hook for it.
+# a bug, a sudden death, or a SIGTERM that it alone gets), through the real command line; the
+# library has no hook for it.
 FAILING = textwrap.dedent("""
-    import os, sys
+    import os, signal, sys
     from destiny import predict
     from destiny.errors import DestinyError
     from destiny.parallel import get_comm
@@ -41,7 +43,10 @@ FAILING = textwrap.dedent("""
                 raise DestinyError("simulated failure")
             if mode == "bug":
                 raise RuntimeError("simulated bug")
-            os._exit(3)
+            if mode == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                os._exit(3)
         return real(*args, **kwargs)
 
     predict.write_records = write_records
@@ -190,6 +195,25 @@ def test_rank_that_dies_stops_the_job(model, tmp_path):  # noqa: F811
     # mpiexec kills rank 0 outright (SIGKILL): the file is never published, though its hidden
     # temporary (.recs.txt.*.tmp) may stay behind, as after any killed job.
     assert not out.exists()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank):  # noqa: F811
+    """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` alone gets
+    it. Every rank stops after the same round, one message is printed, the job exits 143 (as
+    one process stopped by it), and no output or temporary is left."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out" / "recs.txt"
+    out.parent.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm")
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, *argv(model, "-b", "32", "-s", out)],
+               env=env)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
+    assert errors(done) == ["Error: interrupted; no output was replaced (each is put in place "
+                            "only once complete). Run the command again to start afresh."]
+    assert "Abort" not in done.stderr.decode()
+    assert os.listdir(out.parent) == []
 
 
 def test_group_command_prints_once(model, tmp_path):  # noqa: F811

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import netCDF4
 import numpy as np
@@ -46,24 +49,29 @@ NETDEF = {
     ],
 }
 
-# A test-only launcher: rank FAIL_RANK fails in its third update (a DestinyError, a bug, or a
-# sudden death), through the real command line; the library has no hook for it.
+# A test-only launcher: rank FAIL_RANK fails in its third update, or its FAIL_AT-th (a
+# DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), through the real
+# command line; the library has no hook for it.
 FAILING = textwrap.dedent("""
-    import os, sys
+    import os, signal, sys
     from destiny.errors import DestinyError
     from destiny.network import Network
 
     rank, mode, real, calls = int(os.environ["FAIL_RANK"]), os.environ["FAIL_MODE"], \\
         Network.update, []
+    at = int(os.environ.get("FAIL_AT", "3"))
 
     def update(self, *args, **kwargs):
         calls.append(1)
-        if self.comm.rank == rank and len(calls) == 3:
+        if self.comm.rank == rank and len(calls) == at:
             if mode == "error":
                 raise DestinyError("simulated failure")
             if mode == "bug":
                 raise RuntimeError("simulated bug")
-            os._exit(3)
+            if mode == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                os._exit(3)
         return real(self, *args, **kwargs)
 
     Network.update = update
@@ -218,11 +226,8 @@ def test_rank_that_dies_stops_the_job(data, tmp_path):
 
 def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
     """`timeout` (or a scheduler) sends SIGTERM to mpiexec, which passes it to the ranks: the
-    job stops with a message naming the checkpoint to resume from and exit status 143, as
-    one process does (it was 1)."""
-    import signal
-    import time
-
+    job stops with one message naming the checkpoint to resume from and exit status 143, as
+    one process does, and leaves only its checkpoints (no lock, no temporary)."""
     argv = [MPIEXEC, "-n", "2", TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc",
             "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc", "-b", "32", "-e", "100000",
             "-q", "--checkpoint-every", "1"]
@@ -238,10 +243,45 @@ def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    # (from rank 0, or from the rank that stopped first, named: the others may be stopped by
-    # its MPI_Abort as they say it)
-    assert "interrupted; " in stderr and "--resume" in stderr, stderr
-    assert not (tmp_path / "gl.nc").exists()
+    lines = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and lines[0].startswith("Error: interrupted; ") and \
+        "--resume" in lines[0], stderr
+    assert "Abort" not in stderr, stderr
+    assert all(re.fullmatch(r"gl\.nc\d+\.nc", name) for name in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path, rank):
+    """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` alone gets it,
+    in epoch 2. Every rank stops after the same step, with one message naming the checkpoint
+    of epoch 1, exit status 143, and nothing else left; --resume then trains on from it to the
+    network one process trains."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm", FAIL_AT="8")  # (5 an epoch)
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
+                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-b",
+                "32", "-e", "3", "-q", "--checkpoint-every", "1"], env=env)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
+    assert errors(done) == [
+        f"Error: interrupted; {out / 'gl.nc'} was not written. To go on, run the same command "
+        f"with --resume to continue from {out / 'gl.nc1.nc'} (epoch 1), the newest checkpoint."]
+    assert "Abort" not in done.stderr.decode()
+    assert os.listdir(out) == ["gl.nc1.nc"]
+    done = train(data, out / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2)
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(single / "gl.nc", out / "gl.nc")
+
+
+def test_divergence_is_reported_once(data, tmp_path):
+    """Every rank finds the divergence alike: one message, exit status 1, no rank aborted."""
+    done = train(data, tmp_path / "gl.nc", "--optimizer", "sgd", "-alpha", "1e30", ranks=2)
+    assert done.returncode == 1
+    assert len(errors(done)) == 1 and "training diverged" in errors(done)[0], done.stderr
+    assert "Abort" not in done.stderr.decode()
+    assert os.listdir(tmp_path) == []
 
 
 def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):

@@ -12,15 +12,14 @@ import errno
 import io
 import os
 import re
-import signal
 import stat
 import sys
 import tempfile
-import threading
 import time
 from typing import Callable, TextIO
 
 from destiny.errors import InterruptedAfterOutputs, OutputError
+from destiny.signals import held_back
 
 
 def check_outputs(outputs, inputs=()) -> None:
@@ -362,55 +361,24 @@ class OutputSet:
         self._given.clear()
 
 
-# The signals that stop a command: Ctrl-C, SIGTERM (timeout, schedulers), SIGHUP (the terminal
-# closed). The CLI turns each into an interrupt (cli/common.py).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 @contextlib.contextmanager
 def _stops_held(outputs: list[str]):
     """Hold back the stop signals until the block, which puts ``outputs`` in place, has run;
     then act on the first that came: an interrupt is raised as ``InterruptedAfterOutputs``
-    once the block has completed, so that the message can say the outputs are whole.
-
-    A handler that records the signal stands in for each one's own while the block runs
-    (a signal mask would not do: the C handler runs in whichever thread leaves the signal
-    unblocked, numba's workers included). Only the main thread can set handlers; elsewhere
-    the block runs as it is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    saved = {}
-    completed, late = False, None
+    once the block has completed, so that the message can say the outputs are whole."""
+    completed, held = False, None
     try:
-        for signum in STOP_SIGNALS:
-            handler = signal.getsignal(signum)
-            if handler is not signal.SIG_IGN and handler is not None:  # (None: set outside Python)
-                saved[signum] = handler
-                signal.signal(signum, lambda number, frame: arrived.append(number))
-        yield
-        completed = True
-    finally:
-        for signum, handler in saved.items():
-            try:  # every handler goes back, even if one put back already ran meanwhile
-                signal.signal(signum, handler)
-            except KeyboardInterrupt as e:
-                late = late or e
         try:
-            if late is not None:
-                raise late
-            if arrived:
-                handler = saved[arrived[0]]
-                if callable(handler):
-                    handler(arrived[0], None)  # (Python's raises KeyboardInterrupt)
-                else:  # SIG_DFL: the signal's own action, now
-                    os.kill(os.getpid(), arrived[0])
-        except KeyboardInterrupt:
-            if not completed:
-                raise
-            raise InterruptedAfterOutputs(list(outputs)) from None
+            with held_back() as held:
+                yield
+                completed = True
+        finally:
+            if held is not None and held.arrived:
+                held.deliver(held.arrived[0])  # (the command line's handler raises)
+    except KeyboardInterrupt:
+        if not completed:
+            raise
+        raise InterruptedAfterOutputs(list(outputs)) from None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,84 @@
+"""The stop signals (Ctrl-C, SIGTERM, SIGHUP), and holding them back while work must go on.
+
+The command line turns each stop signal into an interrupt (cli/common.py). Two kinds of work
+hold them back for a while and act on them afterwards: putting outputs in place, all or none
+of them (io/atomic.py), and, under MPI, the steps that every rank takes together, so that the
+ranks stop at the same step (parallel.py, ``stop_together``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Callable, Iterator
+
+# Ctrl-C, SIGTERM (timeout, schedulers), SIGHUP (the terminal closed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class HeldSignals:
+    """The stop signals that came while held (``arrived``, in order), and the handlers that
+    were theirs (``deliver`` acts on one as its handler would)."""
+
+    def __init__(self):
+        self.arrived: list[int] = []
+        self._saved: dict[int, object] = {}
+
+    def deliver(self, signum: int) -> None:
+        """Act on ``signum`` now as its own handler would: a Python handler is called (the
+        command line's raises KeyboardInterrupt); the default action ends the process."""
+        handler = self._saved.get(signum)
+        if callable(handler):
+            handler(signum, None)
+        elif handler == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _record(self, signum, frame) -> None:
+        self.arrived.append(signum)
+
+    def _hold(self, on_arrival: Callable) -> None:
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            # (an ignored signal stays ignored; None: a handler set outside Python)
+            if handler is not signal.SIG_IGN and handler is not None:
+                self._saved[signum] = handler
+                signal.signal(signum, on_arrival)
+
+    def _restore(self) -> KeyboardInterrupt | None:
+        """Put every handler back, even if one put back already ran meanwhile (a signal that
+        came as they went back): its interrupt is returned, to be raised once all are back."""
+        late = None
+        for signum, handler in self._saved.items():
+            try:
+                signal.signal(signum, handler)
+            except KeyboardInterrupt as e:
+                late = late or e
+        return late
+
+
+@contextlib.contextmanager
+def held_back(on_arrival: Callable[[HeldSignals, int], None] | None = None
+              ) -> Iterator[HeldSignals | None]:
+    """Hold the stop signals back through the block: each that comes is recorded in
+    ``arrived`` (or given to ``on_arrival(held, signum)``) instead of going to its handler.
+    Once the block is over the handlers are back, and the caller acts on what arrived.
+
+    A handler that records stands in for each signal's own (a signal mask would not do: the C
+    handler runs in whichever thread leaves the signal unblocked, numba's workers included).
+    Only the main thread can set handlers: elsewhere the block runs as it is, given None.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    held = HeldSignals()
+    try:
+        held._hold(held._record if on_arrival is None else
+                   (lambda signum, frame: on_arrival(held, signum)))
+        yield held
+    finally:
+        late = held._restore()
+        if late is not None:
+            raise late
