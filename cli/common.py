@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import io
 import math
@@ -16,16 +15,11 @@ import traceback
 
 import click
 
-from destiny.errors import DestinyError, InterruptedAfterOutputs
+from destiny.errors import (NOTHING_REPLACED, DestinyError, InterruptedAfterOutputs,
+                            system_failure)
 from destiny.signals import STOP_SIGNALS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-
-
-# Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
-# so a command stopped part-way leaves every output as it was.
-_NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
 
 
 def library_errors(fn):
@@ -57,7 +51,7 @@ def library_errors(fn):
         except KeyboardInterrupt:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
-            raise click.ClickException(f"interrupted; {_NOTHING_REPLACED}. Run the command "
+            raise click.ClickException(f"interrupted; {NOTHING_REPLACED}. Run the command "
                                        "again to start afresh.") from None
         except (OSError, RuntimeError, MemoryError) as e:
             message = system_failure(e)
@@ -66,31 +60,6 @@ def library_errors(fn):
             raise click.ClickException(message) from None
 
     return wrapper
-
-
-def system_failure(e: BaseException,
-                   then: str = "run the command again, or write the outputs elsewhere"
-                   ) -> str | None:
-    """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
-    own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
-    ``then`` is what to do once the cause is mended."""
-    if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
-        if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
-            return None
-        where = f"{e.filename}: " if e.filename else ""
-        return (f"{where}{e.strerror}; {_NOTHING_REPLACED}. "
-                + (f"Free space on that file system (or raise the quota), then {then}."
-                   if e.errno in _FULL else
-                   f"Check the file and the file system, then {then}."))
-    if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
-        return (f"the NetCDF library failed ({e}); {_NOTHING_REPLACED}. While writing, a full "
-                f"disk or quota is the usual cause: free space, then {then}.")
-    if isinstance(e, MemoryError):  # NumPy's says how much one array needed
-        return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
-                "gradients and optimizer state, the data and a batch must fit in this "
-                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
-                "layers over several machines with mpiexec (the README's train section).")
-    return None
 
 
 class FiniteRange(click.FloatRange):

@@ -61,11 +61,17 @@ def _check_format(ctx, param, fmt: str) -> str:
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True, help="Where to score: auto takes the GPU when numba.cuda finds "
                                       "one.")
+@click.option("--split-layers", is_flag=True,
+              help="Under mpiexec: split every layer across the processes as train does, each "
+                   "holding about 1/P of the network, for a network too large for one "
+                   "process. Without it every process holds the whole network and scores its "
+                   "share of the samples (faster where the network fits).")
 @tf32_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
 @library_errors
 def predict(network_path, input_path, input_index, output_index, output_path, filter_path,
-            filter_mode, dataset, k, batch, score_format, layer, backend, tf32, quiet):
+            filter_mode, dataset, k, batch, score_format, layer, backend, split_layers, tf32,
+            quiet):
     """Write the top-k items for every sample, in input order, as DSSTNE does.
 
     Each line is NAME<TAB>item,score:item,score:...: with scores in descending order.
@@ -94,7 +100,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                     (filter_path, "filter file (-f)")))
                 held.enter_context(atomic.exclusive(output_path, "recommendations file (-s)"))
             predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
-                                  layer=layer, backend=backend, tf32=tf32)
+                                  layer=layer, backend=backend, tf32=tf32,
+                                  comm=comm if split_layers else None)
         options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
                        batch_size=batch, score_format=score_format, comm=comm)
         with _records_out(output_path, comm) as out:

@@ -2,10 +2,14 @@
 
 The library never prints and never exits: it raises a ``DestinyError`` whose text is one
 paragraph a user can act on (which file, line or JSON path; what was found; what was
-expected; what to do). Only ``cli/`` turns it into exit code 1.
+expected; what to do). Only ``cli/`` turns it into exit code 1. A failure of the system (a
+full disk, memory) is an OSError or MemoryError, which ``system_failure`` words alike for the
+command line and for an MPI rank's report to the others.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class DestinyError(Exception):
@@ -57,3 +61,34 @@ class InterruptedAfterOutputs(KeyboardInterrupt):
     def __init__(self, paths: list[str]):
         super().__init__()
         self.paths = paths
+
+
+# Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
+# so a command stopped part-way leaves every output as it was.
+NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def system_failure(e: BaseException,
+                   then: str = "run the command again, or write the outputs elsewhere"
+                   ) -> str | None:
+    """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
+    own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
+    ``then`` is what to do once the cause is mended."""
+    if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
+        if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
+            return None
+        where = f"{e.filename}: " if e.filename else ""
+        return (f"{where}{e.strerror}; {NOTHING_REPLACED}. "
+                + (f"Free space on that file system (or raise the quota), then {then}."
+                   if e.errno in _FULL else
+                   f"Check the file and the file system, then {then}."))
+    if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
+        return (f"the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, a full "
+                f"disk or quota is the usual cause: free space, then {then}.")
+    if isinstance(e, MemoryError):  # NumPy's says how much one array needed
+        return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
+                "gradients and optimizer state, the data and a batch must fit in this "
+                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
+                "layers over several machines with mpiexec (the README's train section).")
+    return None

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Callable, Iterator
 
-from destiny.errors import DestinyError
+from destiny.errors import DestinyError, system_failure
 from destiny.signals import HeldSignals, held_back
 
 # Set by the launchers: MPICH's hydra (PMI_*, HYDI_CONTROL_FD, MPI_LOCALNRANKS), Open MPI's
@@ -240,13 +240,13 @@ def _launcher_size() -> int:
 
 
 def failure_message(comm: Comm, exc: BaseException) -> str:
-    """The text every rank reports for ``exc``: a DestinyError's message, else the traceback.
+    """The text every rank reports for ``exc``: a DestinyError's message, a failure of the
+    system's (``system_failure``: a full disk), else the traceback.
 
     Rank 0 speaks as a single process does; another rank names itself.
     """
-    if isinstance(exc, DestinyError):
-        text = str(exc)
-    else:  # a bug: its traceback is what a report needs
+    text = str(exc) if isinstance(exc, DestinyError) else system_failure(exc)
+    if text is None:  # a bug: its traceback is what a report needs
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
     return text if comm.is_root else f"rank {comm.rank} of {comm.size}: {text}"
 

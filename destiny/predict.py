@@ -24,8 +24,9 @@ from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
-from destiny.parallel import Comm, ParallelError, all_or_none, gather_in_order
-from destiny.sparse import gather_ranges
+from destiny.parallel import (Comm, ParallelError, all_or_none, failure_message, gather_in_order,
+                              stop_together)
+from destiny.sparse import column_range, gather_ranges
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -40,11 +41,14 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
     (input_name,) = net.inputs
     output = output or net.outputs[0]
     rows = len(indptr) - 1
+    columns = net.input_columns(input_name)  # (a rank of a split network: its share)
     for lo in range(0, rows, batch_size):
         hi = min(lo + batch_size, rows)
         start, end = indptr[lo], indptr[hi]
         sub = (indptr[lo:hi + 1] - start, indices[start:end],
                _EMPTY if values is None or len(values) == 0 else values[start:end])
+        if columns != (0, net.layers[input_name].n):
+            sub = column_range(*sub, *columns)
         sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
         yield lo, forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
                                  fused=not activate)
@@ -171,7 +175,8 @@ class Predictor:
     """A trained network with its output labels, ready to score DSSTNE text."""
 
     def __init__(self, network_path, input_index, output_index, *, dataset: str | None,
-                 layer: str = "Output", backend: str = "auto", tf32: bool = False):
+                 layer: str = "Output", backend: str = "auto", tf32: bool = False,
+                 comm: Comm | None = None):
         from destiny.io.checkpoint import load_weights
         from destiny.io.network_file import read_network
         from destiny.kernels import get_backend
@@ -199,8 +204,11 @@ class Predictor:
             raise DestinyError(
                 f"-l {layer}: is {what}; -l names the layer whose units are the output index's "
                 f"items: an output layer ({', '.join(map(repr, outputs))}).")
-        self.net = Network(nf.netdef, self.kernels)
+        # With a ``comm`` of several ranks, every layer is split across them as in training
+        # (spec 7): each rank scores its share of the output units (``units``).
+        self.net = Network(nf.netdef, self.kernels, comm=comm)
         self.layer = layer
+        self.units = self.net.units[layer]
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]
         if dataset is not None and input_layer.dataset != f"{dataset}_input":
             raise DestinyError(
@@ -250,8 +258,14 @@ class Predictor:
         seen = nf.arrays.get(f"target_counts_{layer}")
         if seen is not None and len(seen) == n_out:
             allowed &= (seen > 0).astype(np.uint8)
+        allowed = np.ascontiguousarray(allowed[self.units[0]:self.units[1]])
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
+
+    @property
+    def split(self) -> bool:
+        """Whether the network's layers are split across MPI ranks."""
+        return self.net.comm.size > 1
 
     def item_labels(self) -> EncodedLabels:
         """The output labels encoded for the record writer (made at the first record)."""
@@ -300,14 +314,22 @@ class Predictor:
         queued = None
         for lo, items, best in self._queue_batches(records, k, filter_csr, multiply, batch_size):
             if queued is not None:
-                yield queued[0], queued[1].get(), queued[2].get()
+                yield self._done(*queued)
             queued = lo, items, best
         if queued is not None:
-            yield queued[0], queued[1].get(), queued[2].get()
+            yield self._done(*queued)
+
+    def _done(self, lo: int, items, best) -> tuple[int, np.ndarray, np.ndarray]:
+        """A queued batch's answers; a rank of a split network numbers its units from
+        ``units[0]``: its items are given the layer's numbers (missing slots stay -1)."""
+        items, best = items.get(), best.get()
+        if self.units[0]:
+            items = np.where(items >= 0, items + self.units[0], items)
+        return lo, items, best
 
     def _queue_batches(self, records: Records, k: int, filter_csr, multiply: bool,
                        batch_size: int):
-        n_out = self.net.layers[self.layer].n
+        n_out = self.net.local_n(self.layer)
         # DSSTNE's multiplying filter scales the activations: they must exist first.
         activation = None if multiply else fused_activation(self.net, self.layer, k, n_out,
                                                             self.n_not_allowed)
@@ -320,13 +342,17 @@ class Predictor:
                 fptr, fidx, fval = filter_csr
                 sub_ptr = fptr[lo:hi + 1] - fptr[lo]
                 sub_idx = fidx[fptr[lo]:fptr[hi]]
+                sub_val = fval[fptr[lo]:fptr[hi]]
+                if self.split:  # this rank's units only
+                    sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val,
+                                                             *self.units)
                 if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
                     kb = self.kernels
                     copied = kb.empty(scores.shape, np.float32)
                     kb.copy(copied, scores)
                     scores = copied
                     kb.multiply_filter(scores, kb.to_device(sub_ptr), kb.to_device(sub_idx),
-                                       kb.to_device(np.ascontiguousarray(fval[fptr[lo]:fptr[hi]])))
+                                       kb.to_device(np.ascontiguousarray(sub_val)))
                 else:
                     exclude_ptr, exclude_idx = sub_ptr, sub_idx
             items, best = queue_top_k(scores, k, exclude_indptr=exclude_ptr,
@@ -352,6 +378,10 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
     writes every record to ``out`` in input order (the other ranks pass None); any rank's
     failure raises the same ``ParallelError`` on all of them.
     """
+    if predictor.split:
+        return _predict_split(predictor, input_path, out, k=k, filter_path=filter_path,
+                              multiply=multiply, batch_size=batch_size,
+                              score_format=score_format, progress=progress)
     if comm is not None and comm.size > 1:
         return _predict_ranks(predictor, input_path, out, comm, k=k, filter_path=filter_path,
                               multiply=multiply, batch_size=batch_size,
@@ -399,6 +429,59 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
 
     gather_in_order(comm, len(records.labels), batch_size, produce, consume)
     return _report(records, filter_csr)
+
+
+def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: int, filter_path,
+                   multiply: bool, batch_size: int, score_format: str,
+                   progress) -> PredictReport:
+    """``predict_file`` with the layers split across MPI ranks (``Predictor(comm=)``).
+
+    Every rank reads the whole input and takes every batch through its part of the network
+    (the forward pass's collectives are training's); each finds the k best of its own units,
+    and rank 0 merges the ranks' k best into the k best of all, as one process ranks them
+    (best first, equal scores by item number), and writes the records. A failure while
+    writing stops every rank with the same ``ParallelError``; a failure while scoring, where
+    the others wait in a collective, stops the job (the command line's ``Comm.abort``).
+    """
+    comm = predictor.net.comm
+    with all_or_none(comm):
+        records = predictor.read_input(input_path)
+        filter_csr = None if filter_path is None else predictor.read_filter(
+            filter_path, records, input_path=input_path, values=multiply)
+    _check_same_input(comm, records, filter_csr)
+    with stop_together(comm) as stops:
+        for lo, items, best in predictor.recommend(records, k, filter_csr=filter_csr,
+                                                   multiply=multiply, batch_size=batch_size):
+            parts = comm.gather((items, best, stops.pending()))
+            failure, signum = None, 0
+            if comm.is_root:
+                items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
+                hi = lo + len(items)
+                try:
+                    write_records(out, records.labels[lo:hi], items, best,
+                                  predictor.item_labels(), score_format)
+                    if progress is not None:
+                        progress(hi - lo)
+                except Exception as e:  # noqa: BLE001 - the waiting ranks must hear of it
+                    failure = failure_message(comm, e)
+                signum = max(stops.pending(), *(p[2] for p in parts))
+            failure, signum = comm.bcast((failure, signum))
+            if failure is not None:
+                raise ParallelError(failure)
+            stops.act(signum)
+    return _report(records, filter_csr)
+
+
+def merge_top_k(items: list[np.ndarray], scores: list[np.ndarray], k: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of each row over several top-k answers of disjoint item ranges (the ranks'),
+    ranked as ``top_k`` ranks: best first, equal scores by item number, NaN below every
+    number, and the missing slots (item -1, score -inf) after all of them."""
+    all_items, all_scores = np.concatenate(items, axis=1), np.concatenate(scores, axis=1)
+    # (lexsort sorts by its last key first, along each row; -NaN is NaN, and NaN sorts last)
+    order = np.lexsort((all_items, -all_scores, all_items < 0), axis=-1)[:, :k]
+    return (np.take_along_axis(all_items, order, axis=1),
+            np.take_along_axis(all_scores, order, axis=1))
 
 
 def _rows(records: Records, filter_csr, lo: int, hi: int):

@@ -26,6 +26,14 @@ def keep_entries(indptr, keep: np.ndarray) -> np.ndarray:
     return new_indptr
 
 
+def column_range(indptr, indices, values, lo: int, hi: int):
+    """The entries of columns ``[lo, hi)`` of a CSR matrix, their indices less ``lo`` (a rank's
+    share of the columns, spec 7); ``values`` may be None or empty (none stored)."""
+    keep = (indices >= lo) & (indices < hi)
+    return (keep_entries(indptr, keep), (indices[keep] - lo).astype(indices.dtype, copy=False),
+            values if values is None or len(values) == 0 else values[keep])
+
+
 def take_rows(indptr, indices, values, rows):
     """Rows ``rows`` of a CSR matrix, in that order; ``values`` may be None."""
     starts = indptr[:-1][rows]

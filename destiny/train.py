@@ -26,7 +26,7 @@ from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
 from destiny.parallel import ParallelError, StopCheck, stop_together
-from destiny.sparse import keep_entries
+from destiny.sparse import column_range, keep_entries
 
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
               "adadelta": 5, "adam": 6}
@@ -214,10 +214,9 @@ def _columns(ds: SparseDataset, columns: tuple[int, int]) -> SparseDataset:
         return ds  # read as this shard already (or narrower than the layer: padding units)
     if not held[0] <= lo:
         raise ValueError(f"dataset {ds.name!r} holds columns {held}, not all of {columns}")
-    keep = (ds.indices >= lo - held[0]) & (ds.indices < hi - held[0])
-    return SparseDataset(ds.name, ds.width, keep_entries(ds.indptr, keep),
-                         (ds.indices[keep] - (lo - held[0])).astype(np.int32),
-                         None if ds.values is None else ds.values[keep], ds.weights,
+    indptr, indices, values = column_range(ds.indptr, ds.indices.astype(np.int32, copy=False),
+                                           ds.values, lo - held[0], hi - held[0])
+    return SparseDataset(ds.name, ds.width, indptr, indices, values, ds.weights,
                          columns=(lo, hi), ignore_zero=ds.ignore_zero)
 
 

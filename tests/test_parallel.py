@@ -109,6 +109,9 @@ def test_failure_message_names_other_ranks():
     except RuntimeError as e:
         text = failure_message(Rank2(), e)
     assert text.startswith("rank 2 of 3: Traceback") and "RuntimeError: a bug" in text
+    full = OSError(28, "No space left on device", "recs.txt")  # the system's: its message
+    assert failure_message(Rank2(), full).startswith(
+        "rank 2 of 3: recs.txt: No space left on device; no output was replaced")
 
 
 class TwoRanks(Comm):

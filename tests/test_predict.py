@@ -526,3 +526,39 @@ def test_the_input_given_again_as_the_filter_is_not_parsed_again(model, tmp_path
     predictor.indices_alike = False
     predictor.read_filter(text, records, input_path=text, values=False)
     assert len(parses) == 3
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 5])
+def test_merging_the_ranks_top_k_is_the_top_k_of_all(ranks):
+    """--split-layers: each rank ranks its own units, and rank 0 merges their k best into what
+    top_k of the whole row gives: ties by item across ranks, NaN below -inf, slots left empty
+    where the candidates run out (filtered items, rows of few allowed items)."""
+    from destiny.parallel import unit_range
+    from destiny.predict import merge_top_k, top_k
+
+    rng = np.random.default_rng(7)
+    rows, n = 30, 41
+    scores = rng.integers(0, 6, (rows, n)).astype(np.float32) / 4  # many ties
+    scores[rng.random((rows, n)) < 0.05] = np.nan
+    scores[rng.random((rows, n)) < 0.05] = -np.inf
+    allowed = (rng.random(n) < 0.8).astype(np.uint8)
+    lengths = rng.integers(0, 30, rows)
+    lengths[3] = n  # every item filtered: a row of empty slots
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = np.concatenate([rng.permutation(n)[:m] for m in lengths]).astype(np.int32)
+    for k in (1, 7, 40, 50):
+        expected = top_k(scores, k, exclude_indptr=indptr, exclude_indices=indices,
+                         allowed=allowed)
+        items, best = [], []
+        for r in range(ranks):
+            lo, hi = unit_range(n, r, ranks)
+            keep = (indices >= lo) & (indices < hi)
+            row_of = np.repeat(np.arange(rows), lengths)
+            mine = np.concatenate([[0], np.cumsum(np.bincount(row_of[keep], minlength=rows))])
+            i, s = top_k(scores[:, lo:hi], k, exclude_indptr=mine,
+                         exclude_indices=indices[keep] - lo, allowed=allowed[lo:hi])
+            items.append(np.where(i >= 0, i + lo, i))
+            best.append(s)
+        merged = merge_top_k(items, best, k)
+        np.testing.assert_array_equal(merged[0], expected[0])
+        np.testing.assert_array_equal(merged[1], expected[1])

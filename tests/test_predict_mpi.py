@@ -6,6 +6,7 @@ with one numba and BLAS thread per rank so that the ranks do not oversubscribe t
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -13,8 +14,10 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
 BIN = pathlib.Path(sys.executable).parent
@@ -77,6 +80,7 @@ CASES = {
     "plain": ["-k", "10", "-b", "32"],
     "filter": ["-k", "20", "-b", "7", "-f", "{ratings}"],  # 43 batches: a partial last round
     "multiply": ["-k", "5", "-b", "50", "-f", "{ratings}", "--filter-mode", "multiply"],
+    "many": ["-k", "80", "-b", "64", "-f", "{ratings}"],  # k above a rank's 30 items
 }
 
 
@@ -92,6 +96,76 @@ def test_ranks_write_what_one_process_writes(model, tmp_path, n, case):  # noqa:
     assert many.read_bytes() == one.read_bytes()
     assert done.stderr == single.stderr.replace(b"one.txt", b"many.txt")  # the notes, once
     assert sorted(os.listdir(tmp_path)) == ["many.txt", "one.txt"]  # no temporary left
+
+
+def records(path) -> list[tuple[str, list[int], np.ndarray]]:
+    """(sample, items, scores) of each line of a recommendations file."""
+    out = []
+    for line in path.read_text().splitlines():
+        name, _, rest = line.partition("\t")
+        pairs = [p.split(",") for p in rest.split(":") if p]
+        out.append((name, [int(i) for i, _ in pairs], np.array([float(s) for _, s in pairs])))
+    return out
+
+
+def assert_same_records(one, many):
+    """The same samples and items in the same order, the scores equal to float32 rounding: a
+    rank of a split network sums its share of each product, in another order."""
+    a, b = records(one), records(many)
+    assert [(n, i) for n, i, _ in a] == [(n, i) for n, i, _ in b]
+    for (_, _, x), (_, _, y) in zip(a, b):
+        np.testing.assert_allclose(y, x, rtol=1e-6, atol=1.5e-3)  # (%4.3f rounds)
+
+
+@pytest.fixture(scope="module")
+def narrow(model, tmp_path_factory):  # noqa: F811
+    """The model's data with a hidden layer narrower than the catalogue (37 units, 90 items),
+    so that the input layer is split by rows (each rank its input features) and the output
+    layer by columns; model's 128 units split them the other way round."""
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    d = tmp_path_factory.mktemp("narrow")
+    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef["Layers"][1]["N"] = 37
+    (d / "net.json").write_text(json.dumps(netdef))
+    fit(config_path=d / "net.json", input_path=model / "gl_input.nc",
+        output_path=model / "gl_output.nc", network_path=d / "gl.nc",
+        cfg=train_config(batch=64, epochs=3), checkpoint_every=0)
+    for name in ("features_input", "features_output", "ratings.txt"):
+        os.symlink(model / name, d / name)
+    return d
+
+
+@pytest.mark.parametrize("n,case,which", [(2, "plain", "model"), (3, "filter", "model"),
+                                          (2, "filter", "narrow"), (3, "multiply", "narrow"),
+                                          (3, "many", "narrow")])
+def test_split_layers_write_what_one_process_writes(model, narrow, tmp_path, n, case,  # noqa: F811
+                                                    which):
+    """--split-layers: each rank holds its share of every layer, scores every sample with it,
+    and rank 0 merges the ranks' k best."""
+    base = model if which == "model" else narrow
+    args = [a.format(ratings=base / "ratings.txt") for a in CASES[case]]
+    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
+    single = run([PREDICT, *argv(base, *args, "-s", one)])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(base, *args, "--split-layers", "-s", many))
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same_records(one, many)
+    assert done.stderr == single.stderr.replace(b"one.txt", b"many.txt")  # the notes, once
+    assert sorted(os.listdir(tmp_path)) == ["many.txt", "one.txt"]
+
+
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_failure_while_writing_stops_all_once(model, split):  # noqa: F811
+    """Rank 0 alone writes: its failure (a full disk) reaches the ranks waiting with the next
+    batch, and the job stops with its one message, worded as one process words it (it was a
+    traceback)."""
+    done = mpiexec(2, *argv(model, *split, "-s", "/dev/full"))
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert "No space left on device" in line, line
+    assert "Abort" not in done.stderr.decode()
 
 
 def test_ranks_write_stdout(model):  # noqa: F811
@@ -197,8 +271,8 @@ def test_rank_that_dies_stops_the_job(model, tmp_path):  # noqa: F811
     assert not out.exists()
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank):  # noqa: F811
+@pytest.mark.parametrize("rank,split", [(0, ()), (1, ()), (0, ("--split-layers",))])
+def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank, split):  # noqa: F811
     """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` alone gets
     it. Every rank stops after the same round, one message is printed, the job exits 143 (as
     one process stopped by it), and no output or temporary is left."""
@@ -207,8 +281,8 @@ def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank):  # noqa: F811
     out = tmp_path / "out" / "recs.txt"
     out.parent.mkdir()
     env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm")
-    done = run([MPIEXEC, "-n", 2, sys.executable, script, *argv(model, "-b", "32", "-s", out)],
-               env=env)
+    done = run([MPIEXEC, "-n", 2, sys.executable, script,
+                *argv(model, "-b", "32", *split, "-s", out)], env=env)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
     assert errors(done) == ["Error: interrupted; no output was replaced (each is put in place "
                             "only once complete). Run the command again to start afresh."]
