@@ -243,6 +243,12 @@ def _run_ranks(command: click.Command, name: str, comm):
         code = _rank_status(e.exit_code)
         if not agreed:
             comm.abort(code)
+        if isinstance(e.__context__, StoppedTogether):
+            # mpiexec's copy of the signal for this rank may come yet, as it shuts down, where
+            # Python's handlers are gone and the signal would kill it (the launcher then
+            # reports a rank killed): the rank is stopping already.
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
         sys.exit(code)
     except ParallelError:  # DESTINY_DEBUG=1 lets it through: one traceback
         if comm.is_root:

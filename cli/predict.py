@@ -119,7 +119,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
         note(NAME, f"wrote {report.samples:,} recommendation lines (top {k}) to {where}"
                    + (f", {report.filtered:,} filter entries applied ({filter_mode})"
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
-                   + products_note(predictor.kernels))
+                   + products_note(predictor.kernels)
+                   + (f", layers split over {comm.size} processes" if predictor.split else ""))
 
 
 def _check_read_once(input_path, filter_path) -> None:

@@ -283,6 +283,7 @@ class StopCheck:
 
     def __init__(self, comm: Comm, held: HeldSignals | None):
         self._comm, self._held = comm, held
+        self.own: set[int] = set()  # the signals this rank got itself and acted on
 
     def pending(self) -> int:
         """This rank's first stop signal not acted on yet, or 0."""
@@ -294,17 +295,22 @@ class StopCheck:
         self.act(self._comm.allreduce_max(self.pending()))
 
     def act(self, signum: int) -> None:
-        """Act on ``signum`` (0: none), which every rank has in hand at this point: each as its
-        handler would, an interrupt raised as ``StoppedTogether``."""
+        """Act on ``signum`` (0: none), which every rank has in hand at this point (a
+        collective): each rank's handler runs, and if any raised (the command line's does),
+        every rank raises ``StoppedTogether``; if none did, every rank goes on."""
         if not signum:
             return
-        if self._held is None:  # (no handlers here: off the main thread)
+        stops = True  # (no handlers here, off the main thread: the others decide)
+        if self._held is not None:
+            self.own.update(self._held.arrived)
+            self._held.arrived.clear()
+            try:
+                self._held.deliver(signum)  # (one ignored here does nothing)
+                stops = False
+            except KeyboardInterrupt:
+                pass
+        if self._comm.allreduce_max(int(stops)):
             raise StoppedTogether(signum)
-        self._held.arrived.clear()
-        try:
-            self._held.deliver(signum)
-        except KeyboardInterrupt:
-            raise StoppedTogether(signum) from None
 
 
 @contextlib.contextmanager
@@ -317,11 +323,13 @@ def stop_together(comm: Comm) -> Iterator[StopCheck]:
     killed them, before they cleaned up (a temporary checkpoint left behind), each having said
     what it saw (one message per rank, naming different checkpoints). Here a rank records the
     signal, and at each ``check`` (or ``act``) every rank acts on it if any holds one, so that
-    all stop through one path, in step. A second signal is acted on at once, by its rank
-    alone, so that a step that never ends can still be stopped; so is a signal that comes
-    after the block's last check.
+    all stop in step, through one path. A rank stopped by another's signal lets its own copy,
+    which may come later, pass once unheeded: it is the same stop.
 
-    With one process the block runs as it is: a signal is acted on at once.
+    A second signal to one rank is acted on at once, by that rank alone, so that a step that
+    never ends can still be stopped; so is a signal that comes after the block's last check.
+    One held while the block fails is dropped: the failure stops the ranks. With one process
+    the block runs as it is: a signal is acted on at once.
     """
     if comm.size == 1:
         yield StopCheck(comm, None)
@@ -334,13 +342,16 @@ def stop_together(comm: Comm) -> Iterator[StopCheck]:
         else:
             held.arrived.append(signum)
 
-    held = None
-    try:
-        with held_back(arrival) as held:
-            yield StopCheck(comm, held)
-    finally:
-        if held is not None and held.arrived:
-            held.deliver(held.arrived[0])
+    with held_back(arrival) as held:
+        stops = StopCheck(comm, held)
+        try:
+            yield stops
+        except StoppedTogether as stop:
+            if held is not None and stop.signum not in stops.own | set(held.arrived):
+                held.pass_once(stop.signum)  # (from when the handlers are back)
+            raise
+    if held is not None and held.arrived:  # (after the last check)
+        held.deliver(held.arrived[0])
 
 
 def gather_in_order(comm: Comm, n: int, step: int, produce: Callable[[int, int], object],

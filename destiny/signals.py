@@ -28,13 +28,26 @@ class HeldSignals:
 
     def deliver(self, signum: int) -> None:
         """Act on ``signum`` now as its own handler would: a Python handler is called (the
-        command line's raises KeyboardInterrupt); the default action ends the process."""
+        command line's raises KeyboardInterrupt); the default action ends the process; an
+        ignored signal does nothing."""
         handler = self._saved.get(signum)
         if callable(handler):
             handler(signum, None)
         elif handler == signal.SIG_DFL:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+    def pass_once(self, signum: int) -> None:
+        """Let the next ``signum`` pass unheeded once the handlers are back; the one after it
+        goes to its handler."""
+        handler = self._saved.get(signum)
+        if handler is None:  # (ignored)
+            return
+
+        def once(number, frame):
+            signal.signal(number, handler)
+
+        self._saved[signum] = once
 
     def _record(self, signum, frame) -> None:
         self.arrived.append(signum)

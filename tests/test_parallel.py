@@ -115,12 +115,16 @@ def test_failure_message_names_other_ranks():
 
 
 class TwoRanks(Comm):
-    """Rank 0 of two, in this process: the other rank's stop signal is ``theirs``."""
+    """Rank 0 of two, in this process: ``theirs`` holds the other rank's part of each
+    ``allreduce_max`` in turn (0 once they run out)."""
 
-    size, theirs = 2, 0
+    size = 2
+
+    def __init__(self, *theirs: int):
+        self.theirs = list(theirs)
 
     def allreduce_max(self, x: int) -> int:
-        return max(int(x), self.theirs)
+        return max(int(x), self.theirs.pop(0) if self.theirs else 0)
 
 
 @pytest.fixture
@@ -140,9 +144,9 @@ def handlers():
 
 
 def test_stop_signal_waits_for_the_check_then_stops_every_rank(handlers):
-    comm, steps = TwoRanks(), []
+    steps = []
     with pytest.raises(StoppedTogether) as stopped:
-        with stop_together(comm) as stops:
+        with stop_together(TwoRanks()) as stops:
             for step in range(5):
                 if step == 2:
                     os.kill(os.getpid(), signal.SIGTERM)
@@ -154,14 +158,63 @@ def test_stop_signal_waits_for_the_check_then_stops_every_rank(handlers):
     assert signal.getsignal(signal.SIGTERM).__name__ == "interrupt"  # put back
 
 
-def test_other_ranks_stop_signal_stops_this_one(handlers):
-    comm = TwoRanks()
-    with stop_together(comm) as stops:
-        stops.check()
-        comm.theirs = signal.SIGHUP
-        with pytest.raises(StoppedTogether) as stopped:
+def test_other_ranks_stop_signal_stops_this_one_whose_copy_then_passes_once(handlers):
+    with pytest.raises(StoppedTogether) as stopped:
+        with stop_together(TwoRanks(0, signal.SIGHUP, 1)) as stops:
+            stops.check()
             stops.check()
     assert stopped.value.signum == signal.SIGHUP and handlers == [signal.SIGHUP]
+    # mpiexec's copy of the signal for this rank, late: the same stop, let pass once
+    os.kill(os.getpid(), signal.SIGHUP)
+    assert handlers == [signal.SIGHUP]
+    with pytest.raises(KeyboardInterrupt):  # the next one is a new signal
+        os.kill(os.getpid(), signal.SIGHUP)
+    assert handlers == [signal.SIGHUP] * 2
+
+
+def test_a_rank_whose_handler_goes_on_stops_with_the_others():
+    called = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
+    try:
+        with pytest.raises(StoppedTogether):  # (the other rank's handler raised)
+            with stop_together(TwoRanks(0, 1)) as stops:
+                os.kill(os.getpid(), signal.SIGTERM)
+                stops.check()
+        assert called == [signal.SIGTERM]
+        os.kill(os.getpid(), signal.SIGTERM)  # (its own copy came: nothing passed unheeded)
+        assert called == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def test_ranks_whose_handlers_all_go_on_go_on():
+    called = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
+    try:
+        with stop_together(TwoRanks()) as stops:
+            os.kill(os.getpid(), signal.SIGTERM)
+            stops.check()
+            assert called == [signal.SIGTERM]
+            os.kill(os.getpid(), signal.SIGTERM)  # (a first signal again: held)
+            assert called == [signal.SIGTERM]
+            stops.check()
+        assert called == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def test_a_rank_ignoring_the_signal_stops_with_the_others(handlers):
+    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with pytest.raises(StoppedTogether):
+            with stop_together(TwoRanks(signal.SIGHUP, 1)) as stops:
+                assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+                os.kill(os.getpid(), signal.SIGHUP)  # (ignored here)
+                stops.check()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, saved)
+    assert handlers == []
 
 
 def test_second_stop_signal_acts_at_once(handlers):
@@ -181,31 +234,15 @@ def test_stop_signal_after_the_last_check_acts_as_the_block_ends(handlers):
     assert type(raised.value) is KeyboardInterrupt and handlers == [signal.SIGHUP]
 
 
-def test_stop_signal_handler_that_returns_lets_the_steps_go_on():
-    called = []
-    saved = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
-    try:
-        with stop_together(TwoRanks()) as stops:
+def test_stop_signal_held_while_the_block_fails_gives_way_to_the_failure(handlers):
+    """(every rank raises an agreed failure alike: a rank raising an interrupt instead would
+    report it alone)"""
+    from destiny.parallel import ParallelError
+
+    with pytest.raises(ParallelError):
+        with stop_together(TwoRanks()):
             os.kill(os.getpid(), signal.SIGTERM)
-            stops.check()
-            assert called == [signal.SIGTERM]
-            os.kill(os.getpid(), signal.SIGTERM)  # (a first signal again: held)
-            assert called == [signal.SIGTERM]
-            stops.check()
-        assert called == [signal.SIGTERM] * 2
-    finally:
-        signal.signal(signal.SIGTERM, saved)
-
-
-def test_ignored_stop_signal_stays_ignored(handlers):
-    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        with stop_together(TwoRanks()) as stops:
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGHUP)
-            stops.check()
-    finally:
-        signal.signal(signal.SIGHUP, saved)
+            raise ParallelError("diverged")
     assert handlers == []
 
 
@@ -283,7 +320,8 @@ MPI_SCRIPT = textwrap.dedent("""
     else:
         raise AssertionError("no error")
 
-    # A stop signal that rank 1 alone gets stops every rank at the same check.
+    # A stop signal that rank 1 gets stops every rank at the same check; the copy that rank 2
+    # gets after that (mpiexec's, late) passes unheeded, and the next acts.
     assert comm.allreduce_max(r * 2) == 4
 
     def interrupt(signum, frame):
@@ -302,6 +340,14 @@ MPI_SCRIPT = textwrap.dedent("""
         assert e.signum == signal.SIGTERM and steps == [0, 1, 2], (e.signum, steps)
     else:
         raise AssertionError("not stopped")
+    if r == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("a new signal passed too")
 
     def produce(lo, hi):  # rank 2 gets a signal making items 6-8: that round ends, then all stop
         if r == 2 and lo >= 6:

@@ -60,6 +60,10 @@ FAILING = textwrap.dedent("""
     rank, mode, real, calls = int(os.environ["FAIL_RANK"]), os.environ["FAIL_MODE"], \\
         Network.update, []
     at = int(os.environ.get("FAIL_AT", "3"))
+    if mode == "sigterm-late":  # then, LATE_S later, the other rank's copy (mpiexec's)
+        import threading
+        from destiny.parallel import get_comm
+        pids = get_comm().allgather(os.getpid())
 
     def update(self, *args, **kwargs):
         calls.append(1)
@@ -68,8 +72,11 @@ FAILING = textwrap.dedent("""
                 raise DestinyError("simulated failure")
             if mode == "bug":
                 raise RuntimeError("simulated bug")
-            if mode == "sigterm":
+            if mode.startswith("sigterm"):
                 os.kill(os.getpid(), signal.SIGTERM)
+                if mode == "sigterm-late":
+                    threading.Timer(float(os.environ["LATE_S"]), os.kill,
+                                    (pids[1 - rank], signal.SIGTERM)).start()
             else:
                 os._exit(3)
         return real(self, *args, **kwargs)
@@ -250,17 +257,20 @@ def test_sigterm_to_mpiexec_stops_every_rank_with_its_status(data, tmp_path):
     assert all(re.fullmatch(r"gl\.nc\d+\.nc", name) for name in os.listdir(tmp_path))
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path, rank):
-    """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` alone gets it,
-    in epoch 2. Every rank stops after the same step, with one message naming the checkpoint
-    of epoch 1, exit status 143, and nothing else left; --resume then trains on from it to the
-    network one process trains."""
+@pytest.mark.parametrize("rank,late", [(0, None), (1, None), (0, 0.0005), (1, 0.05)])
+def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path, rank, late):
+    """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` gets it in
+    epoch 2, and the other rank never does, or ``late`` s later, once the ranks agreed to stop
+    (it used to interrupt that rank's clean-up, or kill it as it shut down). Every rank stops
+    after the same step, with one message naming the checkpoint of epoch 1, exit status 143,
+    and nothing else left; --resume then trains on from it to the network one process
+    trains."""
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm", FAIL_AT="8")  # (5 an epoch)
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm" if late is None else "sigterm-late",
+               FAIL_AT="8", LATE_S=str(late))  # (5 updates an epoch)
     done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-b",
                 "32", "-e", "3", "-q", "--checkpoint-every", "1"], env=env)
@@ -268,7 +278,7 @@ def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path
     assert errors(done) == [
         f"Error: interrupted; {out / 'gl.nc'} was not written. To go on, run the same command "
         f"with --resume to continue from {out / 'gl.nc1.nc'} (epoch 1), the newest checkpoint."]
-    assert "Abort" not in done.stderr.decode()
+    assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
     assert os.listdir(out) == ["gl.nc1.nc"]
     done = train(data, out / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2)
     assert done.returncode == 0, done.stderr.decode()
