@@ -8,7 +8,9 @@ scripts/bench_train.py. Three figures:
      the top 100 of one user: wall time (DSSTNE took 26.5 s to load a MovieLens-10M model);
   2. scoring + top-100 with each user's own items filtered, samples/s (median of batches),
      and the time to write one batch's records (the kernel beside Python's formatting);
-  3. the whole `predict` command on all users (parse, score, filter, write), wall time.
+  3. the whole `predict` command on all users (parse, score, filter, write), wall time;
+     with --ranks, also under `mpiexec -n P`, each process holding the whole network and with
+     --split-layers (each holding 1/P of it): wall time and every process's peak memory.
 With --torch, torch_reference.py's predict + top-k figure on the same data, in the same command
 (on CUDA where Destiny's backend is the GPU).
 
@@ -71,6 +73,54 @@ def time_records(labels, items, scores, item_labels, repeats: int = 9) -> dict[s
     return {name: statistics.median(v) * 1e3 for name, v in times.items()}
 
 
+# A predict process that reports its peak memory once the command is over.
+_MEASURED = """
+import resource, sys
+from destiny.parallel import get_comm
+try:
+    from destiny.cli.predict import main
+    main()
+finally:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(f"peak_rss_mb {get_comm().rank} {peak}", file=sys.stderr)
+"""
+
+
+def time_ranks(cmd: list[str], P: int, split: bool, recs: str, whole: str) -> dict:
+    """The whole command under ``mpiexec -n P`` (the cores shared out): wall time, each
+    process's peak memory, and how its records differ from one process's (``whole``)."""
+    threads = str(max(1, len(os.sched_getaffinity(0)) // P))
+    env = dict(os.environ, NUMBA_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+               OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    argv = [mpiexec, "-n", str(P), sys.executable, "-c", _MEASURED, *cmd[3:], "-s", recs]
+    t = time.perf_counter()
+    done = subprocess.run(argv + (["--split-layers"] if split else []), env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    seconds = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(done.stderr)
+    peaks = sorted((int(r), int(m)) for _, r, m in (line.split() for line in
+                                                   done.stderr.splitlines()
+                                                   if line.startswith("peak_rss_mb ")))
+    return {"ranks": P, "split_layers": split, "seconds": seconds,
+            "peak_rss_mb": [m for _, m in peaks]} | _compare_records(recs, whole)
+
+
+def _compare_records(a: str, b: str) -> dict:
+    """How two recommendation files differ: lines, and lines whose items differ other than by
+    the order of items of equal printed score (near-ties that float32 rounding may swap)."""
+    lines = beyond_ties = 0
+    with open(a, encoding="utf-8") as fa, open(b, encoding="utf-8") as fb:
+        for x, y in zip(fa, fb, strict=True):
+            if x != y:
+                lines += 1
+                px, py = ([tuple(p.split(",")[::-1]) for p in line.split("\t")[1].split(":")
+                           if p.strip()] for line in (x, y))
+                beyond_ties += sorted(px) != sorted(py)
+    return {"lines_differing": lines, "lines_differing_beyond_ties": beyond_ties}
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", default=os.path.join(HERE, "..", "netdefs", "benchmark.json"),
               show_default=True)
@@ -83,13 +133,15 @@ def time_records(labels, items, scores, item_labels, repeats: int = 9) -> dict[s
               help="Also time the predict command on every user.")
 @click.option("--load-runs", type=int, default=11, show_default=True,
               help="Fresh predict processes timed for the load figure.")
+@click.option("--ranks", default="", show_default=True, metavar="P,...",
+              help="Also time the whole command under mpiexec -n P, whole and split layers.")
 @click.option("--torch", "with_torch", is_flag=True)
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True, help="Destiny's backend (auto: the GPU where there is one).")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--json", "json_path", default=None)
-def main(config, users, batch, topk, seconds, full, load_runs, backend, with_torch, workdir,
-         json_path):
+def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, with_torch,
+         workdir, json_path):
     """Time Destiny's predict."""
     os.makedirs(workdir, exist_ok=True)
     items, mean = synthetic.ML20M_ITEMS, synthetic.ML20M_MEAN_PER_USER
@@ -155,6 +207,21 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, with_tor
         result["full_command_s"] = time.perf_counter() - t
         print(f"destiny predict: the whole command on {rows:,} users: "
               f"{result['full_command_s']:.1f} s ({rows / result['full_command_s']:,.0f} users/s)")
+    if full and ranks:
+        whole = os.path.join(workdir, "all.recs")
+        result["ranks"] = []
+        for P in [int(p) for p in ranks.split(",")]:
+            for split in (False, True):
+                run = time_ranks(cmd + ["-b", str(batch), "-r", text, "-f", text], P, split,
+                                 os.path.join(workdir, f"ranks{P}.recs"), whole)
+                result["ranks"].append(run)
+                print(f"destiny predict: the whole command under mpiexec -n {P}"
+                      f"{' --split-layers' if split else ''}: {run['seconds']:.1f} s "
+                      f"({rows / run['seconds']:,.0f} users/s), peak memory per process "
+                      f"{', '.join(f'{m:,} MB' for m in run['peak_rss_mb'])}; "
+                      f"{run['lines_differing']:,} lines differ from one process's, "
+                      f"{run['lines_differing_beyond_ties']:,} beyond the order of equal "
+                      "scores")
     if with_torch:
         out_json = os.path.join(workdir, "torch_predict.json")
         threads = str(len(os.sched_getaffinity(0)))
