@@ -90,5 +90,6 @@ def system_failure(e: BaseException,
         return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
                 "gradients and optimizer state, the data and a batch must fit in this "
                 "machine's memory: use smaller layers or a smaller batch (-b), or split the "
-                "layers over several machines with mpiexec (the README's train section).")
+                "layers over several processes or machines with mpiexec (train; predict "
+                "--split-layers: the README's sections on them).")
     return None

@@ -111,7 +111,7 @@ class Network:
         self.layers = {layer.name: layer for layer in netdef.layers}
         P = self.comm.size
         if P > 1:
-            shard.check_splittable(netdef)
+            shard.check_splittable(netdef, P)
         # The units of each layer this rank holds, and how many every rank holds (spec 7).
         self.units = {n: unit_range(layer.n, self.comm.rank, P) for n, layer in self.layers.items()}
         self.counts = {n: unit_counts(layer.n, P) for n, layer in self.layers.items()}

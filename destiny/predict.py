@@ -182,8 +182,13 @@ class Predictor:
         from destiny.kernels import get_backend
 
         self.kernels = get_backend(backend, tf32=tf32)
-        # Mapped, not read: a cold start does not copy hundreds of MB of weights.
-        nf = read_network(network_path, mmap=True)
+        # Mapped, not read: a cold start does not copy hundreds of MB of weights. A rank of a
+        # split network reads only its blocks of them (load_weights); none reads a
+        # checkpoint's optimizer state, only the counts below.
+        split = comm is not None and comm.size > 1
+        nf = read_network(network_path, mmap=not split, weights=not split,
+                          arrays=lambda name: name.startswith(("input_counts_",
+                                                               "target_counts_")))
         in_labels, in_values = read_index(input_index)
         labels, values = read_index(output_index)
         # The filter is read against the output index. Where the two indices are one mapping

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from destiny.errors import NetDefError
-from destiny.netdef import Activation, NetworkDef
+from destiny.netdef import Activation, LayerKind, NetworkDef
 from destiny.parallel import Comm, agree, failure_message
 
 WHOLE, ROWS, COLS = "whole", "rows", "cols"
@@ -38,23 +38,52 @@ def layout(n_in: int, n_out: int, size: int) -> str:
     return COLS if 3 * n_out > 2 * n_in else ROWS
 
 
-def check_splittable(netdef: NetworkDef) -> None:
-    """Refuse what Destiny does not split across ranks, naming the JSON path."""
+# What to do instead of splitting, in every refusal.
+_UNSPLIT = "run without mpiexec (predict: without --split-layers)"
+
+
+def check_splittable(netdef: NetworkDef, size: int) -> None:
+    """Refuse what Destiny does not split across ``size`` ranks, naming the JSON path."""
     for i, layer in enumerate(netdef.layers):
         path = f"Layers[{i}]"
         if layer.activation == Activation.SoftMax:
             raise NetDefError(f"{path}.Activation", "SoftMax normalizes over all units of a "
-                              "layer, which Destiny does not split across MPI ranks; run "
-                              "without mpiexec or use Sigmoid.")
+                              f"layer, which Destiny does not split across MPI ranks; {_UNSPLIT} "
+                              "or use Sigmoid.")
         if layer.shared_weights:
             raise NetDefError(f"{path}.SharedWeights", "shared weights are not split across "
-                              "MPI ranks; run without mpiexec or give the layers their own "
-                              "weights.")
+                              f"MPI ranks; {_UNSPLIT} or give the layers their own weights.")
         for key, value in (("WeightNorm", layer.weight_norm), ("DeltaNorm", layer.delta_norm)):
             if value > 0:
                 raise NetDefError(f"{path}.{key}", f"{key} takes norms across all units of a "
-                                  "layer, which Destiny does not split across MPI ranks; run "
-                                  f"without mpiexec or remove {key}.")
+                                  f"layer, which Destiny does not split across MPI ranks; "
+                                  f"{_UNSPLIT} or remove {key}.")
+        if layer.n < size:
+            raise NetDefError(f"{path}.N", f"layer {layer.name!r} has {layer.n} units, fewer "
+                              f"than the {size} MPI ranks that would each hold some of them; "
+                              f"run on at most {layer.n} ranks, or {_UNSPLIT}.")
+    _check_input_layouts(netdef)
+
+
+def _check_input_layouts(netdef: NetworkDef) -> None:
+    """Refuse an input layer that feeds one matrix split by its units and another split by
+    the destination's: a rank would need the whole input for the second and its own share of
+    it for the first, and reads one of them (``Network.input_columns``)."""
+    for layer in netdef.layers:
+        if layer.kind != LayerKind.Input:
+            continue
+        fed = [dest for dest in netdef.layers if layer.name in dest.sources]
+        by_layout = {layout(layer.n, dest.n, 2): dest for dest in fed}
+        if len(by_layout) > 1:
+            rows, cols = by_layout[ROWS], by_layout[COLS]
+            later = max(rows, cols, key=lambda d: d.index)
+            raise NetDefError(
+                f"Layers[{later.index}].Source", f"the input layer {layer.name!r} ({layer.n} "
+                f"units) feeds {rows.name!r} ({rows.n} units), whose weights Destiny splits "
+                f"across MPI ranks by the input's units, and {cols.name!r} ({cols.n} units), "
+                "whose weights it splits by their own units (the larger side decides, spec "
+                "7); it does not split one input layer both ways. Give both layers more than "
+                f"two thirds of the input's units, or both fewer, or {_UNSPLIT}.")
 
 
 class Part:

@@ -132,3 +132,32 @@ def test_what_is_not_split_is_named():
     Network(netdef, get_backend("cpu"))  # one process: fine
     with pytest.raises(NetDefError, match=r"Layers\[2\]\.Activation"):
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+
+
+def test_an_input_split_both_ways_is_refused():
+    """An input feeding a narrow layer (its matrix split by the input's units) and a wide one
+    (split by the layer's own) gave wrong products on every rank: refused, with the path."""
+    from destiny.errors import NetDefError
+
+    mixed = dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
+        NETDEF["Layers"][2], Source=["Hidden", "Input"])])  # Input -> Output: 300 -> 250, cols
+    netdef = parse_netdef(mixed)
+    Network(netdef, get_backend("cpu"))  # one process: fine
+    with pytest.raises(NetDefError, match=r"Layers\[2\]\.Source: the input layer 'Input' \(300 "
+                                          r"units\) feeds 'Hidden' \(20 units\).*'Output' "
+                                          r"\(250 units\)"):
+        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+    alike = dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
+        NETDEF["Layers"][2], N=150, Source=["Hidden", "Input"])])  # 300 -> 150: rows too
+    Network(parse_netdef(alike), get_backend("cpu"), comm=FakeComm(1, 2))
+
+
+def test_a_layer_with_fewer_units_than_ranks_is_refused():
+    from destiny.errors import NetDefError
+
+    netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
+        NETDEF["Layers"][1], N=2), NETDEF["Layers"][2]]))
+    Network(netdef, get_backend("cpu"), comm=FakeComm(1, 2))
+    with pytest.raises(NetDefError, match=r"Layers\[1\]\.N: layer 'Hidden' has 2 units, fewer "
+                                          r"than the 3 MPI ranks .* at most 2 ranks"):
+        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 3))

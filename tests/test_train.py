@@ -1073,3 +1073,22 @@ def test_dsstne_network_file_without_destiny_attributes_loads(files):
     from destiny.io.checkpoint import load_weights
     load_weights(net, files / "net.nc")
     np.testing.assert_array_equal(net.connections[0].W, nf.weights[0])
+
+
+def test_a_reader_that_needs_neither_weights_nor_optimizer_state_reads_neither(files):
+    """A rank of a split network reads its blocks of the weights itself, and predict needs a
+    checkpoint's counts, not its optimizer state: read_network leaves out what it is told to,
+    and still checks every matrix's size."""
+    assert run_train(files, "-e", "2", "--checkpoint-every", "2",
+                     "--optimizer", "rmsprop").exit_code == 0
+    counts = lambda name: name.startswith(("input_counts_", "target_counts_"))  # noqa: E731
+    for path in (files / "net.nc2.nc", files / "net.nc"):  # a checkpoint, the network
+        whole = read_network(path)
+        assert whole.weights and whole.arrays
+        lean = read_network(path, weights=False, arrays=counts)
+        assert lean.weights == {} and sorted(lean.biases) == sorted(whole.biases)
+        assert lean.netdef == whole.netdef and lean.destiny == whole.destiny
+        assert sorted(lean.arrays) == sorted(filter(counts, whole.arrays))
+        assert read_network(path, arrays=False).arrays == {}
+    assert any(n.startswith("state") for n in read_network(files / "net.nc2.nc").arrays)
+    assert read_network(files / "net.nc", arrays=counts).arrays  # (the network's counts)

@@ -80,7 +80,7 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
     already read, if the caller has it. A rank of a split network reads only its blocks.
     """
     split = net.comm.size > 1
-    nf = nf or read_network(path, mmap=split, arrays=not split)
+    nf = nf or read_network(path, arrays=not split, weights=not split)
     mine = [(c.source.name, c.dest.name, c.source.n, c.dest.n) for c in net.connections]
     theirs = [(c.source.name, c.dest.name, c.source.n, c.dest.n)
               for c in Network(nf.netdef, net.backend).connections]

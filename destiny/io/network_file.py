@@ -11,6 +11,7 @@ and, in checkpoints, the optimizer state.
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 import numpy as np
 
@@ -184,13 +185,18 @@ class NetworkFile:
         self.arrays: dict[str, np.ndarray] = arrays
 
 
-def read_network(path, *, mmap: bool = False, arrays: bool = True) -> NetworkFile:
+def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], bool] = True,
+                 weights: bool = True) -> NetworkFile:
     """Read a DSSTNE or Destiny network file (``version`` is read but not checked, quirk 10.34).
 
     With ``mmap`` the weight matrices are mapped from the file (copy-on-write) instead of
     read: a cold ``predict`` then does not copy hundreds of MB before its first product.
-    ``arrays=False`` skips Destiny's extra variables (optimizer state): a rank of a split
-    network reads its blocks of them with ``read_block`` instead.
+    ``arrays`` says which of Destiny's extra variables to read: all, none (a rank of a split
+    network reads its blocks of the optimizer state with ``read_block``), or those whose names
+    (without ``destiny_``) it holds true (predict's counts, not a checkpoint's optimizer
+    state).
+    ``weights=False`` leaves the weight matrices out (their sizes are still checked): a rank
+    of a split network reads its blocks of them.
     """
     import netCDF4
 
@@ -206,25 +212,32 @@ def read_network(path, *, mmap: bool = False, arrays: bool = True) -> NetworkFil
         get = _Getter(path, attrs)
         layers = _attach_shares(get, [_read_layer(get, i) for i in range(get.uint("layers"))])
         netdef = _read_network(get, layers)
-        weights, biases = {}, {}
+        matrices, biases = {}, {}
         count = get.uint("weights")
-        mapped = _mappable(nc, path, [f"weight{k}_weights" for k in range(count)]) if mmap else {}
+        mapped = (_mappable(nc, path, [f"weight{k}_weights" for k in range(count)])
+                  if mmap and weights else {})
         for k in range(count):
             p = f"weight{k}_"
             biases[k] = _variable(nc, path, p + "bias").astype(np.float32, copy=False)
             if not get.uint(p + "bShared"):
                 rows, cols = _shape(netdef, get.text(p + "inputLayer"), get.text(p + "outputLayer"))
-                flat = mapped.get(p + "weights")
-                if flat is None:
-                    flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
-                if flat.size != rows * cols:
-                    raise DataFormatError(path, f"{p}weights holds {flat.size} values; the layers "
+                if not weights:
+                    size = _variable(nc, path, p + "weights", read=False).size
+                else:
+                    flat = mapped.get(p + "weights")
+                    if flat is None:
+                        flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
+                    size = flat.size
+                if size != rows * cols:
+                    raise DataFormatError(path, f"{p}weights holds {size} values; the layers "
                                           f"it joins need {rows} x {cols}.")
-                weights[k] = flat.reshape(rows, cols)
+                if weights:
+                    matrices[k] = flat.reshape(rows, cols)
         destiny = {k[len("destiny_"):]: v for k, v in attrs.items() if k.startswith("destiny_")}
         extra = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
-                 if name.startswith("destiny_") and arrays}
-    return NetworkFile(netdef, weights, biases, destiny, extra)
+                 if name.startswith("destiny_")
+                 and (arrays(name[len("destiny_"):]) if callable(arrays) else arrays)}
+    return NetworkFile(netdef, matrices, biases, destiny, extra)
 
 
 def destiny_attributes(path) -> dict | None:
@@ -386,10 +399,11 @@ def _shape(netdef: NetworkDef, source: str, dest: str) -> tuple[int, int]:
     return by_name[source].n, by_name[dest].n
 
 
-def _variable(nc, path, name) -> np.ndarray:
+def _variable(nc, path, name, read: bool = True):
+    """The variable ``name``'s values (``read=False``: the variable, unread)."""
     if name not in nc.variables:
         raise DataFormatError(path, f"lacks the variable {name!r}; the network file is incomplete.")
-    return np.asarray(nc.variables[name][:])
+    return np.asarray(nc.variables[name][:]) if read else nc.variables[name]
 
 
 def netdef_json(destiny: dict) -> dict | None:
