@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 import time
 import traceback
@@ -261,20 +262,52 @@ def agree(comm: Comm, failure: str | None) -> None:
 
 @contextlib.contextmanager
 def all_or_none(comm: Comm) -> Iterator[None]:
-    """Run a block on every rank; if it fails on any, every rank raises the same error.
+    """Run a block on every rank; if it fails on any, every rank raises the same error, and
+    if a stop signal interrupts it on any, every rank raises ``StoppedTogether``.
 
-    The block must call no collective: a rank that failed before it would never join.
-    With one process the block runs as it is: its exceptions pass unchanged.
+    The block must call no collective: a rank that failed before it would never join. A stop
+    signal interrupts the block at once, as its handler would; the ranks then agree on it
+    with the failures (a rank's own copy of the signal may come after that, and passes
+    unheeded: it is the same stop). With one process the block runs as it is: its exceptions
+    pass unchanged.
     """
     if comm.size == 1:
         yield
         return
-    failure = None
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 - any failure must reach the waiting ranks
-        failure = failure_message(comm, e)
-    agree(comm, failure)
+    failure, mine, agreeing, interrupted = None, 0, False, False
+
+    def arrival(held: HeldSignals, signum: int, frame) -> None:
+        nonlocal mine
+        mine = mine or signum
+        if not agreeing:  # (while the ranks agree, only recorded)
+            held.deliver(signum, frame)
+
+    with held_back(arrival) as held:
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - any failure must reach the waiting ranks
+            failure = failure_message(comm, e)
+        except KeyboardInterrupt:  # (a stop signal, or Python's own interrupt: Ctrl-C's)
+            interrupted, mine = True, mine or signal.SIGINT
+        agreeing = True
+        outcomes = comm.allgather((failure, mine))
+        first = next((f for f, _ in outcomes if f is not None), None)
+        signum = max(s for _, s in outcomes)
+        if first is None and signum and held is not None and not interrupted:
+            # Stopped by another rank's signal, or by its own whose handler put it off (the
+            # command line's does, while a module loads): the handler hears of it now, and
+            # the copy still to come (mpiexec's, or the handler's own resend) passes unheeded
+            # once the handlers are back.
+            with contextlib.suppress(KeyboardInterrupt):
+                held.deliver(signum)
+            for late in {signum, mine} - {0}:
+                held.pass_once(late)
+    if first is not None:
+        raise ParallelError(first)
+    if signum:
+        raise StoppedTogether(signum)
+    if mine:  # came as the ranks agreed: this rank alone
+        held.deliver(mine)
 
 
 class StopCheck:
@@ -335,10 +368,10 @@ def stop_together(comm: Comm) -> Iterator[StopCheck]:
         yield StopCheck(comm, None)
         return
 
-    def arrival(held: HeldSignals, signum: int) -> None:
+    def arrival(held: HeldSignals, signum: int, frame) -> None:
         if held.arrived:  # a second signal: this one is acted on, now, for both
             held.arrived.clear()
-            held.deliver(signum)
+            held.deliver(signum, frame)
         else:
             held.arrived.append(signum)
 

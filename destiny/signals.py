@@ -26,13 +26,13 @@ class HeldSignals:
         self.arrived: list[int] = []
         self._saved: dict[int, object] = {}
 
-    def deliver(self, signum: int) -> None:
+    def deliver(self, signum: int, frame=None) -> None:
         """Act on ``signum`` now as its own handler would: a Python handler is called (the
         command line's raises KeyboardInterrupt); the default action ends the process; an
         ignored signal does nothing."""
         handler = self._saved.get(signum)
         if callable(handler):
-            handler(signum, None)
+            handler(signum, frame)
         elif handler == signal.SIG_DFL:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
@@ -73,10 +73,11 @@ class HeldSignals:
 
 
 @contextlib.contextmanager
-def held_back(on_arrival: Callable[[HeldSignals, int], None] | None = None
+def held_back(on_arrival: Callable[[HeldSignals, int, object], None] | None = None
               ) -> Iterator[HeldSignals | None]:
     """Hold the stop signals back through the block: each that comes is recorded in
-    ``arrived`` (or given to ``on_arrival(held, signum)``) instead of going to its handler.
+    ``arrived`` (or given to ``on_arrival(held, signum, frame)``) instead of going to its
+    handler.
     Once the block is over the handlers are back, and the caller acts on what arrived.
 
     A handler that records stands in for each signal's own (a signal mask would not do: the C
@@ -89,7 +90,7 @@ def held_back(on_arrival: Callable[[HeldSignals, int], None] | None = None
     held = HeldSignals()
     try:
         held._hold(held._record if on_arrival is None else
-                   (lambda signum, frame: on_arrival(held, signum)))
+                   (lambda signum, frame: on_arrival(held, signum, frame)))
         yield held
     finally:
         late = held._restore()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from destiny.errors import DestinyError
-from destiny.parallel import (Comm, StoppedTogether, all_or_none, failure_message,
+from destiny.parallel import (Comm, ParallelError, StoppedTogether, all_or_none, failure_message,
                               gather_in_order, get_comm, launched_by_mpi, shard_range,
                               stop_together)
 
@@ -116,15 +116,18 @@ def test_failure_message_names_other_ranks():
 
 class TwoRanks(Comm):
     """Rank 0 of two, in this process: ``theirs`` holds the other rank's part of each
-    ``allreduce_max`` in turn (0 once they run out)."""
+    ``allreduce_max`` in turn (0 once they run out), ``gathered`` its part of ``allgather``."""
 
     size = 2
 
-    def __init__(self, *theirs: int):
-        self.theirs = list(theirs)
+    def __init__(self, *theirs: int, gathered=None):
+        self.theirs, self.gathered = list(theirs), gathered
 
     def allreduce_max(self, x: int) -> int:
         return max(int(x), self.theirs.pop(0) if self.theirs else 0)
+
+    def allgather(self, obj) -> list:
+        return [obj, self.gathered if self.gathered is not None else obj]
 
 
 @pytest.fixture
@@ -244,6 +247,51 @@ def test_stop_signal_held_while_the_block_fails_gives_way_to_the_failure(handler
             os.kill(os.getpid(), signal.SIGTERM)
             raise ParallelError("diverged")
     assert handlers == []
+
+
+def test_stop_signal_in_a_block_of_all_or_none_stops_every_rank(handlers):
+    """(as the ranks read their data or load the network: the block stops at once, and the
+    ranks agree on the stop with the failures)"""
+    done = []
+    with pytest.raises(StoppedTogether) as stopped:
+        with all_or_none(TwoRanks(gathered=(None, 0))):
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("rest of the block")  # pragma: no cover
+    assert stopped.value.signum == signal.SIGTERM and done == [] and handlers == [signal.SIGTERM]
+    with pytest.raises(StoppedTogether) as stopped:  # the other rank's
+        with all_or_none(TwoRanks(gathered=(None, signal.SIGHUP))):
+            done.append("the whole block")
+    assert stopped.value.signum == signal.SIGHUP and done == ["the whole block"]
+    assert handlers == [signal.SIGTERM, signal.SIGHUP]  # this rank's handler heard of it
+    os.kill(os.getpid(), signal.SIGHUP)  # (this rank's own copy, late: passes)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGHUP)
+    with pytest.raises(ParallelError, match="their failure"):  # a failure beats a stop
+        with all_or_none(TwoRanks(gathered=("their failure", 0))):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_all_or_none_stops_on_a_signal_its_handler_put_off():
+    """The command line's handler puts a signal off while a module loads, and sends it again
+    later: the block goes on, the ranks stop together, and the resend passes unheeded."""
+    calls = []
+
+    def put_off_once(signum, frame):
+        calls.append(signum)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+
+    saved = signal.signal(signal.SIGTERM, put_off_once)
+    try:
+        with pytest.raises(StoppedTogether):
+            with all_or_none(TwoRanks(gathered=(None, 0))):
+                os.kill(os.getpid(), signal.SIGTERM)
+                calls.append("block done")
+        assert calls == [signal.SIGTERM, "block done", signal.SIGTERM]
+        os.kill(os.getpid(), signal.SIGTERM)  # the resend
+        assert len(calls) == 3
+    finally:
+        signal.signal(signal.SIGTERM, saved)
 
 
 def test_one_process_acts_on_stop_signals_at_once(handlers):

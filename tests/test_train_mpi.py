@@ -81,7 +81,12 @@ FAILING = textwrap.dedent("""
                 os._exit(3)
         return real(self, *args, **kwargs)
 
-    Network.update = update
+    def initialize(self, *args, **kwargs):  # (as the ranks set up, before any collective)
+        if mode == "sigterm-setup" and self.comm.rank == rank:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_initialize(self, *args, **kwargs)
+
+    Network.update, real_initialize, Network.initialize = update, Network.initialize, initialize
     from destiny.cli.train import main
     sys.argv[0] = "train"
     main()
@@ -283,6 +288,26 @@ def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path
     done = train(data, out / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2)
     assert done.returncode == 0, done.stderr.decode()
     assert_same_network(single / "gl.nc", out / "gl.nc")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_stop_signal_while_setting_up_stops_all(data, tmp_path, rank):
+    """A SIGTERM that one rank gets as the ranks read the data and build the network: every
+    rank stops, with one message and exit status 143, and leaves nothing (not even a lock)."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm-setup")
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
+                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q"],
+               env=env)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
+    assert errors(done) == [f"Error: interrupted before the first checkpoint; {out / 'gl.nc'} "
+                            "was not written. Run the command again to start afresh "
+                            "(--checkpoint-every sets how often checkpoints are written)."]
+    assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
+    assert os.listdir(out) == []
 
 
 def test_divergence_is_reported_once(data, tmp_path):
