@@ -32,7 +32,8 @@ from destiny.io.network_file import destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
-from destiny.parallel import Comm, all_or_none
+from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
+                              stop_together)
 from destiny.train import (EpochRecord, TrainConfig, TrainData, TrainState, train_epochs,
                            too_narrow, unknown_dataset)
 
@@ -145,13 +146,20 @@ def fit(
         # How often each output unit was a target: predict never recommends units at 0 (items
         # the model never saw, padding). Each rank counts its own units. Likewise each input
         # feature: predict leaves out features no example had (their weights are untrained).
-        counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
-                      np.bincount(ds.indices, minlength=net.local_n(name))))
-                  for name, ds in data.targets.items()}
-        counts |= {f"input_counts_{name}": _input_counts(net, name, ds, comm)
-                   for name, ds in data.inputs.items()}
-        save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
-                     arrays=counts)
+        # Under MPI a stop signal that comes meanwhile stops the ranks once the network is
+        # written: the file is complete (a rank stopping in the middle would abort the job).
+        with stop_together(comm) as stops:
+            counts = {f"target_counts_{name}": np.concatenate(comm.allgather(
+                          np.bincount(ds.indices, minlength=net.local_n(name))))
+                      for name, ds in data.targets.items()}
+            counts |= {f"input_counts_{name}": _input_counts(net, name, ds, comm)
+                       for name, ds in data.inputs.items()}
+            save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
+                         arrays=counts)
+            try:
+                stops.check()
+            except StoppedTogether as e:
+                raise StoppedTogetherAfterOutputs(e.signum, [str(network_path)]) from None
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                          records=records, written=str(network_path))
 

@@ -21,7 +21,7 @@ import time
 import traceback
 from typing import Callable, Iterator
 
-from destiny.errors import DestinyError, system_failure
+from destiny.errors import DestinyError, InterruptedAfterOutputs, system_failure
 from destiny.signals import HeldSignals, held_back
 
 # Set by the launchers: MPICH's hydra (PMI_*, HYDI_CONTROL_FD, MPI_LOCALNRANKS), Open MPI's
@@ -42,6 +42,14 @@ class StoppedTogether(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__()
         self.signum = signum
+
+
+class StoppedTogetherAfterOutputs(StoppedTogether, InterruptedAfterOutputs):
+    """``StoppedTogether`` once the outputs ``paths`` were put in place: they are complete."""
+
+    def __init__(self, signum: int, paths: list[str]):
+        KeyboardInterrupt.__init__(self)  # (each base's __init__ wants its own arguments)
+        self.signum, self.paths = signum, paths
 
 
 def shard_range(n: int, rank: int, size: int) -> tuple[int, int]:

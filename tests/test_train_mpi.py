@@ -50,8 +50,9 @@ NETDEF = {
 }
 
 # A test-only launcher: rank FAIL_RANK fails in its third update, or its FAIL_AT-th (a
-# DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), through the real
-# command line; the library has no hook for it.
+# DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), or gets a SIGTERM as
+# the ranks set up or write the network file, through the real command line; the library has
+# no hook for it.
 FAILING = textwrap.dedent("""
     import os, signal, sys
     from destiny.errors import DestinyError
@@ -72,12 +73,12 @@ FAILING = textwrap.dedent("""
                 raise DestinyError("simulated failure")
             if mode == "bug":
                 raise RuntimeError("simulated bug")
-            if mode.startswith("sigterm"):
+            if mode in ("sigterm", "sigterm-late"):
                 os.kill(os.getpid(), signal.SIGTERM)
                 if mode == "sigterm-late":
                     threading.Timer(float(os.environ["LATE_S"]), os.kill,
                                     (pids[1 - rank], signal.SIGTERM)).start()
-            else:
+            if mode == "die":
                 os._exit(3)
         return real(self, *args, **kwargs)
 
@@ -87,6 +88,16 @@ FAILING = textwrap.dedent("""
         return real_initialize(self, *args, **kwargs)
 
     Network.update, real_initialize, Network.initialize = update, Network.initialize, initialize
+
+    import destiny.fit
+    real_save = destiny.fit.save_network
+
+    def save_network(path, net, **kwargs):  # (the network file, as the ranks write it)
+        if mode == "sigterm-final" and net.comm.rank == rank and "arrays" in kwargs:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(path, net, **kwargs)
+
+    destiny.fit.save_network = save_network
     from destiny.cli.train import main
     sys.argv[0] = "train"
     main()
@@ -308,6 +319,26 @@ def test_stop_signal_while_setting_up_stops_all(data, tmp_path, rank):
                             "(--checkpoint-every sets how often checkpoints are written)."]
     assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
     assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_stop_signal_while_the_network_is_written_stops_all_once_it_is(data, tmp_path, rank):
+    """A SIGTERM that one rank gets as the ranks write the network file: the file is finished,
+    and every rank stops, with one message saying it is complete, and exit status 143."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm-final")
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
+                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q",
+                "-b", "32", "-e", "1", "--checkpoint-every", "0"], env=env)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
+    assert errors(done) == [f"Error: interrupted as {out / 'gl.nc'} was put in place, once it "
+                            "was: it is complete."]
+    assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
+    assert os.listdir(out) == ["gl.nc"]
+    assert read_network(out / "gl.nc").arrays  # whole: its counts are the last thing written
 
 
 def test_divergence_is_reported_once(data, tmp_path):
