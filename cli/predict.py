@@ -65,7 +65,7 @@ def _check_format(ctx, param, fmt: str) -> str:
               help="Under mpiexec: split every layer across the processes as train does, each "
                    "holding about 1/P of the network, for a network too large for one "
                    "process. Without it every process holds the whole network and scores its "
-                   "share of the samples (faster where the network fits).")
+                   "share of the samples, with no collective per batch.")
 @tf32_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
 @library_errors
@@ -102,6 +102,9 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
             predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
                                   layer=layer, backend=backend, tf32=tf32,
                                   comm=comm if split_layers else None)
+        if split_layers and comm.size == 1 and not quiet:
+            note(NAME, "--split-layers has nothing to split without mpiexec: this one process "
+                       "holds every layer")
         options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
                        batch_size=batch, score_format=score_format, comm=comm)
         with _records_out(output_path, comm) as out:

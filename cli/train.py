@@ -77,7 +77,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     from destiny.fit import fit
     from destiny.io import atomic
     from destiny.io.checkpoint import checkpoint_epoch
-    from destiny.parallel import get_comm
+    from destiny.parallel import ParallelError, get_comm
 
     comm = get_comm()  # under mpiexec: every layer split across the ranks (spec 7)
     quiet = quiet or not comm.is_root  # rank 0 speaks for all
@@ -105,6 +105,13 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                     progress.checkpointed(path, epoch)
         raise click.ClickException(_interrupted(network_path, progress.checkpoint,
                                                 checkpoint_every, cfg.epochs)) from None
+    except ParallelError as e:  # under mpiexec: shared by the ranks
+        progress.close()
+        if not e.system or progress.checkpoint is None:
+            raise
+        raise click.ClickException(  # (a full disk, as one process's message below says it)
+            f"{e} To go on from this run's newest checkpoint instead, "
+            f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.") from None
     except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
         progress.close()
         if progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):

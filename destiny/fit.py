@@ -114,7 +114,9 @@ def fit(
             if on_checkpoint is not None:
                 on_checkpoint(resumed_from, state.epoch)
         elif initial_network and not resume:
-            save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
+            with stop_together(comm) as stops:  # (the ranks write it together)
+                save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
+                stops.check()
         if on_start is not None:
             on_start(net, data, state)
 

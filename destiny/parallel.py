@@ -32,7 +32,13 @@ _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 class ParallelError(DestinyError):
-    """Raised on every rank alike when any rank failed; the message is the failing rank's."""
+    """Raised on every rank alike when any rank failed (the message is the failing rank's),
+    or when every rank found the same failure (a subclass: ``TrainingDivergedError``).
+    ``system``: the failure was the system's (``errors.system_failure``: a full disk)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.system = getattr(message, "system", False)
 
 
 class StoppedTogether(KeyboardInterrupt):
@@ -248,16 +254,28 @@ def _launcher_size() -> int:
     return 0  # unknown
 
 
-def failure_message(comm: Comm, exc: BaseException) -> str:
+class FailureText(str):
+    """A rank's failure as every rank reports it; ``system``: a failure of the system's, whose
+    advice a command may add to (train: the checkpoint to resume from). It travels pickled."""
+
+    system = False
+
+
+def failure_message(comm: Comm, exc: BaseException) -> FailureText:
     """The text every rank reports for ``exc``: a DestinyError's message, a failure of the
     system's (``system_failure``: a full disk), else the traceback.
 
     Rank 0 speaks as a single process does; another rank names itself.
     """
+    system = getattr(exc, "system", False)  # (a ParallelError passed on)
     text = str(exc) if isinstance(exc, DestinyError) else system_failure(exc)
     if text is None:  # a bug: its traceback is what a report needs
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
-    return text if comm.is_root else f"rank {comm.rank} of {comm.size}: {text}"
+    elif not isinstance(exc, DestinyError):
+        system = True
+    failure = FailureText(text if comm.is_root else f"rank {comm.rank} of {comm.size}: {text}")
+    failure.system = system
+    return failure
 
 
 def agree(comm: Comm, failure: str | None) -> None:

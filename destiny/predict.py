@@ -210,10 +210,10 @@ class Predictor:
                 f"-l {layer}: is {what}; -l names the layer whose units are the output index's "
                 f"items: an output layer ({', '.join(map(repr, outputs))}).")
         # With a ``comm`` of several ranks, every layer is split across them as in training
-        # (spec 7): each rank scores its share of the output units (``units``).
+        # (spec 7): each rank scores its share of the output units (``own_units``).
         self.net = Network(nf.netdef, self.kernels, comm=comm)
         self.layer = layer
-        self.units = self.net.units[layer]
+        self.own_units = self.net.units[layer]
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]
         if dataset is not None and input_layer.dataset != f"{dataset}_input":
             raise DestinyError(
@@ -263,7 +263,7 @@ class Predictor:
         seen = nf.arrays.get(f"target_counts_{layer}")
         if seen is not None and len(seen) == n_out:
             allowed &= (seen > 0).astype(np.uint8)
-        allowed = np.ascontiguousarray(allowed[self.units[0]:self.units[1]])
+        allowed = np.ascontiguousarray(allowed[self.own_units[0]:self.own_units[1]])
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 
@@ -326,10 +326,10 @@ class Predictor:
 
     def _done(self, lo: int, items, best) -> tuple[int, np.ndarray, np.ndarray]:
         """A queued batch's answers; a rank of a split network numbers its units from
-        ``units[0]``: its items are given the layer's numbers (missing slots stay -1)."""
+        ``own_units[0]``: its items are given the layer's numbers (missing slots stay -1)."""
         items, best = items.get(), best.get()
-        if self.units[0]:
-            items = np.where(items >= 0, items + self.units[0], items)
+        if self.own_units[0]:
+            items = np.where(items >= 0, items + self.own_units[0], items)
         return lo, items, best
 
     def _queue_batches(self, records: Records, k: int, filter_csr, multiply: bool,
@@ -350,7 +350,7 @@ class Predictor:
                 sub_val = fval[fptr[lo]:fptr[hi]]
                 if self.split:  # this rank's units only
                     sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val,
-                                                             *self.units)
+                                                             *self.own_units)
                 if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
                     kb = self.kernels
                     copied = kb.empty(scores.shape, np.float32)
@@ -460,9 +460,9 @@ def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: i
             parts = comm.gather((items, best, stops.pending()))
             failure, signum = None, 0
             if comm.is_root:
-                items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
-                hi = lo + len(items)
                 try:
+                    items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
+                    hi = lo + len(items)
                     write_records(out, records.labels[lo:hi], items, best,
                                   predictor.item_labels(), score_format)
                     if progress is not None:

@@ -1,9 +1,10 @@
 """The stop signals (Ctrl-C, SIGTERM, SIGHUP), and holding them back while work must go on.
 
-The command line turns each stop signal into an interrupt (cli/common.py). Two kinds of work
-hold them back for a while and act on them afterwards: putting outputs in place, all or none
-of them (io/atomic.py), and, under MPI, the steps that every rank takes together, so that the
-ranks stop at the same step (parallel.py, ``stop_together``).
+The command line turns each stop signal into an interrupt (cli/common.py). Some work holds
+them back for a while and acts on them afterwards: putting outputs in place, all or none of
+them (io/atomic.py), and, under MPI, what the ranks do together, so that they stop together
+(parallel.py: ``stop_together`` for steps and rounds, ``all_or_none`` for blocks that may
+fail).
 """
 
 from __future__ import annotations

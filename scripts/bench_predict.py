@@ -134,7 +134,8 @@ def _compare_records(a: str, b: str) -> dict:
 @click.option("--load-runs", type=int, default=11, show_default=True,
               help="Fresh predict processes timed for the load figure.")
 @click.option("--ranks", default="", show_default=True, metavar="P,...",
-              help="Also time the whole command under mpiexec -n P, whole and split layers.")
+              help="Also time the whole command under mpiexec -n P, whole and split layers "
+                   "(with --full).")
 @click.option("--torch", "with_torch", is_flag=True)
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True, help="Destiny's backend (auto: the GPU where there is one).")

@@ -28,8 +28,9 @@ pytestmark = needs_mpiexec
 ENV = rank_env()
 
 # A test-only launcher: rank FAIL_RANK fails while formatting its second batch (a DestinyError,
-# a bug, a sudden death, or a SIGTERM that it alone gets), through the real command line; the
-# library has no hook for it.
+# a bug, a sudden death, or a SIGTERM that it alone gets), or gets a SIGTERM as it scores its
+# second batch (sigterm-score: with --split-layers, where rank 0 alone formats), through the
+# real command line; the library has no hook for it.
 FAILING = textwrap.dedent("""
     import os, signal, sys
     from destiny import predict
@@ -48,11 +49,19 @@ FAILING = textwrap.dedent("""
                 raise RuntimeError("simulated bug")
             if mode == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)
-            else:
+            elif mode == "die":
                 os._exit(3)
         return real(*args, **kwargs)
 
-    predict.write_records = write_records
+    real_done, scored = predict.Predictor._done, []
+
+    def _done(self, *args):
+        scored.append(1)
+        if mode == "sigterm-score" and get_comm().rank == rank and len(scored) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_done(self, *args)
+
+    predict.write_records, predict.Predictor._done = write_records, _done
     from destiny.cli.predict import main
     sys.argv[0] = "predict"
     main()
@@ -272,8 +281,10 @@ def test_rank_that_dies_stops_the_job(model, tmp_path):  # noqa: F811
     assert not out.exists()
 
 
-@pytest.mark.parametrize("rank,split", [(0, ()), (1, ()), (0, ("--split-layers",))])
-def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank, split):  # noqa: F811
+@pytest.mark.parametrize("rank,split,mode", [(0, (), "sigterm"), (1, (), "sigterm"),
+                                             (0, ("--split-layers",), "sigterm"),
+                                             (1, ("--split-layers",), "sigterm-score")])
+def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank, split, mode):  # noqa: F811
     """mpiexec passes a SIGTERM to each rank at its own moment: here rank ``rank`` alone gets
     it. Every rank stops after the same round, one message is printed, the job exits 143 (as
     one process stopped by it), and no output or temporary is left."""
@@ -281,7 +292,7 @@ def test_stop_signal_on_one_rank_stops_all(model, tmp_path, rank, split):  # noq
     script.write_text(FAILING)
     out = tmp_path / "out" / "recs.txt"
     out.parent.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm")
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE=mode)
     done = run([MPIEXEC, "-n", 2, sys.executable, script,
                 *argv(model, "-b", "32", *split, "-s", out)], env=env)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()

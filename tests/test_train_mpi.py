@@ -98,6 +98,16 @@ FAILING = textwrap.dedent("""
         return real_save(path, net, **kwargs)
 
     destiny.fit.save_network = save_network
+
+    import destiny.io.checkpoint as checkpoint
+    real_write = checkpoint.write_network
+
+    def write_network(path, *args, **kwargs):  # (rank 0 writes the file the ranks gather)
+        if mode == "full-disk" and os.path.basename(str(path)).startswith(".gl.nc2.nc"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_write(path, *args, **kwargs)
+
+    checkpoint.write_network = write_network
     from destiny.cli.train import main
     sys.argv[0] = "train"
     main()
@@ -339,6 +349,27 @@ def test_stop_signal_while_the_network_is_written_stops_all_once_it_is(data, tmp
     assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
     assert os.listdir(out) == ["gl.nc"]
     assert read_network(out / "gl.nc").arrays  # whole: its counts are the last thing written
+
+
+def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path):
+    """A full disk as rank 0 writes epoch 2's checkpoint: one message, which names the
+    checkpoint of epoch 1 to go on from, as one process's does (it was a traceback)."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(ENV, FAIL_RANK="0", FAIL_MODE="full-disk")
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
+                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q",
+                "-b", "32", "-e", "3", "--checkpoint-every", "1"], env=env)
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert "No space left on device; no output was replaced" in line, line
+    assert line.endswith(f"To go on from this run's newest checkpoint instead, run the same "
+                         f"command with --resume to continue from {out / 'gl.nc1.nc'} (epoch 1), "
+                         "the newest checkpoint."), line
+    assert "Abort" not in done.stderr.decode()
+    assert os.listdir(out) == ["gl.nc1.nc"]
 
 
 def test_divergence_is_reported_once(data, tmp_path):
