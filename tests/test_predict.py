@@ -125,6 +125,14 @@ def test_stdout_and_batches_agree(model, tmp_path):
     assert one.stdout == many.stdout and one.stdout.count("\n") == 300
 
 
+def test_split_layers_without_mpiexec_says_so_and_changes_nothing(model):
+    text = str(model / "ratings.txt")
+    plain = run(model, "-r", text, "-k", "7", output="-")
+    split = run(model, "-r", text, "-k", "7", "--split-layers", output="-")
+    assert plain.exit_code == split.exit_code == 0 and split.stdout == plain.stdout
+    assert "--split-layers has nothing to split without mpiexec" in split.stderr
+
+
 def test_tf32_on_the_cpu_changes_nothing(model, tmp_path):
     """``--tf32`` allows TF32 products where a GPU computes them; the cpu's are float32
     anyway: the same records, and no mention of TF32."""
