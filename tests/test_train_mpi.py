@@ -223,20 +223,27 @@ def test_existing_network_is_refused_once(data, tmp_path):
     assert (tmp_path / "gl.nc").read_text() == "keep me"
 
 
+def train_failing(data, tmp_path, mode, *args, rank=0, **extra):
+    """``mpiexec -n 2`` train through the FAILING launcher into ``tmp_path/out``: (the run,
+    the output directory)."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE=mode, **extra)
+    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
+                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q",
+                *args], env=env)
+    return done, out
+
+
 @pytest.mark.parametrize("rank,mode,message", [
     (1, "error", "Error: rank 1 of 2: simulated failure"),
     (0, "error", "Error: simulated failure"),
     (1, "bug", "Traceback (most recent call last):"),
 ])
 def test_failure_while_training_stops_all(data, tmp_path, rank, mode, message):
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE=mode)
-    command = [MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-               data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q"]
-    done = run(command, env=env)
+    done, out = train_failing(data, tmp_path, mode, rank=rank)
     assert done.returncode != 0
     assert message in done.stderr.decode()
     # No network file, no checkpoint, no temporary. The ranks stopped by MPI_Abort may leave
@@ -245,14 +252,7 @@ def test_failure_while_training_stops_all(data, tmp_path, rank, mode, message):
 
 
 def test_rank_that_dies_stops_the_job(data, tmp_path):
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK="1", FAIL_MODE="die")
-    command = [MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-               data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q"]
-    done = run(command, env=env)
+    done, out = train_failing(data, tmp_path, "die", rank=1)
     assert done.returncode != 0
     assert not (out / "gl.nc").exists()
 
@@ -291,15 +291,9 @@ def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path
     after the same step, with one message naming the checkpoint of epoch 1, exit status 143,
     and nothing else left; --resume then trains on from it to the network one process
     trains."""
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm" if late is None else "sigterm-late",
-               FAIL_AT="8", LATE_S=str(late))  # (5 updates an epoch)
-    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-b",
-                "32", "-e", "3", "-q", "--checkpoint-every", "1"], env=env)
+    done, out = train_failing(data, tmp_path, "sigterm" if late is None else "sigterm-late",
+                              "-b", "32", "-e", "3", "--checkpoint-every", "1", rank=rank,
+                              FAIL_AT="8", LATE_S=str(late))  # (5 updates an epoch)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
     assert errors(done) == [
         f"Error: interrupted; {out / 'gl.nc'} was not written. To go on, run the same command "
@@ -315,14 +309,7 @@ def test_stop_signal_on_one_rank_stops_all_after_one_step(data, single, tmp_path
 def test_stop_signal_while_setting_up_stops_all(data, tmp_path, rank):
     """A SIGTERM that one rank gets as the ranks read the data and build the network: every
     rank stops, with one message and exit status 143, and leaves nothing (not even a lock)."""
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm-setup")
-    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q"],
-               env=env)
+    done, out = train_failing(data, tmp_path, "sigterm-setup", rank=rank)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
     assert errors(done) == [f"Error: interrupted before the first checkpoint; {out / 'gl.nc'} "
                             "was not written. Run the command again to start afresh "
@@ -335,14 +322,8 @@ def test_stop_signal_while_setting_up_stops_all(data, tmp_path, rank):
 def test_stop_signal_while_the_network_is_written_stops_all_once_it_is(data, tmp_path, rank):
     """A SIGTERM that one rank gets as the ranks write the network file: the file is finished,
     and every rank stops, with one message saying it is complete, and exit status 143."""
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK=str(rank), FAIL_MODE="sigterm-final")
-    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q",
-                "-b", "32", "-e", "1", "--checkpoint-every", "0"], env=env)
+    done, out = train_failing(data, tmp_path, "sigterm-final", "-b", "32", "-e", "1",
+                              "--checkpoint-every", "0", rank=rank)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
     assert errors(done) == [f"Error: interrupted as {out / 'gl.nc'} was put in place, once it "
                             "was: it is complete."]
@@ -354,14 +335,8 @@ def test_stop_signal_while_the_network_is_written_stops_all_once_it_is(data, tmp
 def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path):
     """A full disk as rank 0 writes epoch 2's checkpoint: one message, which names the
     checkpoint of epoch 1 to go on from, as one process's does (it was a traceback)."""
-    script = tmp_path / "failing.py"
-    script.write_text(FAILING)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(ENV, FAIL_RANK="0", FAIL_MODE="full-disk")
-    done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
-                data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-q",
-                "-b", "32", "-e", "3", "--checkpoint-every", "1"], env=env)
+    done, out = train_failing(data, tmp_path, "full-disk", "-b", "32", "-e", "3",
+                              "--checkpoint-every", "1")
     assert done.returncode == 1, done.stderr.decode()
     (line,) = errors(done)
     assert "No space left on device; no output was replaced" in line, line
