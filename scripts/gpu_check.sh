@@ -12,7 +12,10 @@
 # Destiny's), and quality (held-out quality of models trained with float32 and with TF32
 # products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json), and predict
 # (bench_predict.py on the GPU: a cold start, scoring + top-100 beside PyTorch on CUDA, the
-# input's parse, and the whole predict command on all users).
+# input's parse, and the whole predict command on all users), and mpi (the MPI tests, whose
+# ranks then share the GPU: model-parallel training and predict --split-layers on a device;
+# they need the mpi4py and MPICH wheels of scripts/gpu_wheels.sh, and so does the whole-suite
+# run's share of them).
 # TRAIN_SECONDS / PREDICT_SECONDS bound each benchmark, TF32 picks its settings ("off on"),
 # PYTEST_ARGS go to the whole-suite run. The default steps take about 9 minutes on
 # an H100 machine; a call of the device tool is limited to 10, so run profile in its own.
@@ -35,9 +38,19 @@ summary=()
 # On a machine without internet, the wheels scripts/gpu_wheels.sh fetched (carried in .gpu/):
 # installed beside the image's packages, and Destiny from this tree without its dependencies.
 if compgen -G ".gpu/*.whl" >/dev/null; then
+    wheels=() mpi=()
+    for wheel in .gpu/*.whl; do
+        case $(basename "$wheel") in mpi4py-*|mpich-*) mpi+=("$wheel") ;; *) wheels+=("$wheel") ;; esac
+    done
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .gpu/*.whl || exit 1
+        --target /tmp/site "${wheels[@]}" || exit 1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    # MPI beside the interpreter, so that mpiexec lands in its bin, where the MPI tests look
+    # for it (without it they are skipped, as before).
+    if [ ${#mpi[@]} -gt 0 ]; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "${mpi[@]}" \
+            || echo "gpu_check.sh: mpi4py and MPICH did not install; the MPI tests will be skipped" >&2
+    fi
     "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
     if [ -f .gpu/torch_reference.py ]; then
         export DESTINY_TORCH_REFERENCE=${DESTINY_TORCH_REFERENCE:-$PWD/.gpu/torch_reference.py}
@@ -107,6 +120,9 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
     predict)
         run_step predict "${PREDICT_LIMIT:-300}" $PY scripts/bench_predict.py --backend gpu --torch \
             --seconds "$PREDICT_SECONDS" --load-runs 3 --json "$OUT/predict.json" ;;
+    mpi)  # the MPI tests, their ranks sharing the GPU (auto picks it): split layers on a device
+        run_step mpi "${MPI_LIMIT:-300}" $PY -m pytest -q -p no:cacheprovider tests/test_parallel.py \
+            tests/test_train_mpi.py tests/test_predict_mpi.py ;;
     test)
         run_step test "${TEST_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     *)
