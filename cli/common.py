@@ -109,8 +109,9 @@ def run_command(command: click.Command, name: str):
 
     Under ``mpiexec`` a rank that stopped alone would leave the others waiting in a collective
     for ever, so the ranks first agree on the command line, rank 0 alone prints, the command
-    raises its failures on every rank (``ParallelError``), and anything else stops the whole
-    job with ``Comm.abort``.
+    raises its failures on every rank (``ParallelError``) and stops on a stop signal on every
+    rank together (``StoppedTogether``), and anything else stops the whole job with
+    ``Comm.abort``.
     """
     from destiny.parallel import get_comm
 
