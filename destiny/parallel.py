@@ -300,9 +300,10 @@ def all_or_none(comm: Comm) -> Iterator[None]:
 
     The block must call no collective: a rank that failed before it would never join. A stop
     signal interrupts the block at once, as its handler would; the ranks then agree on it
-    with the failures (a rank's own copy of the signal may come after that, and passes
-    unheeded: it is the same stop). With one process the block runs as it is: its exceptions
-    pass unchanged.
+    with the failures, and every rank's handler hears of it: they all stop if any handler
+    raised (a rank's own copy of the signal may come after that, and passes unheeded: it is
+    the same stop), and go on if none did. With one process the block runs as it is: its
+    exceptions pass unchanged.
     """
     if comm.size == 1:
         yield
@@ -326,20 +327,26 @@ def all_or_none(comm: Comm) -> Iterator[None]:
         outcomes = comm.allgather((failure, mine))
         first = next((f for f, _ in outcomes if f is not None), None)
         signum = max(s for _, s in outcomes)
-        if first is None and signum and held is not None and not interrupted:
-            # Stopped by another rank's signal, or by its own whose handler put it off (the
-            # command line's does, while a module loads): the handler hears of it now, and
-            # the copy still to come (mpiexec's, or the handler's own resend) passes unheeded
-            # once the handlers are back.
-            with contextlib.suppress(KeyboardInterrupt):
+        stops = first is None and signum and (interrupted or held is None)
+        heard = first is None and signum and not stops
+        if heard:
+            # Another rank's signal, or its own whose handler put it off (the command line's
+            # does, while a module loads): the handler hears of it now. As at a step's check,
+            # the ranks stop if any handler raised.
+            try:
                 held.deliver(signum)
-            for late in {signum, mine} - {0}:
+            except KeyboardInterrupt:
+                stops = True
+        if first is None and signum:
+            stops = bool(comm.allreduce_max(int(stops)))
+        if heard and stops:  # the copy still to come (mpiexec's, or the handler's resend)
+            for late in {signum, mine} - {0}:  # passes unheeded once the handlers are back
                 held.pass_once(late)
     if first is not None:
         raise ParallelError(first)
-    if signum:
+    if signum and stops:
         raise StoppedTogether(signum)
-    if mine:  # came as the ranks agreed: this rank alone
+    if mine and not signum:  # came as the ranks agreed: this rank alone
         held.deliver(mine)
 
 

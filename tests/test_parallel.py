@@ -294,6 +294,23 @@ def test_all_or_none_stops_on_a_signal_its_handler_put_off():
         signal.signal(signal.SIGTERM, saved)
 
 
+def test_all_or_none_goes_on_where_no_handler_raised():
+    """As at a step's check: every rank's handler hears of the signal, and the ranks stop if
+    any raised, and go on if none did."""
+    called = []
+    saved = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
+    try:
+        with all_or_none(TwoRanks(0, gathered=(None, signal.SIGTERM))):  # (theirs returned)
+            pass
+        assert called == [signal.SIGTERM]
+        with pytest.raises(StoppedTogether):
+            with all_or_none(TwoRanks(1, gathered=(None, signal.SIGTERM))):  # (theirs raised)
+                pass
+        assert called == [signal.SIGTERM] * 2
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
 def test_one_process_acts_on_stop_signals_at_once(handlers):
     with pytest.raises(KeyboardInterrupt) as raised:
         with stop_together(Comm()):
