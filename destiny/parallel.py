@@ -327,20 +327,13 @@ def all_or_none(comm: Comm) -> Iterator[None]:
         outcomes = comm.allgather((failure, mine))
         first = next((f for f, _ in outcomes if f is not None), None)
         signum = max(s for _, s in outcomes)
-        stops = first is None and signum and (interrupted or held is None)
-        heard = first is None and signum and not stops
-        if heard:
-            # Another rank's signal, or its own whose handler put it off (the command line's
-            # does, while a module loads): the handler hears of it now. As at a step's check,
-            # the ranks stop if any handler raised.
-            try:
-                held.deliver(signum)
-            except KeyboardInterrupt:
-                stops = True
-        if first is None and signum:
-            stops = bool(comm.allreduce_max(int(stops)))
-        if heard and stops:  # the copy still to come (mpiexec's, or the handler's resend)
-            for late in {signum, mine} - {0}:  # passes unheeded once the handlers are back
+        # Another rank's signal, or this rank's own whose handler put it off (the command
+        # line's does, while a module loads): the handler hears of it now, and the copy still
+        # to come (mpiexec's, or the handler's resend) passes unheeded once the handlers are
+        # back.
+        stops = first is None and signum and _vote_to_stop(comm, held, signum, interrupted)
+        if stops and not interrupted and held is not None:
+            for late in {signum, mine} - {0}:
                 held.pass_once(late)
     if first is not None:
         raise ParallelError(first)
@@ -373,17 +366,26 @@ class StopCheck:
         every rank raises ``StoppedTogether``; if none did, every rank goes on."""
         if not signum:
             return
-        stops = True  # (no handlers here, off the main thread: the others decide)
         if self._held is not None:
             self.own.update(self._held.arrived)
             self._held.arrived.clear()
-            try:
-                self._held.deliver(signum)  # (one ignored here does nothing)
-                stops = False
-            except KeyboardInterrupt:
-                pass
-        if self._comm.allreduce_max(int(stops)):
+        if _vote_to_stop(self._comm, self._held, signum):
             raise StoppedTogether(signum)
+
+
+def _vote_to_stop(comm: Comm, held: HeldSignals | None, signum: int,
+                  raised: bool = False) -> bool:
+    """Whether the ranks stop on ``signum``, which they all have in hand (a collective): each
+    rank's handler hears of it, unless it ``raised`` already, and they stop if any raised.
+    (Without handlers, off the main thread, a rank leaves the choice to the others.)"""
+    if held is None:
+        raised = True
+    elif not raised:
+        try:
+            held.deliver(signum)  # (one ignored here does nothing)
+        except KeyboardInterrupt:
+            raised = True
+    return bool(comm.allreduce_max(int(raised)))
 
 
 @contextlib.contextmanager
@@ -452,23 +454,34 @@ def gather_in_order(comm: Comm, n: int, step: int, produce: Callable[[int, int],
                 result = produce(start, stop) if start < stop else None
             except Exception as e:  # noqa: BLE001
                 failure = failure_message(comm, e)
-            parts = comm.gather((start < stop, result, failure, stops.pending()))
-            signum = 0
-            if comm.is_root:
-                failure = next((f for _, _, f, _ in parts if f is not None), None)
-                if failure is None:
-                    failure = _consume_all(comm, consume, [r for has, r, _, _ in parts if has])
-                signum = max(stops.pending(), *(s for *_, s in parts))  # (after consume)
-            failure, signum = comm.bcast((failure, signum))
-            if failure is not None:
-                raise ParallelError(failure)
-            stops.act(signum)
+            end_round(comm, stops, comm.gather((start < stop, result, failure, stops.pending())),
+                      lambda parts: _consume_all(parts, consume))
 
 
-def _consume_all(comm: Comm, consume, results) -> str | None:
-    try:
-        for result in results:
+def _consume_all(parts: list, consume) -> None:
+    failed = next((f for _, _, f, _ in parts if f is not None), None)
+    if failed is not None:
+        raise ParallelError(failed)
+    for has, result, _, _ in parts:
+        if has:
             consume(result)
-    except Exception as e:  # noqa: BLE001
-        return failure_message(comm, e)
-    return None
+
+
+def end_round(comm: Comm, stops: StopCheck, parts: list | None,
+              consume: Callable[[list], None]) -> None:
+    """End a round of the steps of ``stop_together``'s block: rank 0 calls ``consume`` on
+    ``parts``, what ``comm.gather`` brought it (None on the other ranks), each part ending
+    with its rank's ``stops.pending()``. Then every rank raises rank 0's failure in
+    ``consume`` as the same ``ParallelError``, or acts on a stop signal that any rank holds
+    (rank 0's own may have come while it consumed)."""
+    failure, signum = None, 0
+    if comm.is_root:
+        try:
+            consume(parts)
+        except Exception as e:  # noqa: BLE001 - the waiting ranks must hear of it
+            failure = failure_message(comm, e)
+        signum = max(stops.pending(), *(part[-1] for part in parts))
+    failure, signum = comm.bcast((failure, signum))
+    if failure is not None:
+        raise ParallelError(failure)
+    stops.act(signum)

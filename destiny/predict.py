@@ -10,6 +10,7 @@ recommended.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
-from destiny.parallel import (Comm, ParallelError, all_or_none, failure_message, gather_in_order,
+from destiny.parallel import (Comm, ParallelError, all_or_none, end_round, gather_in_order,
                               stop_together)
 from destiny.sparse import column_range, gather_ranges
 
@@ -454,26 +455,19 @@ def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: i
         filter_csr = None if filter_path is None else predictor.read_filter(
             filter_path, records, input_path=input_path, values=multiply)
     _check_same_input(comm, records, filter_csr)
+    def write(lo: int, parts: list) -> None:
+        items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
+        hi = lo + len(items)
+        write_records(out, records.labels[lo:hi], items, best, predictor.item_labels(),
+                      score_format)
+        if progress is not None:
+            progress(hi - lo)
+
     with stop_together(comm) as stops:
         for lo, items, best in predictor.recommend(records, k, filter_csr=filter_csr,
                                                    multiply=multiply, batch_size=batch_size):
-            parts = comm.gather((items, best, stops.pending()))
-            failure, signum = None, 0
-            if comm.is_root:
-                try:
-                    items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
-                    hi = lo + len(items)
-                    write_records(out, records.labels[lo:hi], items, best,
-                                  predictor.item_labels(), score_format)
-                    if progress is not None:
-                        progress(hi - lo)
-                except Exception as e:  # noqa: BLE001 - the waiting ranks must hear of it
-                    failure = failure_message(comm, e)
-                signum = max(stops.pending(), *(p[2] for p in parts))
-            failure, signum = comm.bcast((failure, signum))
-            if failure is not None:
-                raise ParallelError(failure)
-            stops.act(signum)
+            end_round(comm, stops, comm.gather((items, best, stops.pending())),
+                      functools.partial(write, lo))
     return _report(records, filter_csr)
 
 
