@@ -97,3 +97,18 @@ def held_back(on_arrival: Callable[[HeldSignals, int, object], None] | None = No
         late = held._restore()
         if late is not None:
             raise late
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Run the block whole, the stop signals held back; the first that came then goes to its
+    handler (the command line's raises KeyboardInterrupt), also if the block raised. For short
+    steps that an interrupt must not cut in two: a file created and noted for clean-up (an
+    interrupt between the two would leave it), outputs put in place."""
+    held = None
+    try:
+        with held_back() as held:
+            yield
+    finally:
+        if held is not None and held.arrived:
+            held.deliver(held.arrived[0])

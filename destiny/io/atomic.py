@@ -19,7 +19,7 @@ import time
 from typing import Callable, TextIO
 
 from destiny.errors import InterruptedAfterOutputs, OutputError
-from destiny.signals import held_back
+from destiny.signals import uninterrupted
 
 
 def check_outputs(outputs, inputs=()) -> None:
@@ -208,52 +208,74 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
     link are beside the link). Where the file system has no flock, the block runs unlocked,
     as before locks existed.
     """
-    import fcntl
-
     directory, name = _place(path)
     lock = lock_path(path)
-    while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as e:
-            raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
-                              "check the directory's permissions.") from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+    fd, ours = None, False  # ours: the lock file is this run's, to remove at the end
+    try:
+        while True:
+            with uninterrupted():  # (a lock file created but neither locked nor another's
+                fd = _open_lock(path, lock)  # would be left behind)
+                taken = _flock(fd, path, lock, wait=False)
+                ours = taken is None or taken and _is_current(fd, lock)
+            if taken is None:
+                break  # a file system without flock (some NFS, Lustre, FUSE mounts): unlocked
+            if not taken:
                 if on_wait is None:
-                    raise
+                    raise OutputError(f"{path}: another run is writing this {what} now (it "
+                                      f"holds {lock}); wait for it to finish, or choose "
+                                      "another path.")
                 on_wait(f"{path}: waiting for another run writing this {what} to finish "
                         f"(it holds {lock}).")
-                fcntl.flock(fd, fcntl.LOCK_EX)
-        except BlockingIOError:
-            os.close(fd)
-            raise OutputError(f"{path}: another run is writing this {what} now (it holds "
-                              f"{lock}); wait for it to finish, or choose another path."
-                              ) from None
-        except OSError as e:
-            if e.errno not in _NO_FLOCK:
-                os.close(fd)
-                raise OutputError(f"{path}: cannot lock {lock!r} ({e.strerror}).") from None
-            break  # a file system without flock (some NFS, Lustre, FUSE mounts): unlocked
-        try:  # the holder before us may have removed the file we locked: lock the new one
-            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                _flock(fd, path, lock, wait=True)
+                ours = _is_current(fd, lock)
+            if ours:
                 _remove_abandoned(directory, re.escape(name) if companions is None
                                   else f"{re.escape(name)}|{companions}")
                 beside = os.path.realpath(os.path.dirname(os.fspath(path)) or ".")
                 if companions is not None and beside != directory:  # (path: a link elsewhere)
                     _remove_abandoned(beside, companions)  # the companions are beside it
                 break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    try:
+            closed, fd = fd, None  # the holder before us removed the file we locked: lock
+            os.close(closed)  # the new one
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-        os.close(fd)
+        if ours:  # (removed before it is unlocked: a run waiting on it then sees it is gone)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+        if fd is not None:
+            os.close(fd)
+
+
+def _open_lock(path, lock: str) -> int:
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
+                          "check the directory's permissions.") from None
+
+
+def _flock(fd: int, path, lock: str, wait: bool) -> bool | None:
+    """Lock ``fd`` (``flock``): True once locked; False if another process holds it and not
+    ``wait``; None where the file system has no flock."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in _NO_FLOCK:
+            return None
+        raise OutputError(f"{path}: cannot lock {lock!r} ({e.strerror}).") from None
+    return True
+
+
+def _is_current(fd: int, lock: str) -> bool:
+    """Whether ``fd`` is the file at ``lock`` still: its holder removes it when done."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(lock).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _place(path) -> tuple[str, str]:
@@ -330,14 +352,15 @@ class OutputSet:
             raise OutputError(f"{final}: is {_stream_kind(final)}, not a file; it cannot be "
                               "replaced by a file. Give the path of a file.")
         directory, name = _place(final)
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-        except OSError as e:  # check_writable passed, but this file system refuses new files
-            raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
-                              f"({e.strerror}); choose another path.") from None
-        os.close(fd)
-        self._pending.append((tmp, os.path.join(directory, name)))  # (through a link)
-        self._given.append(final)
+        with uninterrupted():  # (a file created but not yet noted would be left behind)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+            except OSError as e:  # check_writable passed, but this file system refuses files
+                raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
+                                  f"({e.strerror}); choose another path.") from None
+            os.close(fd)
+            self._pending.append((tmp, os.path.join(directory, name)))  # (through a link)
+            self._given.append(final)
         return tmp
 
     def commit(self) -> None:
@@ -366,15 +389,11 @@ def _stops_held(outputs: list[str]):
     """Hold back the stop signals until the block, which puts ``outputs`` in place, has run;
     then act on the first that came: an interrupt is raised as ``InterruptedAfterOutputs``
     once the block has completed, so that the message can say the outputs are whole."""
-    completed, held = False, None
+    completed = False
     try:
-        try:
-            with held_back() as held:
-                yield
-                completed = True
-        finally:
-            if held is not None and held.arrived:
-                held.deliver(held.arrived[0])  # (the command line's handler raises)
+        with uninterrupted():
+            yield
+            completed = True
     except KeyboardInterrupt:
         if not completed:
             raise
