@@ -1,8 +1,9 @@
 """The stop signals (Ctrl-C, SIGTERM, SIGHUP), and holding them back while work must go on.
 
 The command line turns each stop signal into an interrupt (cli/common.py). Some work holds
-them back for a while and acts on them afterwards: putting outputs in place, all or none of
-them (io/atomic.py), and, under MPI, what the ranks do together, so that they stop together
+them back for a while and acts on them afterwards (``uninterrupted``): creating a temporary
+output or a lock file and noting it for clean-up, putting outputs in place, all or none of
+them (io/atomic.py); and, under MPI, what the ranks do together, so that they stop together
 (parallel.py: ``stop_together`` for steps and rounds, ``all_or_none`` for blocks that may
 fail).
 """
