@@ -298,8 +298,12 @@ class Predictor:
         if (not values and input_path is not None and self.indices_alike
                 and not self.features_left_out and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
+        # (a filter with no records filters nothing, as in DSSTNE: a cron job's list of the
+        # day's purchases may be empty)
         filt = read_records(input_files(path, "-f"), self.targets, update=False, flag="-f",
-                            keep_values=True)
+                            keep_values=True, allow_empty=True)
+        if not filt.labels:
+            return (np.zeros(len(records.labels) + 1, np.int64), filt.indices, filt.values)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)
         for line, label in enumerate(filt.labels):

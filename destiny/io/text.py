@@ -107,9 +107,11 @@ def read_records(
     keep_values: bool = True,
     progress: Callable[[int], None] | None = None,
     flag: str = "-i",
+    allow_empty: bool = False,
 ) -> Records:
     """Read every record of ``paths`` (in order), mapping feature names through ``features``;
-    ``flag`` names the option that gave them, for the messages.
+    ``flag`` names the option that gave them, for the messages. Input with no records raises,
+    unless ``allow_empty``.
 
     With ``update`` new feature names are added to ``features``; otherwise they are dropped
     and counted (spec 1.4), or raise with ``strict``. Without ``keep_values`` (indicator data)
@@ -143,7 +145,7 @@ def read_records(
                     progress(chunk.size)
             sources.append((path, line_no - 1))
     labels = [s for chunk in chunks for s in chunk.labels]
-    if not labels:
+    if not labels and not allow_empty:
         raise DataFormatError(", ".join(paths), "the input holds no records. " + _FIX_FORMAT
                               + f"; check that the right file was given with {flag}.")
     indptr = np.zeros(len(labels) + 1, dtype=np.int64)
@@ -152,9 +154,11 @@ def read_records(
         indptr[row:row + chunk.lines] = chunk.row_end + entries
         row += chunk.lines
         entries += len(chunk.indices)
+    # (each list starts with an empty array: an empty input has no chunks)
     return Records(labels=labels, indptr=indptr,
-                   indices=np.concatenate([c.indices for c in chunks]),
-                   values=np.concatenate([c.values for c in chunks]) if keep_values else None,
+                   indices=np.concatenate([np.zeros(0, np.int32), *(c.indices for c in chunks)]),
+                   values=np.concatenate([np.zeros(0, np.float32), *(c.values for c in chunks)])
+                   if keep_values else None,
                    dropped=dropped, lines_with_drops=lines_with_drops, sources=sources)
 
 
