@@ -539,6 +539,34 @@ def test_an_interrupt_as_a_file_is_created_leaves_no_file(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_locks_failing_while_waiting_run_unlocked_and_sweep_nothing(tmp_path, monkeypatch):
+    """Another run holds the lock, then the wait fails as on a file system without flock
+    (NFS's lockd gone): the block runs unlocked, as where flock never worked, and does not
+    remove the old temporaries that the other run, perhaps only stalled, may still own."""
+    import errno
+    import fcntl
+    import time
+
+    from destiny.io import atomic
+
+    calls = []
+
+    def busy_then_no_locks(fd, operation):
+        calls.append(operation)
+        if operation & fcntl.LOCK_NB:
+            raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    old = tmp_path / ".out.txt.abcdefgh.tmp"
+    old.write_text("another run's")
+    os.utime(old, (time.time() - 2 * atomic.ABANDONED_SECONDS,) * 2)
+    monkeypatch.setattr(fcntl, "flock", busy_then_no_locks)
+    waits = []
+    with atomic.exclusive(tmp_path / "out.txt", "output", on_wait=waits.append):
+        ran = True
+    assert ran and len(waits) == 1 and len(calls) == 2 and old.exists()
+
+
 def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete(tmp_path,
                                                                                monkeypatch):
     import signal

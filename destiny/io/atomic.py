@@ -200,21 +200,21 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
     turns (``make -j`` running two conversions that update one index file); ``on_wait`` is
     called first with a line saying what it waits for.
 
-    The lock is ``flock`` on ``lock_path(path)``, removed on exit; a killed holder's lock is
-    released by the kernel, so its file left behind is taken again. Once locked, temporary
-    files of ``path`` that killed runs left are removed (see ``_remove_abandoned``), and those
-    of the outputs in its directory whose names match the regular expression ``companions``:
-    files written only under this lock (train's checkpoints; those of a ``path`` that is a
-    link are beside the link). Where the file system has no flock, the block runs unlocked,
-    as before locks existed.
+    The lock is ``flock`` on ``lock_path(path)``, removed on exit by its holder; a killed
+    holder's lock is released by the kernel, so its file left behind is taken again. Once
+    locked, temporary files of ``path`` that killed runs left are removed (see
+    ``_remove_abandoned``), and those of the outputs in its directory whose names match the
+    regular expression ``companions``: files written only under this lock (train's
+    checkpoints; those of a ``path`` that is a link are beside the link). Where the file
+    system has no flock, the block runs unlocked, as before locks existed.
     """
     directory, name = _place(path)
     lock = lock_path(path)
     fd, ours = None, False  # ours: the lock file is this run's, to remove at the end
     try:
         while True:
-            with uninterrupted():  # (a lock file created but neither locked nor another's
-                fd = _open_lock(path, lock)  # would be left behind)
+            with uninterrupted():  # (a lock file this run created, then interrupted before
+                fd = _open_lock(path, lock)  # it knew the file was its own, would be left)
                 taken = _flock(fd, path, lock, wait=False)
                 ours = taken is None or taken and _is_current(fd, lock)
             if taken is None:
@@ -226,7 +226,9 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
                                       "another path.")
                 on_wait(f"{path}: waiting for another run writing this {what} to finish "
                         f"(it holds {lock}).")
-                _flock(fd, path, lock, wait=True)
+                if _flock(fd, path, lock, wait=True) is None:  # (lockd gone meanwhile, on NFS)
+                    ours = True
+                    break
                 ours = _is_current(fd, lock)
             if ours:
                 _remove_abandoned(directory, re.escape(name) if companions is None
