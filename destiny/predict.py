@@ -302,16 +302,18 @@ class Predictor:
         # day's purchases may be empty)
         filt = read_records(input_files(path, "-f"), self.targets, update=False, flag="-f",
                             keep_values=True, allow_empty=True)
-        if not filt.labels:
-            return (np.zeros(len(records.labels) + 1, np.int64), filt.indices, filt.values)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)
         for line, label in enumerate(filt.labels):
             r = row_of.get(label)
             if r is not None:
                 chosen[r] = line  # a later line for the same sample replaces the earlier one
-        lengths = np.where(chosen >= 0, np.diff(filt.indptr)[np.maximum(chosen, 0)], 0)
-        indptr, take = gather_ranges(filt.indptr[:-1][np.maximum(chosen, 0)], lengths)
+        hit = chosen >= 0  # (samples the filter lists; it may list none, or hold no records)
+        starts = np.zeros(len(chosen), np.int64)
+        lengths = np.zeros(len(chosen), np.int64)
+        starts[hit] = filt.indptr[chosen[hit]]
+        lengths[hit] = filt.indptr[chosen[hit] + 1] - starts[hit]
+        indptr, take = gather_ranges(starts, lengths)
         return indptr, filt.indices[take], filt.values[take]
 
     def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
