@@ -48,6 +48,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
     from destiny.evaluate import evaluate as run
     from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output
 
+    _check_one_stdin(recs_path, held_out_path, train_path)
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
             what = "JSON output (--json-out)"
@@ -66,6 +67,15 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
         click.echo(payload)
     else:
         click.echo(_table(result))
+
+
+def _check_one_stdin(recs_path, held_out_path, train_path) -> None:
+    """Standard input can be read once: two files given as '-' would find it drained."""
+    flags = [flag for flag, path in (("-r", recs_path), ("-t", held_out_path),
+                                     ("--popularity", train_path)) if path == "/dev/stdin"]
+    if len(flags) > 1:
+        raise click.UsageError(f"{' and '.join(flags)} are both '-', but standard input can "
+                               "be read only once; write all but one of them to a file.")
 
 
 def _notes(result, recs_path, held_out_path, k: int) -> None:

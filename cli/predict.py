@@ -41,7 +41,8 @@ def _check_format(ctx, param, fmt: str) -> str:
 @click.option("-s", "--output", "output_path", required=True, metavar="FILE",
               help="Recommendations file to write; '-' writes stdout.")
 @click.option("-f", "--filter", "filter_path", metavar="PATH", callback=stdin_for_dash,
-              help="Items to leave out per sample, DSSTNE text (e.g. the ratings already seen).")
+              help="Items to leave out per sample, DSSTNE text (e.g. the ratings already seen; "
+                   "a file or a directory; '-' reads stdin).")
 @click.option("--filter-mode", type=click.Choice(["remove", "multiply"]), default="remove",
               show_default=True,
               help="remove: never recommend a filtered item; multiply: DSSTNE's rule, "

@@ -61,7 +61,8 @@ NAME = "train"
               help="Also write the untrained network here (DSSTNE always wrote "
                    "initial_network.nc).")
 @click.option("--force", is_flag=True,
-              help="Overwrite an existing network file (and initial network).")
+              help="Overwrite an existing network file, and an --initial-network FILE that "
+                   "is not an earlier run's untrained network.")
 @click.option("-d", "ignored_d", hidden=True, help="Ignored, as in DSSTNE.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
 @library_errors

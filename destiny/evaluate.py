@@ -69,9 +69,11 @@ class Evaluation:
     longest_list: int            # the most items on one recommendation line
 
     def as_dict(self) -> dict:
+        """The model's scores at the top level, whether or not the baseline was asked for
+        (a script reading ``precision`` keeps working when ``--popularity`` is added)."""
         if self.popularity is None:
             return self.model.as_dict()
-        return {"model": self.model.as_dict(), "popularity": self.popularity.as_dict()}
+        return {**self.model.as_dict(), "popularity": self.popularity.as_dict()}
 
 
 def evaluate(recommendations, held_out, k: int, *, popularity_train=None) -> Evaluation:

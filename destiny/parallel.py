@@ -240,8 +240,8 @@ def get_comm() -> Comm:
         if expected > 1:
             raise DestinyError(
                 f"started by an MPI launcher with {expected} processes, but mpi4py is not "
-                "installed; install it with pip install 'destiny[mpi]' (which brings MPICH's "
-                "mpiexec too), or run without mpiexec.") from None
+                "installed; install it with pip install '.[mpi]' in Destiny's directory (which "
+                "brings MPICH's mpiexec too), or run without mpiexec.") from None
         return Comm()
     world = MPI.COMM_WORLD
     if expected > 1 and world.Get_size() == 1:

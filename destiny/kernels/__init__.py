@@ -94,8 +94,8 @@ def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamesp
         if not (_simulated() or cuda_available()):
             raise BackendUnavailableError(
                 "--backend gpu: no NVIDIA GPU is usable here (numba.cuda finds none, or the "
-                "gpu extra is missing: pip install 'destiny[gpu]', which brings numba-cuda "
-                "and CuPy). Use --backend cpu (or auto).")
+                "gpu extra is missing: pip install '.[gpu]' in Destiny's directory, which "
+                "brings numba-cuda and CuPy). Use --backend cpu (or auto).")
         return _load("cuda", tf32)
     raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or "
                                   "reference.")
