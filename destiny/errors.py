@@ -43,7 +43,8 @@ class NetDefError(DestinyError):
     """
 
     def __init__(self, json_path: str, message: str, *, file: str | None = None):
-        prefix = json_path if file is None else f"{file}: {json_path}"
+        # (no JSON path for a file that cannot be read at all)
+        prefix = ": ".join(part for part in (file, json_path) if part)
         super().__init__(f"{prefix}: {message}")
         self.json_path = json_path
         self.detail = message

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import DestinyError, OutputError
+from destiny.errors import DestinyError, NetDefError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network)
@@ -90,8 +90,11 @@ def fit(
             run = {"netdef_json": netdef_text} | trained_indexes(netdef, summaries)
             if cfg.shuffle is None:
                 cfg = replace(cfg, shuffle=netdef.shuffle_indices)
-            net = Network(netdef, kernels, comm=comm)
-            net.check_trainable()
+            try:
+                net = Network(netdef, kernels, comm=comm)
+                net.check_trainable()
+            except NetDefError as exc:  # (what the definition asks that cannot run here)
+                raise exc.with_file(config_path) from None
             data = TrainData(net, read_training_datasets(pool, net))
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())

@@ -236,8 +236,8 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise NetDefError("$", f"cannot read the network definition: {exc.strerror}",
-                          file=path) from None
+        raise NetDefError("", f"cannot read the network definition: {exc.strerror}; check "
+                          "the -c path", file=path) from None
     except UnicodeDecodeError as exc:  # a binary file (a NetCDF network given as -c, say)
         raise NetDefError(f"byte {exc.start}", f"0x{exc.object[exc.start]:02x} is not valid "
                           "UTF-8; a network definition is JSON text. Is this another kind of "

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, TextIO
 
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError
+from destiny.errors import DataFormatError, DestinyError, NetDefError
 from destiny.io.atomic import same_file
 from destiny.io.index import LabelTable, index_digest, read_index, table_of
 from destiny.io.records import EncodedLabels, format_records
@@ -212,7 +212,10 @@ class Predictor:
                 f"items: an output layer ({', '.join(map(repr, outputs))}).")
         # With a ``comm`` of several ranks, every layer is split across them as in training
         # (spec 7): each rank scores its share of the output units (``own_units``).
-        self.net = Network(nf.netdef, self.kernels, comm=comm)
+        try:
+            self.net = Network(nf.netdef, self.kernels, comm=comm)
+        except NetDefError as exc:  # (the definition the network file holds)
+            raise exc.with_file(network_path) from None
         self.layer = layer
         self.own_units = self.net.units[layer]
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]

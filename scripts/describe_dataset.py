@@ -7,13 +7,10 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
+import click
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from destiny.errors import DestinyError  # noqa: E402
-from destiny.io.dataset import dataset_names, read_dataset  # noqa: E402
+from destiny.cli.common import library_errors, run_program
+from destiny.io.dataset import dataset_names, read_dataset
 
 
 def describe(path: str) -> str:
@@ -33,8 +30,13 @@ def describe(path: str) -> str:
     return "\n".join(lines)
 
 
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("datasets", nargs=-1, required=True, metavar="FILE.nc...")
+@library_errors
+def main(datasets):
+    """Print each dataset of the NetCDF files: kind, samples, width, entries, first rows."""
+    click.echo("\n".join(describe(path) for path in datasets))
+
+
 if __name__ == "__main__":
-    try:
-        print("\n".join(describe(p) for p in sys.argv[1:]))
-    except DestinyError as e:
-        sys.exit(f"Error: {e}")
+    run_program(main, "describe_dataset.py")

@@ -210,6 +210,26 @@ def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path):  # noqa: F81
     assert os.listdir(tmp_path) == []
 
 
+def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
+    """A SoftMax output needs its whole layer: --split-layers refuses it once, naming the
+    network file and the field of the definition it holds."""
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef["Layers"][2]["Activation"] = "SoftMax"
+    (tmp_path / "net.json").write_text(json.dumps(netdef))
+    fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
+        output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
+        cfg=train_config(batch=64, epochs=1), checkpoint_every=0)
+    out = tmp_path / "recs.txt"
+    done = mpiexec(2, *argv(model, "--split-layers", "-s", out)[2:], "-n", tmp_path / "gl.nc")
+    assert done.returncode == 1
+    (line,) = errors(done)
+    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[2].Activation: SoftMax "), line
+    assert not out.exists()
+
+
 def test_usage_error_is_printed_once(model, tmp_path):  # noqa: F811
     done = mpiexec(2, *argv(model, "-p", "q", "-s", tmp_path / "recs.txt"))
     assert done.returncode == 2 and len(errors(done)) == 1 and b"-p" in done.stderr

@@ -933,7 +933,8 @@ def test_resume_refuses_other_settings(files):
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("missing-config", "nope.json: $: cannot read the network definition"),
+    ("missing-config", "nope.json: cannot read the network definition: No such file or "
+                       "directory; check the -c path"),
     ("bad-json", "bad.json: line 1, column 13: invalid JSON"),
     ("unknown-dataset", "layer 'Output' reads the dataset 'gl_out', but the dataset files hold "
                         "'gl_input', 'gl_output'"),

@@ -211,7 +211,8 @@ def test_unsplittable_definition_is_refused_once(data, tmp_path):
     done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "softmax.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc"])
     assert done.returncode == 1
-    assert len(errors(done)) == 1 and "Layers[4].Activation" in errors(done)[0]
+    assert len(errors(done)) == 1
+    assert f"Error: {tmp_path / 'softmax.json'}: Layers[4].Activation: SoftMax" in errors(done)[0]
     assert os.listdir(tmp_path) == ["softmax.json"]
 
 
