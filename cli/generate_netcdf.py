@@ -7,7 +7,7 @@ import time
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_program,
+from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_one_process,
                                 stdin_for_dash)
 
 NAME = "generate-netcdf"
@@ -98,4 +98,4 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
 
 
 def main():
-    return run_program(generate_netcdf, NAME)
+    return run_one_process(generate_netcdf, NAME)
