@@ -8,6 +8,7 @@ import json
 import click
 
 from destiny.cli.common import CONTEXT, library_errors, note, run_one_process, stdin_for_dash
+from destiny.wording import counted
 
 NAME = "evaluate"
 
@@ -80,21 +81,26 @@ def _check_one_stdin(recs_path, held_out_path, train_path) -> None:
 
 def _notes(result, recs_path, held_out_path, k: int) -> None:
     model = result.model
-    note(NAME, f"scored {model.metrics.users:,} held-out users at k={k}")
+    note(NAME, f"scored {counted(model.metrics.users, 'held-out user')} at k={k}")
     if result.not_in_held_out:
-        note(NAME, f"skipped {result.not_in_held_out:,} samples of {recs_path} that are not in "
-                   f"{held_out_path}")
+        note(NAME, f"skipped {counted(result.not_in_held_out, 'sample')} of {recs_path} that "
+                   f"{'is' if result.not_in_held_out == 1 else 'are'} not in {held_out_path}")
     if result.empty_held_out:
-        note(NAME, f"skipped {result.empty_held_out:,} lines of {held_out_path} without items")
+        note(NAME, f"skipped {counted(result.empty_held_out, 'line')} of {held_out_path} without "
+                   "items")
     if model.missing_recommendations:
-        note(NAME, f"{model.missing_recommendations:,} held-out users have no line in "
-                   f"{recs_path}; they count as empty lists (all misses)")
+        one = model.missing_recommendations == 1
+        note(NAME, f"{counted(model.missing_recommendations, 'held-out user')} "
+                   f"{'has' if one else 'have'} no line in {recs_path}; "
+                   f"{'it counts as an empty list' if one else 'they count as empty lists'} "
+                   "(all misses)")
         if model.missing_recommendations == model.metrics.users:
             note(NAME, "no held-out user has a recommendation line: do both files use the same "
                        "sample labels?")
     if result.longest_list < k:
-        note(NAME, f"the longest recommendation list has {result.longest_list} items, fewer "
-                   f"than k={k}: the missing ranks count as misses (run predict with a larger -k)")
+        longest = counted(result.longest_list, "item")
+        note(NAME, f"the longest recommendation list has {longest}, fewer than k={k}: the "
+                   "missing ranks count as misses (run predict with a larger -k)")
 
 
 def _table(result) -> str:

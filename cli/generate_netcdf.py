@@ -9,6 +9,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_one_process,
                                 stdin_for_dash)
+from destiny.wording import counted
 
 NAME = "generate-netcdf"
 
@@ -82,19 +83,21 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
                      merge=merge, analog=data_type == "analog", strict=strict,
                      progress=progress, on_wait=waiting)
     if report.dropped:
-        note(NAME, f"dropped {report.dropped:,} features that are not in {feature_index}, from "
-                   f"{report.lines_with_drops:,} lines (DSSTNE drops them silently; -m adds them "
-                   "to the index, --strict makes them an error)")
+        are = "is" if report.dropped == 1 else "are"
+        note(NAME, f"dropped {counted(report.dropped, 'feature')} that {are} not in "
+                   f"{feature_index}, from {counted(report.lines_with_drops, 'line')} (DSSTNE "
+                   "drops them silently; -m adds them to the index, --strict makes them an error)")
     if quiet:
         return
     for message in report.notes:
         note(NAME, message)
-    note(NAME, f"wrote {', '.join(report.written)}: {report.samples:,} samples, "
-               f"{report.entries:,} entries, width {report.width:,} ({report.features:,} features, "
-               f"{report.new_features:,} new; {report.new_samples:,} new samples) in "
+    note(NAME, f"wrote {', '.join(report.written)}: {counted(report.samples, 'sample')}, "
+               f"{counted(report.entries, 'entry', 'entries')}, width {report.width:,} "
+               f"({counted(report.features, 'feature')}, {report.new_features:,} new; "
+               f"{counted(report.new_samples, 'new sample')}) in "
                f"{time.perf_counter() - started - report.waited:.1f} s"
-               + (f", after {report.waited:.1f} s waiting for another run" if report.waited
-                  else ""))
+               + (f", after {report.waited:.1f} s waiting for another run"
+                  if report.waited >= 0.05 else ""))  # (shown as 0.0 s below that)
 
 
 def main():

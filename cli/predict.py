@@ -11,6 +11,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
                                 stdin_for_dash, tf32_option)
+from destiny.wording import counted
 
 NAME = "predict"
 
@@ -113,15 +114,20 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     if not comm.is_root:
         return
     if report.dropped:
-        note(NAME, f"dropped {report.dropped:,} features that are not in {input_index} or that "
-                   f"no training example had, from {report.lines_with_drops:,} lines")
+        are = "is" if report.dropped == 1 else "are"
+        note(NAME, f"dropped {counted(report.dropped, 'feature')} that {are} not in {input_index} "
+                   f"or that no training example had, from "
+                   f"{counted(report.lines_with_drops, 'line')}")
     if report.no_known_feature:
-        note(NAME, f"{report.no_known_feature:,} samples have no known feature; their "
-                   "recommendations come from the output biases alone (the most popular items)")
+        one = report.no_known_feature == 1
+        note(NAME, f"{counted(report.no_known_feature, 'sample')} {'has' if one else 'have'} no "
+                   f"known feature; {'its' if one else 'their'} recommendations come from the "
+                   "output biases alone (the most popular items)")
     if not quiet:
         where = "stdout" if output_path == "-" else output_path
-        note(NAME, f"wrote {report.samples:,} recommendation lines (top {k}) to {where}"
-                   + (f", {report.filtered:,} filter entries applied ({filter_mode})"
+        note(NAME, f"wrote {counted(report.samples, 'recommendation line')} (top {k}) to {where}"
+                   + (f", {counted(report.filtered, 'filter entry', 'filter entries')} applied "
+                      f"({filter_mode})"
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
                    + products_note(predictor.kernels)
                    + (f", layers split over {comm.size} processes" if predictor.split else ""))

@@ -9,6 +9,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, FiniteRange, library_errors, note, products_note,
                                 run_command, system_failure, tf32_option)
+from destiny.wording import counted
 from destiny.errors import InterruptedAfterOutputs
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 
@@ -182,9 +183,9 @@ class _Progress:
 
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
         note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}"
-                   f"{numba.get_num_threads()} threads), optimizer {self.cfg.optimizer} alpha "
-                   f"{self.cfg.alpha:g}, {data.examples:,} examples, batch {self.cfg.batch}, "
-                   f"epochs {state.epoch + 1}..{self.cfg.epochs}")
+                   f"{counted(numba.get_num_threads(), 'thread')}), optimizer "
+                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
+                   f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
         self._new_bar(state.epoch + 1)
 
     def _new_bar(self, epoch: int):
@@ -209,7 +210,8 @@ class _Progress:
         note(NAME, f"epoch {r.epoch}/{self.cfg.epochs}: loss {r.loss:.6f} (training "
                    f"{r.training_error:.6f}, regularization {r.regularization_error:.6f}), "
                    f"{r.seconds:.1f} s, {r.samples_per_s:,.0f} examples/s, lr {r.learning_rate:g}"
-                   + (f", {r.skipped_batches} batches skipped by the divergence brake"
+                   + (f", {counted(r.skipped_batches, 'batch', 'batches')} skipped by the "
+                      "divergence brake"
                       if r.skipped_batches else ""))
         if r.epoch < self.cfg.epochs:
             self._new_bar(r.epoch + 1)

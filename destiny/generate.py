@@ -24,6 +24,7 @@ from destiny.io.index import (LabelTable, check_appendable, index_digest, load_t
                               rows_digest, write_index)
 from destiny.io.text import Records, input_files, read_records
 from destiny.sparse import repeated_entries, take_rows
+from destiny.wording import counted
 
 
 @dataclass
@@ -144,15 +145,17 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
     rows, repeats = repeated_entries(indptr, indices, width)
     if repeats:
         report.notes.append(
-            f"{rows:,} samples list a feature more than once ({repeats:,} repeats); each is kept "
+            f"{counted(rows, 'sample')} {'lists' if rows == 1 else 'list'} a feature more than "
+            f"once ({counted(repeats, 'repeat')}); each is kept "
             "and counts again in training, as in DSSTNE (quirk 10.5). Duplicate ratings in the "
             "raw data are the usual cause: remove them upstream if they are not meant.")
     missing = len(samples) - (len(records.labels) - len(new_samples))
     if missing > 0:
         report.notes.append(
-            f"the sample index {sample_index} holds {missing:,} samples that are not in this "
-            "input; rows follow the samples present, so datasets built from different inputs "
-            "line up only if they hold the same samples (DSSTNE quirk, spec 1.4).")
+            f"the sample index {sample_index} holds {counted(missing, 'sample')} that "
+            f"{'is' if missing == 1 else 'are'} not in this input; rows follow the samples "
+            "present, so datasets built from different inputs line up only if they hold the "
+            "same samples (DSSTNE quirk, spec 1.4).")
 
     labels, values = features.labels(), features.values()
     with atomic.atomic_outputs() as out:

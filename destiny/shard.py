@@ -24,6 +24,7 @@ import numpy as np
 from destiny.errors import NetDefError
 from destiny.netdef import Activation, LayerKind, NetworkDef
 from destiny.parallel import Comm, agree, failure_message
+from destiny.wording import counted
 
 WHOLE, ROWS, COLS = "whole", "rows", "cols"
 
@@ -59,9 +60,10 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
                                   f"layer, which Destiny does not split across MPI ranks; "
                                   f"{_UNSPLIT} or remove {key}.")
         if layer.n < size:
-            raise NetDefError(f"{path}.N", f"layer {layer.name!r} has {layer.n} units, fewer "
-                              f"than the {size} MPI ranks that would each hold some of them; "
-                              f"run on at most {layer.n} ranks, or {_UNSPLIT}.")
+            raise NetDefError(f"{path}.N", f"layer {layer.name!r} has "
+                              f"{counted(layer.n, 'unit')}, fewer than the {size} MPI ranks "
+                              "that would each hold some of them; run on at most "
+                              f"{counted(layer.n, 'rank')}, or {_UNSPLIT}.")
     _check_input_layouts(netdef)
 
 

@@ -109,7 +109,7 @@ def test_rows_follow_reused_sample_index(tmp_path):
     ds = read_dataset(tmp_path / "out.nc")
     assert ds.indptr.tolist() == [0, 1, 2]
     assert ds.indices.tolist() == [1, 0]  # c (index 1) first, then a (index 2)
-    assert "holds 1 samples that are not in this input" in result.output
+    assert "holds 1 sample that is not in this input" in result.output
     # No new samples: the sample index is left as it was.
     assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
 

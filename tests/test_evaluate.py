@@ -64,8 +64,8 @@ def test_json_output_and_counts():
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
     assert result.exit_code == 0, result.output + result.stderr
     same(json.loads(result.stdout), MODEL)
-    assert "skipped 1 samples of recs.txt" in result.stderr
-    assert "1 held-out users have no line in recs.txt" in result.stderr
+    assert "skipped 1 sample of recs.txt that is not in" in result.stderr
+    assert "1 held-out user has no line in recs.txt; it counts as an empty list" in result.stderr
 
 
 def test_table_output():

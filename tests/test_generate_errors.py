@@ -421,7 +421,7 @@ def test_unknown_features_dropped():
     result = invoke(["-i", "in.txt", *OUTPUTS])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
-    assert "dropped 1 features that are not in features.idx, from 1 lines" in result.stderr
+    assert "dropped 1 feature that is not in features.idx, from 1 line " in result.stderr
     after = snapshot()
     assert after["features.idx"] == before["features.idx"]  # reused, not rewritten
     assert after["out.nc"] != before["out.nc"]

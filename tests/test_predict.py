@@ -126,7 +126,7 @@ def test_unknown_features_still_get_a_line(model, tmp_path):
     result = run(model, "-r", str(src), "-k", "3", output=str(out))
     assert result.exit_code == 0, result.output
     assert "dropped 3 features" in result.stderr and "from 2 lines" in result.stderr
-    assert "1 samples have no known feature" in result.stderr
+    assert "1 sample has no known feature; its recommendations" in result.stderr
     recs = records(out)
     assert list(recs) == ["stranger", "regular"] and len(recs["stranger"]) == 3
 
