@@ -283,8 +283,10 @@ class Predictor:
         return self._item_labels
 
     def read_input(self, path) -> Records:
+        # (an input with no records gets no recommendations: a cron job's list of the day's
+        # active users may be empty)
         records = read_records(input_files(path, "-r"), self.features, update=False,
-                               flag="-r")
+                               flag="-r", allow_empty=True)
         records.check_unique()
         return records
 

@@ -230,6 +230,16 @@ def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_pat
     assert not out.exists()
 
 
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, split):  # noqa: F811
+    empty, out = tmp_path / "empty.txt", tmp_path / "recs.txt"
+    empty.touch()
+    done = mpiexec(2, *argv(model, "-s", out)[:-4], "-r", empty, "-s", out, *split)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr.decode().count("wrote 0 recommendation lines") == 1
+    assert out.read_bytes() == b""
+
+
 def test_usage_error_is_printed_once(model, tmp_path):  # noqa: F811
     done = mpiexec(2, *argv(model, "-p", "q", "-s", tmp_path / "recs.txt"))
     assert done.returncode == 2 and len(errors(done)) == 1 and b"-p" in done.stderr
