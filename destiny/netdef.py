@@ -243,15 +243,34 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
                           "UTF-8; a network definition is JSON text. Is this another kind of "
                           "file (a NetCDF network or dataset)?", file=path) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_JSONObject)
     except json.JSONDecodeError as exc:
         raise NetDefError(f"line {exc.lineno}, column {exc.colno}",
                           f"invalid JSON: {exc.msg}", file=path) from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's limit)
+        raise NetDefError("", "invalid JSON for a network definition: an integer of thousands "
+                          "of digits", file=path) from None
+    except RecursionError:
+        raise NetDefError("", "invalid JSON: arrays or objects nested too deeply to read; a "
+                          "network definition is a few levels deep", file=path) from None
     try:
         net = parse_netdef(data)
         return net if dataset_widths is None else net.resolve(dataset_widths)
     except NetDefError as exc:
         raise exc.with_file(path) from None
+
+
+class _JSONObject(dict):
+    """A JSON object that remembers the keys written twice with the same spelling
+    (``given_twice``), which ``json`` would reduce to the last silently; ``fold_keys`` refuses
+    them with their JSON path."""
+
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        self.given_twice = set()
+        if len(self) < len(pairs):
+            seen = set()
+            self.given_twice = {key for key, _ in pairs if key in seen or seen.add(key)}
 
 
 def parse_netdef(data) -> NetworkDef:

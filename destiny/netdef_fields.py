@@ -9,6 +9,7 @@ The numeric enum values are the ones DSSTNE stores in network NetCDF files (spec
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 
 from destiny.errors import NetDefError
@@ -189,6 +190,10 @@ def _describe(value) -> str:
         return "null"
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return f"{'-' if value < 0 else ''}Infinity (or a number beyond float64's range)"
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
     if isinstance(value, str):
@@ -217,6 +222,9 @@ def fold_keys(obj, path: str, keys: dict[str, str], what: str) -> dict[str, tupl
             raise NetDefError(key_path, f"unknown key{extra}; expected one of {allowed}")
         if canonical in out:
             raise NetDefError(key_path, f"given twice (also as '{out[canonical][0]}')")
+        if written in getattr(obj, "given_twice", ()):
+            raise NetDefError(key_path, "given twice; a JSON reader keeps one of them "
+                                        "silently. Keep the one meant.")
         out[canonical] = (written, value)
     return out
 
@@ -227,10 +235,14 @@ def sub_path(path: str, written: str) -> str:
 
 
 def read_number(path: str, value) -> float:
-    """A JSON number (booleans are not numbers here)."""
+    """A finite JSON number (booleans are not numbers here). Python's json reads NaN,
+    Infinity and numbers beyond float64 (1e999) as non-finite floats: refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NetDefError(path, f"expected a number, got {_describe(value)}")
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise NetDefError(path, f"expected a finite number, got {_describe(value)}")
+    return number
 
 
 def read_int(path: str, value) -> int:
@@ -252,16 +264,28 @@ def read_bool(path: str, value) -> bool:
 
 
 def read_str(path: str, value) -> str:
-    """A JSON string."""
+    """A JSON string that a network file can hold: NetCDF stores text as UTF-8 and ends it at
+    a NUL, so a lone surrogate escape ("\\ud800") failed only as the trained network was
+    written, and a NUL was dropped from the name."""
     if not isinstance(value, str):
         raise NetDefError(path, f"expected a string, got {_describe(value)}")
+    if "\0" in value:
+        raise NetDefError(path, f"{value!r} holds a NUL character, which a network file "
+                                "cannot store; remove it.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise NetDefError(path, f"{value!r} holds half of a UTF-16 surrogate pair "
+                                f"({value[exc.start]!r} escaped alone), which is not a "
+                                "character and cannot be written as UTF-8; write the "
+                                "character itself, or both halves of the pair.") from None
     return value
 
 
 def read_names(path: str, value) -> tuple[str, ...]:
     """A layer name or an array of layer names (Source, Skip; spec 3.3)."""
     if isinstance(value, str):
-        return (value,)
+        return (read_str(path, value),)
     if not isinstance(value, list):
         raise NetDefError(path, f"expected a layer name or an array of names, got "
                                 f"{_describe(value)}")
@@ -318,9 +342,9 @@ def read_n(kw, path, value) -> None:
                                     "supported by Destiny; expected a positive integer or "
                                     "'auto'")
         path, value = f"{path}[0]", value[0]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
-            float(value) != int(value)):
-        raise NetDefError(path, f"expected a positive integer or 'auto', got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value < math.inf) or float(value) != int(value):
+        raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
     kw["n"], kw["n_auto"] = int(value), False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,24 @@ INVALID = [
      r"^Layers: expected a non-empty array of layer objects, got an empty object"),
     ("single_layer_object", _set_top("Layers", {"Kind": "Input", "N": 3, "DataSet": "in"}),
      r"^Layers: no Output layer"),
+    # Python's json reads NaN, Infinity and 1e999 as floats; a network needs finite numbers.
+    ("nan_number", _set_layer(1, "pDropout", float("nan")),
+     r"^Layers\[1\]\.pDropout: expected a finite number, got NaN$"),
+    ("infinite_number", _set_layer(1, "WeightInit", {"Scheme": "Gaussian", "Scale": math.inf}),
+     r"^Layers\[1\]\.WeightInit\.Scale: expected a finite number, got Infinity"),
+    ("nan_version", _set_top("Version", float("nan")), r"^Version: expected a finite number"),
+    ("n_nan", _set_layer(1, "N", float("nan")),
+     r"^Layers\[1\]\.N: expected a positive integer or 'auto', got NaN$"),
+    ("n_infinite", _set_layer(1, "N", math.inf), r"^Layers\[1\]\.N: expected a positive"),
+    # NetCDF text is UTF-8 ended by a NUL: such names failed after training, or were cut.
+    ("nul_in_name", _set_layer(1, "Name", "H\0a"),
+     r"^Layers\[1\]\.Name: 'H\\x00a' holds a NUL character"),
+    ("surrogate_in_name", _set_layer(1, "Name", "\ud800x"),
+     r"^Layers\[1\]\.Name: '\\ud800x' holds half of a UTF-16 surrogate pair"),
+    ("surrogate_in_source", _set_layer(2, "Source", "\udc80"),
+     r"^Layers\[2\]\.Source: '\\udc80' holds half of a UTF-16 surrogate pair"),
+    ("surrogate_in_dataset", _set_layer(0, "DataSet", "in\udc80"),
+     r"^Layers\[0\]\.DataSet: 'in\\udc80' holds half"),
 ]
 
 
@@ -275,6 +294,28 @@ def test_file_errors_name_the_file(tmp_path):
         load_netdef(str(path))
     assert str(info.value).startswith(f"{path}: Layers[1].Activation: unknown 'Sigmod'")
     assert info.value.json_path == "Layers[1].Activation"
+
+
+@pytest.mark.parametrize("text, message", [
+    # the same key twice with the same spelling: json keeps the last one silently
+    ('{"Kind": "FeedForward", "Kind": "FeedForward", "Layers": []}',
+     r"json: Kind: given twice; a JSON reader keeps one of them silently"),
+    ('{"Layers": [{"Kind": "Input", "N": 3, "N": 4, "DataSet": "in"}]}',
+     r"json: Layers\[0\]\.N: given twice"),
+    ('{"Layers": [{"Kind": "Input", "N": NaN, "DataSet": "in"}]}',
+     r"json: Layers\[0\]\.N: expected a positive integer or 'auto', got NaN"),
+    ('{"Layers": [{"Kind": "Input", "N": 1e999, "DataSet": "in"}]}',
+     r"json: Layers\[0\]\.N: expected a positive integer or 'auto', got Infinity"),
+    ('{"Layers": [{"Kind": "Input", "N": 1' + "0" * 5000 + ', "DataSet": "in"}]}',
+     r"json: invalid JSON for a network definition: an integer of thousands of digits$"),
+    ('{"Layers": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     r"json: invalid JSON: arrays or objects nested too deeply to read"),
+])
+def test_json_that_python_reads_but_a_definition_cannot_hold(tmp_path, text, message):
+    path = tmp_path / "net.json"
+    path.write_text(text)
+    with pytest.raises(NetDefError, match=message):
+        load_netdef(path)
 
 
 def test_missing_file(tmp_path):
