@@ -72,6 +72,11 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+# A seed: NumPy's generators take no negative seed, and the network file stores it as a 64-bit
+# integer (a larger one failed only as the trained network was written).
+SEED = click.IntRange(0, 2**63 - 1)
+
+
 # train and predict: the GPU's dense products in TF32 (destiny.kernels.get_backend's tf32).
 tf32_option = click.option(
     "--tf32", is_flag=True,

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from destiny.cli.common import (CONTEXT, FiniteRange, library_errors, note, products_note,
-                                run_command, system_failure, tf32_option)
+from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note,
+                                products_note, run_command, system_failure, tf32_option)
 from destiny.wording import counted
 from destiny.errors import InterruptedAfterOutputs
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
@@ -43,7 +43,7 @@ NAME = "train"
               help="Adam's beta2 [default: 0.999].")
 @click.option("--optimizer", type=click.Choice(sorted(OPTIMIZERS)), default=DEFAULT_OPTIMIZER,
               show_default=True, help="sgd with DSSTNE's defaults reproduces DSSTNE's train.")
-@click.option("--seed", type=int, default=12134, show_default=True,
+@click.option("--seed", type=SEED, default=12134, show_default=True,
               help="Seeds weights, shuffling, dropout and denoising (DSSTNE's fixed seed).")
 @click.option("--shuffle/--no-shuffle", default=None,
               help="Shuffle examples every epoch [default: the definition's ShuffleIndices].")

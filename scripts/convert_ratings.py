@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import click
 
-from destiny.cli.common import library_errors, run_program, stdin_for_dash
+from destiny.cli.common import FiniteRange, library_errors, run_program, stdin_for_dash
 from destiny.io.atomic import check_outputs, is_stream, text_output
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 
@@ -29,7 +29,7 @@ from destiny.io.ratings import FORMATS, VALUES, convert_ratings
 @click.option("--value", type=click.Choice(VALUES), default="timestamp", show_default=True,
               help="What follows each item: its timestamp (DSSTNE's example), its rating, "
                    "or nothing.")
-@click.option("--min-rating", type=float, default=None,
+@click.option("--min-rating", type=FiniteRange(), default=None,
               help="Keep only ratings at least this high (e.g. 4 for 'liked').")
 @library_errors
 def main(ratings, output, fmt, value, min_rating):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from destiny.cli.common import library_errors, run_program, stdin_for_dash
+from destiny.cli.common import SEED, FiniteRange, library_errors, run_program, stdin_for_dash
 from destiny.errors import DataFormatError
 from destiny.io.atomic import atomic_outputs, check_outputs
 
@@ -31,9 +31,9 @@ _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 @click.argument("text", type=click.Path(), callback=stdin_for_dash)
 @click.option("--train", "train_path", required=True, help="Training part to write.")
 @click.option("--heldout", "heldout_path", required=True, help="Held-out part to write.")
-@click.option("--fraction", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.2,
+@click.option("--fraction", type=FiniteRange(0.0, 1.0, max_open=True), default=0.2,
               show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=SEED, default=1, show_default=True)
 @library_errors
 def main(text, train_path, heldout_path, fraction, seed):
     """Hold out a fraction of each sample's features."""

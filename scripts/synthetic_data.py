@@ -22,7 +22,7 @@ import click
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from destiny import synthetic  # noqa: E402
-from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 
@@ -34,7 +34,7 @@ from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
               show_default=True, help="Mean number of distinct items per user.")
 @click.option("--clusters", type=int, default=8, show_default=True, help="Latent taste clusters.")
 @click.option("--zipf", type=float, default=1.0, show_default=True, help="Popularity exponent.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["csv", "dsstne"]), default="csv",
               show_default=True)
 @click.option("--value", type=click.Choice(["timestamp", "rating", "none"]), default="timestamp",

@@ -113,6 +113,12 @@ def test_a_reader_that_leaves_early_stops_it_as_sigpipe_does(tmp_path):
     assert stderr == ""
 
 
+def test_a_min_rating_that_is_not_a_number_is_a_usage_error(csv_path, tmp_path):
+    done = run_script(csv_path, "--min-rating", "nan", "-o", tmp_path / "out.txt")
+    assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_stdout(csv_path):
     result = run_script(csv_path)
     assert result.returncode == 0, result.stderr

@@ -142,6 +142,17 @@ def test_output_is_input_or_twice(work, train, heldout, text):
     assert Path("in.txt").read_text() == GOOD  # the input untouched
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--fraction", "nan", "'nan' is not a finite number"),
+    ("--seed", "-1", "-1 is not in the range 0<="),
+])
+def test_out_of_range_flags_are_usage_errors(work, flag, value, message):
+    write("in.txt", GOOD)
+    result = run("in.txt", "--train", "t.txt", "--heldout", "h.txt", flag, value)
+    assert result.exit_code == 2 and message in result.output
+    assert [p.name for p in work.iterdir()] == ["in.txt"]
+
+
 def test_output_directory_missing(work):
     write("in.txt", GOOD)
     result = run("in.txt", "--train", "t.txt", "--heldout", "nodir/h.txt")

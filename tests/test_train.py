@@ -459,6 +459,8 @@ def test_dsstne_flags_parse(files):
     ("-lambda1", "inf", "'inf' is not a finite number"),
     ("-mu", "1", "1.0 is not in the range 0.0<=x<1.0"),
     ("-mu1", "-0.5", "-0.5 is not in the range 0.0<=x<1.0"),
+    ("--seed", "-1", "-1 is not in the range 0<=x<=9223372036854775807"),  # (a traceback)
+    ("--seed", str(2**63), "is not in the range"),  # (failed once the network was trained)
 ])
 def test_hyperparameters_out_of_range_are_usage_errors(files, flag, value, message):
     """A negative or NaN learning rate used to train (or 'diverge') instead of being refused."""
