@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
+from destiny.io.textscan import check_no_bom
 from destiny.metrics import RankingMetrics, ranking_metrics
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
@@ -216,6 +217,8 @@ def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: boo
             chunk = f.read(CHUNK_BYTES)
             if not chunk:
                 break
+            if line_no == 1:
+                check_no_bom(path, chunk)
             if not chunk.endswith(b"\n"):
                 chunk += f.readline()
                 if not chunk.endswith(b"\n"):

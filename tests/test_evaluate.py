@@ -190,6 +190,10 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("held.txt", "u1\n", "has no TAB"),
     ("train.txt", "u1\ta\nu1\tb\n", "train.txt, line 2: the sample 'u1' has a second line"),
     ("train.txt", "u1\ta,x\n", "is not a number"),
+    # a byte-order mark became part of the first sample's name: scores silently wrong
+    ("recs.txt", "\ufeff" + RECS, "line 1, column 1: the file starts with a UTF-8 byte-order"),
+    ("held.txt", "\ufeff" + HELD, "line 1, column 1: the file starts with a UTF-8 byte-order"),
+    ("train.txt", "\ufeff" + TRAIN, "line 1, column 1: the file starts with a UTF-8 byte-order"),
 ])
 def test_bad_input(which, content, expected):
     write(which, content)

@@ -324,3 +324,16 @@ def test_index_fast_path_agrees_with_the_line_by_line_parser(tmp_path):
             assert isinstance(got, str) and "is given to both" in got  # duplicate index
         else:
             assert got == expected, repr(text)
+
+
+def test_an_index_with_a_byte_order_mark_is_refused(tmp_path):
+    """It became part of the first label: a sample index held both '\\ufeffu1' and 'u1', a
+    feature index dropped its first feature as unknown."""
+    from destiny.errors import DataFormatError
+    from destiny.io import index
+
+    path = tmp_path / "features"
+    path.write_bytes(b"\xef\xbb\xbfa\t0\nb\t1\n")
+    with pytest.raises(DataFormatError, match=r"features, line 1, column 1: the file starts "
+                                              r"with a UTF-8 byte-order mark"):
+        index.read_index(path)

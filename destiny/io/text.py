@@ -243,9 +243,6 @@ def _beyond_float32(text: str) -> bool:
     return math.isfinite(value) and abs(value) > float(np.finfo(np.float32).max)
 
 
-_BOM = b"\xef\xbb\xbf"
-
-
 def _chunks(path):
     """Yield the file's bytes in chunks of whole lines (the last one gets a final newline)."""
     try:
@@ -258,12 +255,8 @@ def _chunks(path):
             chunk = f.read(CHUNK_BYTES)
             if not chunk:
                 return
-            if first and chunk.startswith(_BOM):
-                raise DataFormatError(path, "the file starts with a UTF-8 byte-order mark (bytes "
-                                      "EF BB BF, written by some Windows editors), which would "
-                                      "become part of the first sample's name. Remove it, for "
-                                      "example with `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`.",
-                                      line=1, column=1)
+            if first:
+                textscan.check_no_bom(path, chunk)
             first = False
             if not chunk.endswith(b"\n"):
                 chunk += f.readline()

@@ -16,6 +16,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from destiny.errors import DataFormatError
+
+BOM = b"\xef\xbb\xbf"
+
+
+def check_no_bom(path, head: bytes) -> None:
+    """Refuse a file whose first bytes ``head`` are a UTF-8 byte-order mark: it would become
+    part of the first line's label, silently (a sample that matches nothing, a feature
+    dropped)."""
+    if head.startswith(BOM):
+        raise DataFormatError(path, "the file starts with a UTF-8 byte-order mark (bytes "
+                              "EF BB BF, written by some Windows editors), which would become "
+                              "part of the first line's label. Remove it, for example with "
+                              "`sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`.", line=1, column=1)
+
 # What scan_records does with a feature name the table lacks.
 LOOKUP = 0  # drop it and count it (or, strict, report it)
 UPDATE = 1  # add it, numbered len(table) (spec 1.3)
