@@ -326,8 +326,11 @@ class Predictor:
         """Yield (first row, items [rows, k], scores [rows, k]) per minibatch.
 
         A batch is yielded once the next one is queued: on a GPU the next batch is scored
-        while the caller writes this one's records (on the cpu it changes nothing).
+        while the caller writes this one's records (on the cpu it changes nothing). A ``k``
+        above the layer's units gives every item (``-k 99999999999`` asked for memory for that
+        many a row).
         """
+        k = min(k, self.net.layers[self.layer].n)
         queued = None
         for lo, items, best in self._queue_batches(records, k, filter_csr, multiply, batch_size):
             if queued is not None:

@@ -87,3 +87,10 @@ def test_bad_arguments():
         ranking_metrics([["a"]], [{"a"}], 0)
     with pytest.raises(ValueError, match="held-out sets"):
         ranking_metrics([["a"], ["b"]], [{"a"}], 1)
+
+
+def test_a_huge_k_costs_only_the_ranks_there_are():
+    """evaluate -k 1000000000 was killed for memory: a discount for every rank up to k."""
+    got = ranking_metrics([["a", "b", "c"]], [{"b", "z"}], 10**9)
+    assert got.precision == 1 / 10**9 and got.recall == 0.5
+    assert got.ndcg == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))

@@ -81,6 +81,15 @@ def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, filte
     assert out.read_bytes() == b""
 
 
+def test_a_k_beyond_the_catalogue_gives_every_item(model, tmp_path):
+    """-k 99999999999 asked for memory for that many items a row ('out of memory')."""
+    out = tmp_path / "recs.txt"
+    result = run(model, "-r", str(model / "ratings.txt"), "-k", "99999999999", output=str(out))
+    assert result.exit_code == 0, result.output
+    items = len((model / "features_output").read_text().splitlines())
+    assert {len(line) for line in records(out).values()} == {items}
+
+
 def test_multiply_filter_is_dsstnes(model, tmp_path):
     # DSSTNE multiplies scores by the filter value; with timestamps as values (its MovieLens
     # recipe) the already-seen items are boosted to the top instead of being removed.
