@@ -124,13 +124,18 @@ def fit(
             on_start(net, data, state)
 
         records: list[EpochRecord] = []
-        metrics = None
+        # The metrics file is opened (and emptied) with the first epoch's line, so that a run
+        # failing before it leaves an earlier run's file as it was.
+        metrics, kept = None, []
         if metrics_path and comm.is_root:
-            metrics = _open_metrics(metrics_path, state.epoch if resume else 0)
+            kept = _kept_metrics(metrics_path, state.epoch if resume else 0)
 
         def epoch_done(record: EpochRecord, st: TrainState) -> None:
+            nonlocal metrics
             records.append(record)
-            if metrics is not None:
+            if metrics_path and comm.is_root:
+                if metrics is None:
+                    metrics = _open_metrics(metrics_path, kept)
                 metrics.write(record.json() + "\n")
                 metrics.flush()
             if checkpoint_every > 0 and st.epoch % checkpoint_every == 0:  # the last too (5.2)
@@ -203,11 +208,10 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
             None if started is None else float(started))
 
 
-def _open_metrics(path, epoch: int):
-    """The metrics file, open for appending: emptied for a fresh run (``epoch`` 0); on resuming
-    from ``epoch``, holding the lines of epochs 1..``epoch`` only (an interrupted run's lines
-    of later epochs are dropped, as those epochs run again). Rewritten in place, not renamed:
-    the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
+def _kept_metrics(path, epoch: int) -> list[str]:
+    """The lines of the metrics file that a run from ``epoch`` keeps: none for a fresh run
+    (``epoch`` 0); on resuming, those of epochs 1..``epoch`` (an interrupted run's lines of
+    later epochs are dropped, as those epochs run again)."""
     kept = []
     if epoch > 0 and os.path.exists(path) and not atomic.is_stream(path):  # (/dev/stdout)
         with open(path, encoding="utf-8") as f:
@@ -217,6 +221,12 @@ def _open_metrics(path, epoch: int):
                         kept.append(line)
                 except (ValueError, KeyError, TypeError):
                     kept.append(line)  # not ours to judge: kept as it was
+    return kept
+
+
+def _open_metrics(path, kept: list[str]):
+    """The metrics file, open for appending and holding the ``kept`` lines. Rewritten in
+    place, not renamed: the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
     metrics = (atomic.open_stream(path) if atomic.is_stream(path) else
                open(path, "w", encoding="utf-8", newline="\n"))
     metrics.writelines(kept)
@@ -233,6 +243,10 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     outputs = ((network_path, "network file (-n)"), (metrics_file, "metrics file"),
                (initial_network, "initial network"))
     atomic.check_outputs(outputs, inputs)
+    if (metrics_file is not None and os.path.exists(metrics_file)
+            and not os.access(metrics_file, os.W_OK)):  # (written in place, at the 1st epoch)
+        raise OutputError(f"{metrics_path}: the metrics file is not writable; check its "
+                          "permissions or choose another path.")
     if metrics_file is not None and checkpoint_epoch(network_path, metrics_file) is not None:
         raise OutputError(f"{metrics_path}: the metrics file has the name of one of the "
                           f"network's checkpoints ({os.path.basename(network_path)}<epoch>.nc), "

@@ -818,6 +818,26 @@ def test_metrics_to_stdout_append_to_the_log_that_stdout_is(files):
         assert sum(line.startswith("train: epoch") for line in lines) == 2
 
 
+def test_a_run_failing_before_its_first_epoch_leaves_the_metrics_file_as_it_was(files):
+    """The metrics file is emptied with the first epoch's line: a cron run that diverges at
+    once keeps the last good run's metrics (it was left empty)."""
+    (files / "m.jsonl").write_text("old\n")
+    result = run_train(files, "-b", "64", "-e", "2", "-alpha", "1e308",
+                       "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 1 and "diverged" in result.output, result.output
+    assert (files / "m.jsonl").read_text() == "old\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes files whatever their permissions")
+def test_a_metrics_file_that_cannot_be_written_is_refused_before_training(files):
+    (files / "m.jsonl").write_text("old\n")
+    (files / "m.jsonl").chmod(0o444)
+    result = run_train(files, "-b", "64", "-e", "1", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 1
+    assert "m.jsonl: the metrics file is not writable" in result.output
+    assert not (files / "net.nc").exists()
+
+
 def test_metrics_file_through_a_link_stays_a_link(files):
     (files / "target.jsonl").write_text("old\n")
     (files / "m.jsonl").symlink_to(files / "target.jsonl")
