@@ -54,7 +54,8 @@ def library_errors(fn):
             raise click.ClickException(f"interrupted; {NOTHING_REPLACED}. Run the command "
                                        "again to start afresh.") from None
         except (OSError, RuntimeError, MemoryError) as e:
-            message = system_failure(e)
+            # (the advice on memory is the network's size only where there is one)
+            message = system_failure(e, network=fn.__name__ in ("train", "predict"))
             if os.environ.get("DESTINY_DEBUG") or message is None:
                 raise
             raise click.ClickException(message) from None

@@ -71,11 +71,12 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def system_failure(e: BaseException,
-                   then: str = "run the command again, or write the outputs elsewhere"
-                   ) -> str | None:
+                   then: str = "run the command again, or write the outputs elsewhere", *,
+                   network: bool = True) -> str | None:
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
     own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
-    ``then`` is what to do once the cause is mended."""
+    ``then`` is what to do once the cause is mended; ``network``: the command holds a network
+    (train, predict), whose size is then the advice on memory."""
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
@@ -87,8 +88,12 @@ def system_failure(e: BaseException,
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         return (f"the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, a full "
                 f"disk or quota is the usual cause: free space, then {then}.")
+    if isinstance(e, MemoryError) and not network:
+        return (f"out of memory ({str(e) or 'an allocation failed'}); {NOTHING_REPLACED}. Check "
+                "that the inputs are the files meant, then free memory or run on a machine "
+                "with more.")
     if isinstance(e, MemoryError):  # NumPy's says how much one array needed
-        return (f"out of memory ({e or 'an allocation failed'}). The network's weights, their "
+        return (f"out of memory ({str(e) or 'an allocation failed'}). The network's weights, their "
                 "gradients and optimizer state, the data and a batch must fit in this "
                 "machine's memory: use smaller layers or a smaller batch (-b), or split the "
                 "layers over several processes or machines with mpiexec (train; predict "

@@ -69,6 +69,27 @@ def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
     assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
 
 
+def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
+    """generate-netcdf (a binary file given as text, say) has no network to make smaller;
+    a MemoryError without a message says what failed."""
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    def too_large(**_):
+        raise MemoryError()
+
+    monkeypatch.setattr(destiny.generate, "generate_netcdf", too_large)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("u1\ta\n")
+    result = CliRunner().invoke(generate_netcdf, ["-d", "x", "-i", "in.txt", "-o", "x.nc",
+                                                  "-f", "f", "-s", "s", "-c"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of memory (an allocation failed); no output was "
+                                    "replaced"), result.output
+    assert "Check that the inputs are the files meant" in result.output
+    assert "network" not in result.output
+
+
 @pytest.mark.parametrize("failure, expected", [
     (OSError(28, "No space left on device", "/data/.recs.k3m_x9qa.tmp"),
      "Error: /data/.recs.k3m_x9qa.tmp: No space left on device; no output was replaced (each "
