@@ -205,6 +205,16 @@ def test_duplicate_sample_across_files_names_both_files():
     assert f"first on line 5 of {os.path.join('indir', 'a.txt')}" in message
 
 
+def test_a_dangling_link_in_a_directory_is_named_not_skipped():
+    """A link to a part that is gone was skipped silently: its records were missing."""
+    os.mkdir("indir")
+    write("indir/a.txt", _lines(10))
+    os.symlink("/nowhere/part-00001", "indir/b.txt")
+    message = fails(["-i", "indir", *OUTPUTS, "-c"])
+    assert message.startswith(f"Error: {os.path.join('indir', 'b.txt')}: is a symbolic link to "
+                              "a file that does not exist (/nowhere/part-00001)"), message
+
+
 # --- inputs that are missing or unreadable -------------------------------------------------
 
 def test_missing_input_file():

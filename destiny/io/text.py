@@ -84,6 +84,12 @@ def input_files(path, flag: str = "-i") -> list[str]:
     (``_SUCCESS``, ``.part-00000.crc``), which their own readers skip (DSSTNE read them)."""
     if os.path.isdir(path):
         names = sorted(n for n in os.listdir(path) if not n.startswith((".", "_")))
+        for name in names:  # (a link to a part that is gone: its records would be missing)
+            entry = os.path.join(path, name)
+            if os.path.islink(entry) and not os.path.exists(entry):
+                raise DataFormatError(entry, "is a symbolic link to a file that does not exist "
+                                      f"({os.readlink(entry)}), in the input directory given "
+                                      f"with {flag}; restore the file, or remove the link.")
         files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
         if not files:
             raise DataFormatError(path, "the input directory holds no files (names starting "
