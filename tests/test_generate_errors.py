@@ -28,13 +28,17 @@ def invoke(args: list[str]):
 
 
 def snapshot(directory=".") -> dict[str, bytes | None]:
-    """Every file (with its bytes) and folder (None) under ``directory``, hidden ones included."""
+    """Every file (with its bytes), folder (None) and link (where it points) under
+    ``directory``, hidden ones included."""
     seen: dict[str, bytes | None] = {}
     for root, dirs, files in os.walk(directory):
         for d in dirs:
             seen[os.path.relpath(os.path.join(root, d), directory) + "/"] = None
         for f in files:
             path = os.path.join(root, f)
+            if os.path.islink(path):
+                seen[os.path.relpath(path, directory)] = f"-> {os.readlink(path)}".encode()
+                continue
             with open(path, "rb") as fh:
                 seen[os.path.relpath(path, directory)] = fh.read()
     return seen
