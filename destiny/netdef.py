@@ -597,8 +597,10 @@ def _check_acyclic(net: NetworkDef, by_name: dict[str, LayerDef]) -> None:
             if state.get(name) == 1:
                 full = trail + [layer.name]
                 cycle = " -> ".join(full[full.index(name):] + [name])
-                raise NetDefError(f"Layers[{layer.index}].Source", f"cycle in the layer "
-                                  f"graph: {cycle}; sources must form an acyclic graph")
+                key = "Source" if name in layer.sources else "Skip"
+                raise NetDefError(f"Layers[{layer.index}].{key}", f"cycle in the layer "
+                                  f"graph: {cycle}; sources and skips must form an acyclic "
+                                  "graph")
             if state.get(name) is None:
                 visit(by_name[name], trail + [layer.name])
         state[layer.name] = 2

@@ -220,6 +220,8 @@ INVALID = [
     ("cycle", _cycle, r"^Layers\[\d\]\.Source: cycle in the layer graph: "),
     ("self_source", _set_layer(1, "Source", "Hidden1"),
      r"^Layers\[1\]\.Source: cycle in the layer graph: Hidden1 -> Hidden1"),
+    ("self_skip", _set_layer(2, "Skip", "Output2"),
+     r"^Layers\[2\]\.Skip: cycle in the layer graph: Output2 -> Output2; sources and skips"),
     ("convolutional", _set_layer(1, "Type", "Convolutional"),
      r"^Layers\[1\]\.Type: Convolutional layers .*Destiny does not support"),
     ("kernel", _set_layer(1, "Kernel", 3), r"^Layers\[1\]\.Kernel: convolution and pooling"),
