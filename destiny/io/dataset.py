@@ -30,6 +30,10 @@ _SUPPORTED_TYPES = {UINT: "UInt", INT: "Int", FLOAT: "Float", DOUBLE: "Double",
 
 WIDTH_MULTIPLE = 128
 
+# What to do about a dataset file that is damaged or was written by another tool.
+_REWRITE = "write it again with generate-netcdf"
+_DAMAGED = f"the file is damaged; {_REWRITE}"
+
 
 def round_up_width(n_features: int) -> int:
     """``width`` = number of feature-index entries rounded up to a multiple of 128 (quirk 10.2)."""
@@ -171,9 +175,9 @@ def dataset_summaries(path) -> dict[str, DatasetSummary]:
         for n in range(_count(nc, path)):
             index = None
             if {f"destiny_indexEntries{n}", f"destiny_indexDigest{n}"} <= attrs:
-                index = (int(nc.getncattr(f"destiny_indexEntries{n}")),
-                         str(nc.getncattr(f"destiny_indexDigest{n}")))
-            rows = (str(nc.getncattr(f"destiny_rowsDigest{n}"))
+                index = (_uint(nc, path, f"destiny_indexEntries{n}", _DAMAGED),
+                         _text(nc, path, f"destiny_indexDigest{n}", _DAMAGED))
+            rows = (_text(nc, path, f"destiny_rowsDigest{n}", _DAMAGED)
                     if f"destiny_rowsDigest{n}" in attrs else None)
             entries = nc.dimensions.get(f"sparseDataDim{n}")  # (None: a dense dataset)
             found[_text(nc, path, f"name{n}")] = DatasetSummary(entries and len(entries), index,
@@ -324,12 +328,21 @@ def _attr(nc, path, name):
     return nc.getncattr(name)
 
 
-def _uint(nc, path, name) -> int:
-    value = np.asarray(_attr(nc, path, name))
+def _uint(nc, path, name, then: str | None = None) -> int:
+    stored = _attr(nc, path, name)
+    value = np.asarray(stored)
     if value.size != 1 or not np.issubdtype(value.dtype, np.integer) or int(value.flat[0]) < 0:
-        raise DataFormatError(path, f"the attribute {name!r} is {value!r}; expected one "
-                              "non-negative integer.")
+        raise DataFormatError(path, f"the attribute {name!r} is {_shown(stored)}; expected one "
+                              "non-negative integer" + (f"; {then}." if then else "."))
     return int(value.flat[0])
+
+
+def _shown(value) -> str:
+    """An attribute's value for a message: ``768.0 (float32)``, ``'abc' (text)``."""
+    if isinstance(value, str):
+        return f"{value!r} (text)"
+    value = np.asarray(value)
+    return f"{value.tolist()!r} ({value.dtype})"
 
 
 def set_attribute(nc, name: str, value) -> None:
@@ -339,10 +352,11 @@ def set_attribute(nc, name: str, value) -> None:
     nc.setncattr(name, value.encode("utf-8") if isinstance(value, str) else value)
 
 
-def _text(nc, path, name) -> str:
+def _text(nc, path, name, then: str | None = None) -> str:
     value = _attr(nc, path, name)
     if not isinstance(value, str):
-        raise DataFormatError(path, f"the attribute {name!r} is {value!r}; expected text.")
+        raise DataFormatError(path, f"the attribute {name!r} is {_shown(value)}; expected text"
+                              + (f"; {then}." if then else "."))
     return value
 
 
