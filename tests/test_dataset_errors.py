@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from destiny.cli.train import train
 from destiny.errors import DataFormatError
-from destiny.io.dataset import dataset_summaries
+from destiny.io.dataset import dataset_summaries, read_dataset
 
 ROWS, WIDTH = 40, 128
 LENGTHS = np.random.default_rng(0).integers(1, 6, ROWS)
@@ -107,3 +107,53 @@ def test_train_refuses_damaged_destiny_attributes(tmp_path, attrs, fragment):
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert result.output.splitlines()[-1] == f"Error: {tmp_path / 'gl_output.nc'}: {fragment}"
     assert not (tmp_path / "net.nc").exists()
+
+
+# (id, write()'s keyword arguments, the message's fragment)
+CASES = [
+    ("no-entries", dict(variables={"sparseStart0": ("u4", np.zeros(ROWS)),
+                                   "sparseEnd0": ("u4", np.zeros(ROWS)),
+                                   "sparseIndex0": ("u4", np.zeros(0))}),
+     f"has no entries: all {ROWS} examples list no feature (sparseDataDim0 = 0), which DSSTNE's "
+     "loader refuses"),
+    ("all-rows-empty", dict(variables={"sparseEnd0": ("u4", OFFSETS[:-1])}),
+     f"has no entries: all {ROWS} examples list no feature, which DSSTNE's loader refuses"),
+]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_read_dataset_refuses(tmp_path, kwargs, fragment):
+    path = write(tmp_path / "d.nc", "gl_input", **kwargs)
+    with pytest.raises(DataFormatError) as e:
+        read_dataset(path)
+    assert str(e.value).startswith(f"{path}: ")
+    assert fragment in str(e.value)
+    assert "generate-netcdf" in str(e.value)  # what to do
+
+
+TRAIN_CASES = ["no-entries"]
+
+
+@pytest.mark.parametrize("loss", ["ScaledMarginalCrossEntropy", "L2"])
+@pytest.mark.parametrize("damaged", ["gl_input", "gl_output"])
+@pytest.mark.parametrize("case", TRAIN_CASES)
+def test_train_refuses_a_damaged_dataset(tmp_path, case, damaged, loss):
+    kwargs, fragment = next(c[1:] for c in CASES if c[0] == case)
+    paths = {}
+    for name in ("gl_input", "gl_output"):
+        paths[name] = write(tmp_path / f"{name}.nc", name,
+                            **(kwargs if name == damaged else {"analog": "data" in case}))
+    (tmp_path / "net.json").write_text(json.dumps(NETDEF | {"ErrorFunction": loss}))
+    result = CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
+                                        "-i", str(paths["gl_input"]),
+                                        "-o", str(paths["gl_output"]),
+                                        "-n", str(tmp_path / "net.nc"), "-e", "1"])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)  # a message, not a traceback
+    error = result.output.splitlines()[-1]
+    assert error.startswith(f"Error: {paths[damaged]}: dataset '{damaged}' has "), error
+    assert fragment in error
+    assert "diverged" not in result.output
+    assert not (tmp_path / "net.nc").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gl_input.nc", "gl_output.nc",
+                                                          "net.json"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError
 from destiny.sparse import gather_ranges
+from destiny.wording import counted
 
 # Dataset attribute bits and data types (spec 2.3, 11).
 SPARSE, BOOLEAN, IGNORE_ZERO, INDEXED, WEIGHTED = 1, 2, 32, 64, 128
@@ -229,6 +230,14 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
             raise DataFormatError(path, f"dataset {name!r} has index{n} values outside "
                                   f"0..{len(start) - 1}.")
         start, lengths = start[rows], lengths[rows]
+    if not lengths.any():
+        # As write_dataset and DSSTNE's loader (spec 2.4): nothing to train on or to predict.
+        stored = f" (sparseDataDim{n} = 0)" if n_entries == 0 else ""
+        raise DataFormatError(path, f"dataset {name!r} has no entries: all "
+                              f"{counted(len(lengths), 'example')} list no feature{stored}, which "
+                              "DSSTNE's loader refuses and generate-netcdf never writes. The file "
+                              f"is damaged or its input listed no feature; {_REWRITE} from "
+                              "samples that list features.")
     scale = {UCHAR: 256.0, CHAR: 128.0}.get(dtype)  # DSSTNE scales 8-bit values (spec 2.3)
     entries = _Entries(nc, path, n, name, stride, analog=not attrs & BOOLEAN, scale=scale)
     if columns is None:
