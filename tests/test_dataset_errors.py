@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from destiny.cli.train import train
 from destiny.errors import DataFormatError
-from destiny.io.dataset import dataset_summaries, read_dataset
+from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
 
 ROWS, WIDTH = 40, 128
 LENGTHS = np.random.default_rng(0).integers(1, 6, ROWS)
@@ -111,6 +111,40 @@ def test_train_refuses_damaged_destiny_attributes(tmp_path, attrs, fragment):
 
 # (id, write()'s keyword arguments, the message's fragment)
 CASES = [
+    ("negative-index", dict(variables={"sparseIndex0": ("i4", changed(INDICES, 7, -1, np.int32))}),
+     "has feature index -1 in sparseIndex0 (entry 7, example 1; both count from 0), but its "
+     "width is 128; every index must be 0 to 127"),
+    ("float-index", dict(variables={"sparseIndex0": ("f8", changed(INDICES, 7, 2.7, float))}),
+     "the variable 'sparseIndex0' is stored as float64; expected one dimension of integers"),
+    ("nan-index", dict(variables={"sparseIndex0": ("f8", changed(INDICES, 7, np.nan, float))}),
+     "the variable 'sparseIndex0' is stored as float64; expected one dimension of integers"),
+    ("text-index", dict(variables={"sparseIndex0": (str, np.array(
+        [str(i) for i in INDICES], dtype=object))}),
+     "the variable 'sparseIndex0' is stored as text; expected one dimension of integers"),
+    ("float-start", dict(variables={"sparseStart0": ("f8", OFFSETS[:-1] + 0.5)}),
+     "the variable 'sparseStart0' is stored as float64; expected one dimension of integers"),
+    ("nan-data", dict(analog=True, variables={"sparseData0": ("f4", changed(
+        np.ones(ENTRIES, np.float32), 7, np.nan))}),
+     "has the value nan in sparseData0 (entry 7, example 1; both count from 0); datasets hold "
+     "float32 numbers, and NaN, Inf or a value beyond float32's range"),
+    ("inf-data", dict(analog=True, variables={"sparseData0": ("f4", changed(
+        np.ones(ENTRIES, np.float32), ENTRIES - 1, -np.inf))}),
+     f"has the value -inf in sparseData0 (entry {ENTRIES - 1}, example {ROWS - 1}; both count "
+     "from 0)"),
+    ("double-beyond-float32", dict(analog=True, variables={"sparseData0": ("f8", changed(
+        np.ones(ENTRIES), 0, 1e300))}),
+     "has the value 1e+300 in sparseData0 (entry 0, example 0; both count from 0)"),
+    ("text-data", dict(analog=True, variables={"sparseData0": (str, np.array(
+        ["1"] * ENTRIES, dtype=object))}),
+     "the variable 'sparseData0' is stored as text; expected one dimension of numbers"),
+    ("short-data", dict(analog=True, variables={"sparseData0": ("f4", np.ones(ENTRIES - 1))}),
+     f"has {ENTRIES - 1} sparseData0 values for {ENTRIES} sparseIndex0 entries"),
+    ("nan-weight", dict(attrs={"attributes0": np.uint32(3 | 128)}, variables={
+        "dataWeight0": ("f4", changed(np.ones(ROWS, np.float32), 3, np.nan))}),
+     "has the weight nan for example 3 in dataWeight0"),
+    ("float-row-index", dict(attrs={"attributes0": np.uint32(3 | 64)}, variables={
+        "index0": ("f4", np.arange(ROWS) + 0.5)}),
+     "the variable 'index0' is stored as float32; expected one dimension of integers"),
     ("no-entries", dict(variables={"sparseStart0": ("u4", np.zeros(ROWS)),
                                    "sparseEnd0": ("u4", np.zeros(ROWS)),
                                    "sparseIndex0": ("u4", np.zeros(0))}),
@@ -118,8 +152,9 @@ CASES = [
      "loader refuses"),
     ("all-rows-empty", dict(variables={"sparseEnd0": ("u4", OFFSETS[:-1])}),
      f"has no entries: all {ROWS} examples list no feature, which DSSTNE's loader refuses"),
+    ("width-beyond-int32", dict(attrs={"width0": np.uint32(4_000_000_000)}),
+     "has width x height x length = 4000000000; Destiny holds at most 2147483647 features"),
 ]
-
 
 @pytest.mark.parametrize("kwargs, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_read_dataset_refuses(tmp_path, kwargs, fragment):
@@ -131,7 +166,7 @@ def test_read_dataset_refuses(tmp_path, kwargs, fragment):
     assert "generate-netcdf" in str(e.value)  # what to do
 
 
-TRAIN_CASES = ["no-entries"]
+TRAIN_CASES = ["negative-index", "nan-data", "inf-data", "no-entries"]
 
 
 @pytest.mark.parametrize("loss", ["ScaledMarginalCrossEntropy", "L2"])
@@ -157,3 +192,41 @@ def test_train_refuses_a_damaged_dataset(tmp_path, case, damaged, loss):
     assert not (tmp_path / "net.nc").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gl_input.nc", "gl_output.nc",
                                                           "net.json"]
+
+
+def test_width_beyond_int32_is_refused_before_the_entries_are_read(tmp_path):
+    path = write(tmp_path / "d.nc", "gl_input", attrs={"width0": np.uint32(2**31)})
+    with pytest.raises(DataFormatError, match="at most 2147483647 features"):
+        dataset_widths(path)
+
+
+def test_what_dsstne_writes_still_reads_while_the_damage_is_refused(tmp_path):
+    """The checks keep signed and 64-bit offsets and indices, integer values and an empty row
+    (all of which DSSTNE reads), and refuse only the bad entry among them."""
+    good = {"sparseStart0": ("i8", OFFSETS[:-1]), "sparseEnd0": ("u8", changed(OFFSETS[1:], 0, 0)),
+            "sparseIndex0": ("i4", INDICES), "sparseData0": ("i4", np.arange(ENTRIES))}
+    ds = read_dataset(write(tmp_path / "a.nc", "x", analog=True, attrs={"dataType0": np.uint32(1)},
+                            variables=good))
+    assert ds.indptr[1] == 0 and ds.values.tolist() == list(range(int(OFFSETS[1]), ENTRIES))
+    bad = good | {"sparseIndex0": ("i4", changed(INDICES, ENTRIES - 1, -2))}
+    with pytest.raises(DataFormatError, match=f"has feature index -2 in sparseIndex0 "
+                       fr"\(entry {ENTRIES - 1}, example {ROWS - 1}; both count from 0\)"):
+        read_dataset(write(tmp_path / "b.nc", "x", analog=True, attrs={"dataType0": np.uint32(1)},
+                           variables=bad))
+
+
+def test_a_ranks_shard_is_refused_for_a_bad_entry_outside_its_columns(tmp_path, monkeypatch):
+    """Under mpiexec each rank reads only its columns (spec 7), but every block of entries:
+    all ranks refuse the file alike, whichever column the bad entry is in."""
+    from destiny.io import dataset
+
+    monkeypatch.setattr(dataset._Entries, "BLOCK", 17)  # the bad entry in a later block
+    at = ENTRIES - 3
+    index = changed(INDICES, at, 120)
+    path = write(tmp_path / "d.nc", "x", analog=True, variables={
+        "sparseIndex0": ("u4", index),
+        "sparseData0": ("f4", changed(np.ones(ENTRIES, np.float32), at, np.nan))})
+    for columns in [(0, 64), (64, 128)]:
+        with pytest.raises(DataFormatError, match=f"has the value nan in sparseData0 "
+                           fr"\(entry {at}, example {ROWS - 1}; both count from 0\)"):
+            read_dataset(path, columns=columns)

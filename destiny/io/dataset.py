@@ -30,6 +30,7 @@ _SUPPORTED_TYPES = {UINT: "UInt", INT: "Int", FLOAT: "Float", DOUBLE: "Double",
                     UCHAR: "UChar", CHAR: "Char"}
 
 WIDTH_MULTIPLE = 128
+MAX_WIDTH = 2**31 - 1  # feature indices are held as int32
 
 # What to do about a dataset file that is damaged or was written by another tool.
 _REWRITE = "write it again with generate-netcdf"
@@ -209,14 +210,19 @@ def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
     stride = width * height * length
     if stride == 0:
         raise DataFormatError(path, f"dataset {name!r} has a zero width, height or length.")
+    if stride > MAX_WIDTH:
+        raise DataFormatError(path, f"dataset {name!r} has width x height x length = {stride}; "
+                              f"Destiny holds at most {MAX_WIDTH} features (int32 indices), and "
+                              "a layer that wide could not be trained anyway. The file is "
+                              f"damaged or was not written for Destiny; {_REWRITE}.")
     return attrs, dtype, stride
 
 
 def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
     attrs, dtype, stride = _header(nc, path, n, name)
-    start = _var(nc, path, f"sparseStart{n}").astype(np.int64)
-    end = _var(nc, path, f"sparseEnd{n}").astype(np.int64)
-    n_entries = _variable(nc, path, f"sparseIndex{n}").size
+    start = _var(nc, path, f"sparseStart{n}", integer=True).astype(np.int64)
+    end = _var(nc, path, f"sparseEnd{n}", integer=True).astype(np.int64)
+    n_entries = _vector(nc, path, f"sparseIndex{n}", integer=True).size
     if len(start) != len(end) or len(start) == 0:
         raise DataFormatError(path, f"dataset {name!r} has {len(start)} sparseStart{n} and "
                               f"{len(end)} sparseEnd{n} entries; expected the same number, > 0.")
@@ -225,7 +231,7 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
                               f"outside 0..{n_entries}; the file is damaged.")
     lengths = end - start
     if attrs & INDEXED:
-        rows = _var(nc, path, f"index{n}").astype(np.int64)
+        rows = _var(nc, path, f"index{n}", integer=True).astype(np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(start)):
             raise DataFormatError(path, f"dataset {name!r} has index{n} values outside "
                                   f"0..{len(start) - 1}.")
@@ -239,7 +245,8 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
                               f"is damaged or its input listed no feature; {_REWRITE} from "
                               "samples that list features.")
     scale = {UCHAR: 256.0, CHAR: 128.0}.get(dtype)  # DSSTNE scales 8-bit values (spec 2.3)
-    entries = _Entries(nc, path, n, name, stride, analog=not attrs & BOOLEAN, scale=scale)
+    entries = _Entries(nc, path, n, name, stride, analog=not attrs & BOOLEAN, scale=scale,
+                       examples=(start, lengths))
     if columns is None:
         index, data = entries.read(0, n_entries)
         indptr = np.zeros(len(start) + 1, dtype=np.int64)
@@ -256,10 +263,16 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
         indptr, index, data = entries.read_columns(start, lengths, *columns)
     weights = None
     if attrs & WEIGHTED:
-        weights = _var(nc, path, f"dataWeight{n}").astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # (an Inf is refused below)
+            weights = _var(nc, path, f"dataWeight{n}").astype(np.float32)
         if len(weights) != len(indptr) - 1:
             raise DataFormatError(path, f"dataset {name!r} has {len(weights)} dataWeight{n} "
                                   f"entries for {len(indptr) - 1} examples.")
+        bad = np.flatnonzero(~np.isfinite(weights))
+        if len(bad):
+            raise DataFormatError(path, f"dataset {name!r} has the weight "
+                                  f"{_number(weights[bad[0]])} for example {bad[0]} in "
+                                  f"dataWeight{n}; {_FINITE}")
     return SparseDataset(name=name, width=stride, indptr=indptr, indices=index.astype(np.int32),
                          values=data, weights=weights, columns=columns,
                          ignore_zero=bool(attrs & IGNORE_ZERO))
@@ -270,24 +283,50 @@ class _Entries:
 
     BLOCK = 1 << 23  # entries per read when keeping some columns: 32 MB of indices
 
-    def __init__(self, nc, path, n, name, stride, *, analog: bool, scale):
+    def __init__(self, nc, path, n, name, stride, *, analog: bool, scale, examples):
         self.path, self.name, self.stride, self.scale = path, name, stride, scale
-        self.index = _variable(nc, path, f"sparseIndex{n}")
-        self.data = _variable(nc, path, f"sparseData{n}") if analog else None
+        self.examples = examples  # (start, lengths) of each example's entries
+        self.index = _vector(nc, path, f"sparseIndex{n}", integer=True)
+        self.data = _vector(nc, path, f"sparseData{n}") if analog else None
+        self.where = f"sparseIndex{n}", f"sparseData{n}"
+        if self.data is not None and self.data.size != self.index.size:
+            raise DataFormatError(path, f"dataset {name!r} has {self.data.size} sparseData{n} "
+                                  f"values for {self.index.size} sparseIndex{n} entries; "
+                                  f"expected one value per entry. The file is damaged; "
+                                  f"{_REWRITE}.")
+        self.signed = self.index.dtype.kind == "i"
+        self.floating = self.data is not None and self.data.dtype.kind == "f"
 
     def read(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
         index = np.asarray(self.index[a:b])
-        if len(index) and int(index.max()) >= self.stride:
+        if len(index) and (int(index.max()) >= self.stride
+                           or (self.signed and int(index.min()) < 0)):
+            at = int(np.flatnonzero((index < 0) | (index >= self.stride))[0])
             raise DataFormatError(self.path, f"dataset {self.name!r} has feature index "
-                                  f"{int(index.max())}, but its width is {self.stride}; every "
-                                  "index must be < width. The file is damaged or was written "
-                                  "with another feature index.")
+                                  f"{int(index[at])} in {self.where[0]} ({self._entry(a + at)})"
+                                  f", but its width is {self.stride}; every index must be 0 to "
+                                  f"{self.stride - 1}. The file is damaged or was written with "
+                                  f"another feature index; {_REWRITE}.")
         data = None
         if self.data is not None:
-            data = np.asarray(self.data[a:b]).astype(np.float32)
+            stored = np.asarray(self.data[a:b])
+            with np.errstate(over="ignore", invalid="ignore"):  # (an Inf is refused below)
+                data = stored.astype(np.float32)
+            if self.floating and not np.isfinite(data).all():
+                at = int(np.flatnonzero(~np.isfinite(data))[0])
+                raise DataFormatError(self.path, f"dataset {self.name!r} has the value "
+                                      f"{_number(stored[at])} in {self.where[1]} "
+                                      f"({self._entry(a + at)}); {_FINITE}")
             if self.scale is not None:
                 data /= np.float32(self.scale)
         return index, data
+
+    def _entry(self, position: int) -> str:
+        """'entry 5, example 0': where a bad entry is (cheap only once: on an error)."""
+        start, lengths = self.examples
+        mine = np.flatnonzero((start <= position) & (position < start + lengths))
+        return f"entry {position}" + (f", example {mine[0]}; both count from 0" if len(mine)
+                                      else ", in no example; entries count from 0")
 
     def read_columns(self, start, lengths, lo: int, hi: int):
         """CSR of the entries with lo <= index < hi (indices minus lo), rows as listed."""
@@ -377,5 +416,31 @@ def _variable(nc, path, name):
     return v
 
 
-def _var(nc, path, name) -> np.ndarray:
-    return np.asarray(_variable(nc, path, name)[:])
+def _vector(nc, path, name, *, integer: bool = False):
+    """The variable ``name``, checked to be one-dimensional and of integer (``integer``) or
+    numeric type; DSSTNE writes uint offsets and indices and float values (spec 1.5, 2.4)."""
+    v = _variable(nc, path, name)
+    dtype = v.dtype if isinstance(v.dtype, np.dtype) else None  # (str, VLen, ...: text or other)
+    kinds = "iu" if integer else "iuf"
+    if dtype is None or dtype.kind not in kinds or v.ndim != 1:
+        stored = (f"has {v.ndim} dimensions" if v.ndim != 1 else "is stored as " + (
+            dtype.name if dtype is not None else "text" if v.dtype is str else "a non-number"))
+        expected = "integers (DSSTNE writes uint)" if integer else "numbers"
+        raise DataFormatError(path, f"the variable {name!r} {stored}; expected one dimension of "
+                              f"{expected}. The file is damaged or was not written as a DSSTNE "
+                              f"dataset; {_REWRITE}.")
+    return v
+
+
+def _var(nc, path, name, *, integer: bool = False) -> np.ndarray:
+    return np.asarray(_vector(nc, path, name, integer=integer)[:])
+
+
+_FINITE = ("datasets hold float32 numbers, and NaN, Inf or a value beyond float32's range "
+           "(about 3.4e38) cannot be trained on. The file is damaged or its writer let a bad "
+           f"value through; fix the value at its source and {_REWRITE}.")
+
+
+def _number(value) -> str:
+    """A stored value as text, its type's precision (``nan``, ``inf``, ``1e+300``)."""
+    return repr(value.item()) if hasattr(value, "item") else repr(value)
