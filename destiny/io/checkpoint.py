@@ -172,10 +172,23 @@ def latest_checkpoint(network_path) -> tuple[str, int] | None:
     for path in glob.glob(glob.escape(str(network_path)) + "*.nc"):
         m = pattern.match(os.path.basename(path))
         if m:
-            attrs = destiny_attributes(path)
-            started = math.inf if attrs is None else float(attrs.get("run_started", -math.inf))
-            found.append((started, int(m.group(1)), path))
+            found.append((_run_started(path), int(m.group(1)), path))
     if not found:
         return None
     _, epoch, path = max(found)
     return path, epoch
+
+
+def _run_started(path) -> float:
+    """When the run that wrote the checkpoint ``path`` started (``latest_checkpoint``): -inf
+    where it does not say (an earlier version), +inf where it cannot be read or is not a time
+    (damaged: resuming from it then says so)."""
+    attrs = destiny_attributes(path)
+    if attrs is None:
+        return math.inf
+    if "run_started" not in attrs:
+        return -math.inf
+    started = np.asarray(attrs["run_started"])
+    if started.dtype.kind not in "iuf" or started.size != 1:
+        return math.inf
+    return float(started.reshape(-1)[0]) if np.isfinite(started).all() else math.inf

@@ -210,17 +210,27 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
         get = _Getter(path, attrs)
-        layers = _attach_shares(get, [_read_layer(get, i) for i in range(get.uint("layers"))])
-        netdef = _read_network(get, layers)
+        try:
+            netdef, pairs = _read_structure(get)
+            _check_destiny(get)
+        except (DataFormatError, MemoryError):
+            raise
+        except Exception as e:  # (a check above missed it: still a damaged file, not a bug)
+            raise DataFormatError(path, f"its attributes do not describe a network "
+                                  f"({type(e).__name__}: {e}). {DAMAGED}") from None
+        n_units = {layer.name: layer.n for layer in netdef.layers}
         matrices, biases = {}, {}
-        count = get.uint("weights")
-        mapped = (_mappable(nc, path, [f"weight{k}_weights" for k in range(count)])
+        mapped = (_mappable(nc, path, [f"weight{k}_weights" for k in range(len(pairs))])
                   if mmap and weights else {})
-        for k in range(count):
+        for k, (source, dest) in enumerate(pairs):
             p = f"weight{k}_"
             biases[k] = _variable(nc, path, p + "bias").astype(np.float32, copy=False)
+            if biases[k].size != n_units[dest]:
+                raise DataFormatError(path, f"the variable '{p}bias' holds {biases[k].size} "
+                                      f"values; the layer {dest!r} it feeds has {n_units[dest]} "
+                                      f"units. {DAMAGED}")
             if not get.uint(p + "bShared"):
-                rows, cols = _shape(netdef, get.text(p + "inputLayer"), get.text(p + "outputLayer"))
+                rows, cols = n_units[source], n_units[dest]
                 if not weights:
                     size = _variable(nc, path, p + "weights", read=False).size
                 else:
@@ -229,8 +239,9 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
                         flat = _variable(nc, path, p + "weights").astype(np.float32, copy=False)
                     size = flat.size
                 if size != rows * cols:
-                    raise DataFormatError(path, f"{p}weights holds {size} values; the layers "
-                                          f"it joins need {rows} x {cols}.")
+                    raise DataFormatError(path, f"the variable '{p}weights' holds {size} "
+                                          f"values; the layers it joins need {rows} x {cols}. "
+                                          f"{DAMAGED}")
                 if weights:
                     matrices[k] = flat.reshape(rows, cols)
         destiny = {k[len("destiny_"):]: v for k, v in attrs.items() if k.startswith("destiny_")}
@@ -333,34 +344,110 @@ def _hdf5_offsets(path, names: list[str]) -> dict[str, int]:
     return offsets
 
 
+# What to do about a network file whose attributes or values are wrong.
+DAMAGED = ("The network file is damaged (or was not written by DSSTNE or Destiny): train "
+           "the network again, or restore the file from a copy.")
+
+
+def _shown(value) -> str:
+    """An attribute's value as the message shows it: text quoted, a one-value array as its
+    value, long values cut short."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, np.floating):
+        return str(value)  # (float32's shortest digits: 128.7, not 128.6999969482422)
+    if isinstance(value, np.generic):
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Getter:
+    """The attributes of a network file, each read as the type DSSTNE writes it; a value of
+    another type or out of range is a ``DataFormatError`` naming the file and the attribute."""
+
     def __init__(self, path, attrs):
         self.path, self.attrs = path, attrs
+
+    def bad(self, key, expected: str) -> DataFormatError:
+        return DataFormatError(self.path, f"the attribute {key!r} is "
+                               f"{_shown(self.attrs.get(key))}; expected {expected}. {DAMAGED}")
 
     def raw(self, key):
         if key not in self.attrs:
             raise DataFormatError(self.path, f"lacks the attribute {key!r} that every DSSTNE "
-                                  "network file has; is it a network written by train?")
+                                  f"network file has. {DAMAGED}")
         return self.attrs[key]
 
-    def uint(self, key) -> int:
-        return int(np.asarray(self.raw(key)).flat[0])
+    def _number(self, key, expected: str):
+        value = np.asarray(self.raw(key))
+        if value.dtype.kind not in "iuf" or value.size != 1:
+            raise self.bad(key, expected)
+        return value.reshape(-1)[0].item()
+
+    def uint(self, key, low: int = 0, expected: str | None = None) -> int:
+        expected = expected or ("a whole number" if low == 0 else f"a whole number, {low} or more")
+        value = self._number(key, expected)
+        if not float(value).is_integer() or value < low:
+            raise self.bad(key, expected)
+        return int(value)
 
     def float(self, key, default=None) -> float:
         if default is not None and key not in self.attrs:
             return default
-        return float(np.asarray(self.raw(key)).flat[0])
+        return float(self._number(key, "a number"))
 
     def text(self, key) -> str:
-        return str(self.raw(key))
+        value = self.raw(key)
+        if not isinstance(value, str):
+            raise self.bad(key, "text")
+        return value
+
+    def enum(self, key, kind):
+        code = self.uint(key, expected=f"a code of {kind.__name__}")
+        try:
+            return kind(code)
+        except ValueError:
+            codes = ", ".join(f"{m.value} {m.name}" for m in kind)
+            raise self.bad(key, f"a code of {kind.__name__} ({codes})") from None
+
+    def json(self, key, check: Callable[[object], bool], expected: str):
+        """Destiny's JSON text attribute ``key``, which ``check`` must accept."""
+        text = self.text(key)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise self.bad(key, f"JSON text of {expected}") from None
+        if not check(value):
+            raise self.bad(key, f"JSON text of {expected}")
+        return value
+
+
+def _read_structure(get: _Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
+    """The network definition a file's attributes describe, with its connections (source,
+    destination) in the order of its ``weight<k>_`` attributes, checked as the JSON parser
+    checks a definition: a damaged file is refused here, not met as a failure later."""
+    count = get.uint("layers", 2, "a whole number of layers, 2 or more (an Input and an Output)")
+    layers = [_read_layer(get, i) for i in range(count)]
+    _check_layers(get, layers)
+    pairs = connections(NetworkDef(layers=tuple(layers)))
+    if get.uint("weights") != len(pairs):
+        raise get.bad("weights", f"{len(pairs)}, one weight per source of a layer")
+    for k, pair in enumerate(pairs):
+        for key, name in zip(("inputLayer", "outputLayer"), pair):
+            if get.text(f"weight{k}_{key}") != name:
+                raise get.bad(f"weight{k}_{key}", f"{name!r}: weight {k} joins {pair[0]!r} to "
+                              f"{pair[1]!r} (the layers' sources, in order)")
+    layers = _attach_shares(get, layers, pairs)
+    return _read_network(get, layers), pairs
 
 
 def _read_network(get: _Getter, layers) -> NetworkDef:
     glob_penalty = SparsenessPenalty(get.float("sparsenessPenalty_p"),
                                      get.float("sparsenessPenalty_beta"))
     return NetworkDef(
-        layers=layers, name=get.text("name"), kind=NetworkKind(get.uint("kind")),
-        version=get.float("version"), error_function=ErrorFunction(get.uint("errorFunction")),
+        layers=layers, name=get.text("name"), kind=get.enum("kind", NetworkKind),
+        version=get.float("version"), error_function=get.enum("errorFunction", ErrorFunction),
         smce=SMCEParams(get.float("SMCE_oneScale"), get.float("SMCE_zeroScale"),
                         get.float("SMCE_oneTarget"), get.float("SMCE_zeroTarget")),
         delta_boost=DeltaBoost(get.float("deltaBoost_one"), get.float("deltaBoost_zero")),
@@ -374,15 +461,14 @@ def _read_network(get: _Getter, layers) -> NetworkDef:
 def _read_layer(get: _Getter, i: int) -> LayerDef:
     p = f"layer{i}_"
     attributes = get.uint(p + "attributes")
-    kind = LayerKind(get.uint(p + "kind"))
     return LayerDef(
-        name=get.text(p + "name"), kind=kind, index=i, n=get.uint(p + "Nx"),
-        type=LayerType(get.uint(p + "type")),
+        name=get.text(p + "name"), kind=get.enum(p + "kind", LayerKind), index=i,
+        n=get.uint(p + "Nx", 1), type=get.enum(p + "type", LayerType),
         sources=tuple(get.text(f"{p}source{j}") for j in range(get.uint(p + "sources"))),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
-        dataset=get.text(p + "dataSet"), activation=Activation(get.uint(p + "activation")),
+        dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
         sparse=bool(attributes & 1), p_dropout=get.float(p + "pDropout"),
-        weight_init=WeightInitDef(WeightInit(get.uint(p + "weightInit")),
+        weight_init=WeightInitDef(get.enum(p + "weightInit", WeightInit),
                                   get.float(p + "weightInitScale"), get.float(p + "biasInit")),
         weight_norm=get.float(p + "weightNorm"), delta_norm=get.float(p + "deltaNorm"),
         relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
@@ -394,9 +480,108 @@ def _read_layer(get: _Getter, i: int) -> LayerDef:
         shared_weights=(), denoising=bool(attributes & 2))
 
 
-def _shape(netdef: NetworkDef, source: str, dest: str) -> tuple[int, int]:
-    by_name = {layer.name: layer for layer in netdef.layers}
-    return by_name[source].n, by_name[dest].n
+def _check_layers(get: _Getter, layers: list[LayerDef]) -> None:
+    """Unique names, an Input and an Output layer, sources and skips that name layers and form
+    no cycle (the checks ``netdef.check_graph`` makes of a JSON definition)."""
+    first: dict[str, int] = {}
+    for layer in layers:
+        if layer.name in first:
+            raise get.bad(f"layer{layer.index}_name", f"a name of its own: "
+                          f"'layer{first[layer.name]}_name' is {layer.name!r} too, and a "
+                          "network's layer names are unique")
+        first[layer.name] = layer.index
+    for kind in (LayerKind.Input, LayerKind.Output):
+        if not any(layer.kind == kind for layer in layers):
+            kinds = ", ".join(f"'layer{layer.index}_kind' is {int(layer.kind)}"
+                              for layer in layers)
+            raise DataFormatError(get.path, f"has no {kind.name} layer (kind {int(kind)}: "
+                                  f"{kinds}); a network has at least one Input and one Output "
+                                  f"layer. {DAMAGED}")
+    known = ", ".join(map(repr, first))
+    by_name = {layer.name: layer for layer in layers}
+    for layer in layers:
+        p = f"layer{layer.index}_"
+        if layer.kind != LayerKind.Input and not layer.sources:
+            raise get.bad(p + "sources", f"1 or more: a {layer.kind.name} layer takes its "
+                          "input from at least one layer")
+        for key, names in (("source", layer.sources), ("skip", layer.skips)):
+            for j, name in enumerate(names):
+                if name not in by_name:
+                    raise get.bad(f"{p}{key}{j}", f"the name of a layer ({known})")
+    # Cycles, found without recursion (a file may hold many layers).
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for top in layers:
+        if top.name in state:
+            continue
+        state[top.name] = 1
+        path, keys, stack = [top], [], [iter(_inputs_of(top))]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                state[path.pop().name] = 2
+                stack.pop()
+                if keys:
+                    keys.pop()
+                continue
+            key, name = step
+            if state.get(name) == 1:
+                at = [layer.name for layer in path].index(name)
+                ends = [layer.name for layer in path[at + 1:]] + [name]
+                links = [f"'layer{layer.index}_{k}' is {end!r}"
+                         for layer, k, end in zip(path[at:], keys[at:] + [key], ends)]
+                raise DataFormatError(get.path, "the layers' sources form a cycle ("
+                                      + ", ".join(links) + "); a network's layers take their "
+                                      f"inputs from layers before them. {DAMAGED}")
+            if name not in state:
+                state[name] = 1
+                path.append(by_name[name])
+                keys.append(key)
+                stack.append(iter(_inputs_of(by_name[name])))
+
+
+def _inputs_of(layer: LayerDef):
+    """(attribute suffix, layer name) of each source and skip of ``layer``."""
+    yield from ((f"source{j}", name) for j, name in enumerate(layer.sources))
+    yield from ((f"skip{j}", name) for j, name in enumerate(layer.skips))
+
+
+def _check_destiny(get: _Getter) -> None:
+    """Destiny's attributes that the commands read back (the training state a checkpoint
+    resumes from, the feature indexes predict checks), where present."""
+    for key in ("destiny_epoch", "destiny_updates"):
+        if key in get.attrs:
+            get.uint(key)
+    if "destiny_run_started" in get.attrs:
+        if not np.isfinite(get.float("destiny_run_started")):
+            raise get.bad("destiny_run_started", "a time in seconds since 1970")
+    if "destiny_indexes" in get.attrs:
+        get.json("destiny_indexes", _is_indexes,
+                 "an object: layer name -> [entries, digest] of its feature index")
+    if "destiny_settings" in get.attrs:
+        get.json("destiny_settings", _is_settings, "an object of the run's settings (config, "
+                 "netdef, examples, entries, indexes)")
+        for key in ("destiny_epoch", "destiny_updates"):  # (what --resume goes on from)
+            get.raw(key)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_indexes(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, list) and len(v) == 2 and _is_count(v[0]) and isinstance(v[1], str)
+        for v in value.values())
+
+
+def _is_settings(value) -> bool:
+    return (isinstance(value, dict)
+            and isinstance(value.get("config", {}), dict)
+            and isinstance(value.get("netdef", ""), str)
+            and isinstance(value.get("indexes", ""), str)
+            and _is_count(value.get("examples", 0))
+            and isinstance(value.get("entries", {}), dict)
+            and all(_is_count(v) for v in value.get("entries", {}).values()))
 
 
 def _variable(nc, path, name, read: bool = True):
@@ -412,18 +597,25 @@ def netdef_json(destiny: dict) -> dict | None:
     return json.loads(text) if text else None
 
 
-def _attach_shares(get: _Getter, layers: list[LayerDef]) -> tuple[LayerDef, ...]:
+def _attach_shares(get: _Getter, layers: list[LayerDef], pairs) -> tuple[LayerDef, ...]:
     """Give each layer the SharedWeights entries recorded on its incoming weights (spec 4.3)."""
     import dataclasses
 
     shares: dict[str, list[SharedWeight]] = {}
-    for k in range(get.uint("weights")):
+    for k, (source, dest) in enumerate(pairs):
         p = f"weight{k}_"
         if get.uint(p + "bShared"):
-            shares.setdefault(get.text(p + "outputLayer"), []).append(SharedWeight(
-                input_layer=get.text(p + "inputLayer"),
-                source_input_layer=get.text(p + "sourceInputLayer"),
-                source_output_layer=get.text(p + "sourceOutputLayer"),
-                transposed=bool(get.uint(p + "bTransposed"))))
+            share = SharedWeight(input_layer=source,
+                                 source_input_layer=get.text(p + "sourceInputLayer"),
+                                 source_output_layer=get.text(p + "sourceOutputLayer"),
+                                 transposed=bool(get.uint(p + "bTransposed")))
+            owner = (share.source_input_layer, share.source_output_layer)
+            if owner not in pairs:
+                raise DataFormatError(get.path, f"the attributes '{p}sourceInputLayer' and "
+                                      f"'{p}sourceOutputLayer' name the weight {owner[0]!r} -> "
+                                      f"{owner[1]!r}, which the network does not have ("
+                                      + ", ".join(f"{a!r} -> {b!r}" for a, b in pairs)
+                                      + f"). {DAMAGED}")
+            shares.setdefault(dest, []).append(share)
     return tuple(dataclasses.replace(layer, shared_weights=tuple(shares.get(layer.name, ())))
                  for layer in layers)
