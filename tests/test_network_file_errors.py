@@ -1,5 +1,5 @@
-"""A damaged network file or checkpoint: one paragraph naming the file and the attribute,
-exit code 1, no traceback and no output; never a Python exception."""
+"""A damaged network file or checkpoint: one paragraph naming the file and the attribute or
+variable, exit code 1, no traceback and no output; never a Python exception, nor 'nan' scores."""
 
 from __future__ import annotations
 
@@ -67,6 +67,11 @@ NETWORK_DAMAGE = [
     ("weights", np.uint32(0), "'weights' is 0; expected 2, one weight per source of a layer"),
     ("destiny_indexes", "{bad", "'destiny_indexes' is '{bad'; expected JSON text of an object"),
     ("destiny_indexes", '{"Input": 5}', "'destiny_indexes' is '{\"Input\": 5}'; expected JSON"),
+    ("weight1_weights[:1000]", np.nan, "the variable 'weight1_weights' holds 1,000 values that "
+                                       "are not finite (NaN or infinity)"),
+    ("weight0_weights[:1]", np.inf, "the variable 'weight0_weights' holds 1 value that is not "
+                                    "finite"),
+    ("weight1_bias[:3]", -np.inf, "the variable 'weight1_bias' holds 3 values that are not"),
 ]
 
 
@@ -111,6 +116,9 @@ CHECKPOINT_DAMAGE = [
     ("destiny_settings", "{bad", "'destiny_settings' is '{bad'; expected JSON text of an object"),
     ("destiny_settings", "[]", "'destiny_settings' is '[]'; expected JSON text of an object"),
     ("layer1_activation", np.uint32(99), "'layer1_activation' is 99; expected a code of"),
+    ("weight0_weights[:10]", np.nan, "the variable 'weight0_weights' holds 10 values that are "
+                                     "not finite"),
+    ("destiny_state1_0[:10]", np.nan, "the variable 'destiny_state1_0' holds 10 values"),
 ]
 
 

@@ -17,8 +17,8 @@ import numpy as np
 from destiny import shard
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_file import (NetworkFile, destiny_attributes, read_block, read_network,
-                                     write_network)
+from destiny.io.network_file import (NetworkFile, check_finite, destiny_attributes, read_block,
+                                     read_network, write_network)
 from destiny.network import Network
 
 
@@ -89,12 +89,13 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
                               "definition being trained; it belongs to another run.")
 
     def matrix(c, k, name):  # this rank's block of a matrix shaped like c's weights
-        if not split:
+        if not split:  # (read_network checked the weights)
             return nf.weights[k] if name is None else _state(nf, path, name)
         var = f"weight{k}_weights" if name is None else f"destiny_{name}"
         block = read_block(path, var, c.dest.n, c.rows, c.cols)
         if block is None:
             raise _no_state(path, name)
+        check_finite(path, var, block)
         return block
 
     def vector(c, name, whole=None):  # this rank's units of a per-unit vector
@@ -131,6 +132,7 @@ def _no_state(path, name: str) -> DataFormatError:
 def _state(nf, path, name: str) -> np.ndarray:
     if name not in nf.arrays:
         raise _no_state(path, name)
+    check_finite(path, f"destiny_{name}", nf.arrays[name])
     return nf.arrays[name]
 
 

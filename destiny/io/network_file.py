@@ -229,6 +229,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
                 raise DataFormatError(path, f"the variable '{p}bias' holds {biases[k].size} "
                                       f"values; the layer {dest!r} it feeds has {n_units[dest]} "
                                       f"units. {DAMAGED}")
+            check_finite(path, p + "bias", biases[k])
             if not get.uint(p + "bShared"):
                 rows, cols = n_units[source], n_units[dest]
                 if not weights:
@@ -243,6 +244,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
                                           f"values; the layers it joins need {rows} x {cols}. "
                                           f"{DAMAGED}")
                 if weights:
+                    check_finite(path, p + "weights", flat)
                     matrices[k] = flat.reshape(rows, cols)
         destiny = {k[len("destiny_"):]: v for k, v in attrs.items() if k.startswith("destiny_")}
         extra = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
@@ -582,6 +584,26 @@ def _is_settings(value) -> bool:
             and _is_count(value.get("examples", 0))
             and isinstance(value.get("entries", {}), dict)
             and all(_is_count(v) for v in value.get("entries", {}).values()))
+
+
+def check_finite(path, name: str, values: np.ndarray) -> None:
+    """Refuse a weight or bias variable holding NaN or infinity (a damaged file, or a run that
+    diverged): predict would write 'nan' scores, and training would go on from them.
+
+    One float32 sum of the values, which is finite only if they all are, costs about as much
+    as reading them once and needs no temporary array; only a sum too large for float32 (not
+    weights any training writes) is looked at value by value."""
+    flat = np.asarray(values).reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(flat, dtype=np.float32)):
+            return
+    step = 1 << 20
+    bad = sum(int(flat[i:i + step].size - np.count_nonzero(np.isfinite(flat[i:i + step])))
+              for i in range(0, flat.size, step))
+    if bad:
+        raise DataFormatError(path, f"the variable {name!r} holds {bad:,} value"
+                              f"{'' if bad == 1 else 's'} that {'is' if bad == 1 else 'are'} "
+                              f"not finite (NaN or infinity) among {flat.size:,}. {DAMAGED}")
 
 
 def _variable(nc, path, name, read: bool = True):
