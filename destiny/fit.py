@@ -271,7 +271,10 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
 def _untrained(path) -> bool:
     """Whether ``path`` is a network Destiny wrote before any training (epoch 0)."""
     attrs = destiny_attributes(path)
-    return attrs is not None and "epoch" in attrs and int(attrs["epoch"]) == 0
+    try:
+        return attrs is not None and "epoch" in attrs and int(attrs["epoch"]) == 0
+    except (TypeError, ValueError):  # (not a number: not a file to replace without --force)
+        return False
 
 
 def dataset_pool(paths) -> dict[str, tuple[str, int]]:
