@@ -110,24 +110,6 @@ def progress_bar(total: int, desc: str):
                 disable=None, leave=False)
 
 
-# The commands that do their whole job in one process (``run_one_process``).
-ONE_PROCESS = frozenset({"generate-netcdf", "evaluate"})
-
-
-def run_one_process(command: click.Command, name: str):
-    """Run a command that does its whole job in one process (generate-netcdf, evaluate).
-
-    Under ``mpiexec -n P`` (a pipeline that starts every step so) each of the P processes
-    would do the whole job: P copies of every note, the same files written P times. Process 0
-    runs the command; the others end at once, with exit status 0 and without starting MPI.
-    """
-    from destiny.parallel import launcher_rank
-
-    if launcher_rank() > 0:
-        sys.exit(0)
-    return run_program(command, name)
-
-
 def run_command(command: click.Command, name: str):
     """Run a click command as a program: plainly in one process, or on every MPI rank.
 
@@ -139,8 +121,6 @@ def run_command(command: click.Command, name: str):
     """
     from destiny.parallel import get_comm
 
-    if isinstance(command, click.Group) and _subcommand(sys.argv[1:]) in ONE_PROCESS:
-        return run_one_process(command, name)
     try:
         comm = get_comm()
     except DestinyError as e:
@@ -149,12 +129,6 @@ def run_command(command: click.Command, name: str):
     if comm.size == 1:
         return run_program(command, name)
     _run_ranks(command, name, comm)
-
-
-def _subcommand(args: list[str]) -> str | None:
-    """The subcommand a group's command line names: its first argument that is not an option
-    (the group's own options take no values)."""
-    return next((arg for arg in args if not arg.startswith("-")), None)
 
 
 # SIGTERM (timeout, systemd, Slurm, Kubernetes stopping a job) and SIGHUP (the terminal

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, run_one_process, stdin_for_dash
+from destiny.cli.common import CONTEXT, library_errors, note, run_program, stdin_for_dash
 from destiny.wording import counted
 
 NAME = "evaluate"
@@ -119,4 +119,4 @@ def _table(result) -> str:
 
 
 def main():
-    return run_one_process(evaluate, NAME)
+    return run_program(evaluate, NAME)

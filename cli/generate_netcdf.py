@@ -7,7 +7,7 @@ import time
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_one_process,
+from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_program,
                                 stdin_for_dash)
 from destiny.wording import counted
 
@@ -101,4 +101,4 @@ def generate_netcdf(input_path, output, dataset_name, feature_index, sample_inde
 
 
 def main():
-    return run_one_process(generate_netcdf, NAME)
+    return run_program(generate_netcdf, NAME)

@@ -29,7 +29,6 @@ from destiny.signals import HeldSignals, held_back
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
                   "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
 class ParallelError(DestinyError):
@@ -252,16 +251,6 @@ def get_comm() -> Comm:
             f"{MPI.Get_library_version().splitlines()[0].strip()}); run the mpiexec installed "
             "beside this Python (the 'mpich' package).")
     return MPIComm(world) if world.Get_size() > 1 else Comm()
-
-
-def launcher_rank(environ=os.environ) -> int:
-    """This process's rank as the MPI launcher numbered it, read without starting MPI; 0 when
-    no launcher started it (or it did not say)."""
-    for name in _RANK_VARS:
-        value = environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 def _launcher_size() -> int:

@@ -14,12 +14,12 @@ import pytest
 
 from destiny.errors import DestinyError
 from destiny.parallel import (Comm, ParallelError, StoppedTogether, all_or_none, failure_message,
-                              gather_in_order, get_comm, launched_by_mpi, launcher_rank,
-                              shard_range, stop_together)
+                              gather_in_order, get_comm, launched_by_mpi, shard_range,
+                              stop_together)
 
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
-                 "MPI_LOCALRANKID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+                 "MPI_LOCALRANKID", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 
 
 def plain_env(**extra):
@@ -338,40 +338,6 @@ def test_launcher_without_mpi4py_is_a_clear_error():
                           capture_output=True, text=True)
     assert done.stdout.startswith("DestinyError started by an MPI launcher with 2 processes, "
                                   "but mpi4py is not installed"), done.stdout + done.stderr
-
-
-@pytest.mark.parametrize("env, rank", [
-    ({}, 0), ({"PMI_RANK": "2", "PMI_SIZE": "3"}, 2), ({"OMPI_COMM_WORLD_RANK": "1"}, 1),
-    ({"PMIX_RANK": "3"}, 3), ({"HYDI_CONTROL_FD": "7"}, 0), ({"PMI_RANK": ""}, 0),
-])
-def test_launcher_rank(env, rank):
-    assert launcher_rank(env) == rank
-
-
-@needs_mpiexec
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_one_process_commands_run_once_under_mpiexec(tmp_path, ranks):
-    """generate-netcdf and evaluate do the whole job in one process: under mpiexec (a pipeline
-    that starts every step so) process 0 does it, once, and the others end at once."""
-    bin_dir = pathlib.Path(sys.executable).parent
-    (tmp_path / "in.txt").write_text("u1\ta:b:c\nu2\tb:d\n")
-    (tmp_path / "recs.txt").write_text("u1\td,0.9:a,0.5:\nu2\ta,0.8:\n")
-
-    def run(*command):
-        done = subprocess.run([str(c) for c in (MPIEXEC, "-n", ranks, *command)],
-                              env=rank_env(), capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, done.stderr
-        return done
-
-    made = run(bin_dir / "generate-netcdf", "-d", "gl", "-i", "in.txt", "-o", "gl.nc",
-               "-f", "features", "-s", "samples", "-c")
-    assert made.stderr.count("generate-netcdf: wrote gl.nc") == 1, made.stderr
-    assert sorted(os.listdir(tmp_path)) == ["features", "gl.nc", "in.txt", "recs.txt", "samples"]
-    for command in ([bin_dir / "evaluate"], [bin_dir / "destiny", "evaluate"]):
-        scored = run(*command, "-r", "recs.txt", "-t", "in.txt", "-k", "2", "--json")
-        assert scored.stdout.count('"precision"') == 1, scored.stdout
-        assert scored.stderr.count("scored 2 held-out users") == 1, scored.stderr
 
 
 # The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2;
