@@ -22,7 +22,7 @@ NAME = "evaluate"
               callback=stdin_for_dash,
               help="Held-out interactions in DSSTNE text: NAME<TAB>item[,value]:... "
                    "(values ignored; '-' reads stdin).")
-@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("-k", "--k", "k", type=click.IntRange(1, 2**62), default=10, show_default=True,
               help="Score the first k recommendations of every user.")
 @click.option("--popularity", "train_path", metavar="TRAIN.txt", callback=stdin_for_dash,
               help="Also score a popularity baseline built from this training file (DSSTNE "

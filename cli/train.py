@@ -184,8 +184,9 @@ class _Progress:
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
         note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}"
                    f"{counted(numba.get_num_threads(), 'thread')}), optimizer "
-                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, {data.examples:,} examples, "
-                   f"batch {self.cfg.batch}, epochs {state.epoch + 1}..{self.cfg.epochs}")
+                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, "
+                   f"{counted(data.examples, 'example')}, batch {self.cfg.batch}, "
+                   f"epochs {state.epoch + 1}..{self.cfg.epochs}")
         self._new_bar(state.epoch + 1)
 
     def _new_bar(self, epoch: int):

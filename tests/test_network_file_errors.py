@@ -89,6 +89,24 @@ def test_predict_refuses_a_damaged_network_file(model, tmp_path, attribute, valu
         read_network(net)
 
 
+@pytest.mark.parametrize("attribute,value,what", [
+    ("layer1_type", np.uint32(2), "a Pooling layer"),
+    ("layer1_type", np.uint32(1), "a Convolutional layer"),
+    ("layer1_kind", np.uint32(3), "a Target layer"),
+])
+def test_a_dsstne_layer_destiny_does_not_run_is_named_not_called_damage(model, tmp_path,
+                                                                         attribute, value, what):
+    """DSSTNE's own layer types (its CIFAR-10 sample) are refused by name, as in a JSON
+    definition: the file is not damaged."""
+    net = tmp_path / "other.nc"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, attribute, value)
+    with pytest.raises(DataFormatError, match=rf"layer 'Hidden' \(layer1_\) is {what}, which "
+                                              r"Destiny does not run") as info:
+        read_network(net)
+    assert DAMAGED not in str(info.value)
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """A run of 2 epochs with a checkpoint after each (its final network removed)."""

@@ -105,6 +105,8 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
                      read_block(path, f"destiny_{name}", c.dest.n, (0, 1), (0, c.dest.n)))
             if whole is None:
                 raise _no_state(path, name)
+            if split:  # (_state checked the whole file's)
+                check_finite(path, f"destiny_{name}", whole)
         return np.ravel(whole)[lo:hi]
 
     for k, c in enumerate(net.connections):

@@ -239,8 +239,10 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
     if not lengths.any():
         # As write_dataset and DSSTNE's loader (spec 2.4): nothing to train on or to predict.
         stored = f" (sparseDataDim{n} = 0)" if n_entries == 0 else ""
+        verb = "lists" if len(lengths) == 1 else "list"
         raise DataFormatError(path, f"dataset {name!r} has no entries: all "
-                              f"{counted(len(lengths), 'example')} list no feature{stored}, which "
+                              f"{counted(len(lengths), 'example')} {verb} no feature{stored}, "
+                              "which "
                               "DSSTNE's loader refuses and generate-netcdf never writes. The file "
                               f"is damaged or its input listed no feature; {_REWRITE} from "
                               "samples that list features.")

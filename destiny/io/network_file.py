@@ -11,6 +11,7 @@ and, in checkpoints, the optimizer state.
 from __future__ import annotations
 
 import json
+import os
 from typing import Callable
 
 import numpy as np
@@ -213,9 +214,10 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
         try:
             netdef, pairs = _read_structure(get)
             _check_destiny(get)
-        except (DataFormatError, MemoryError):
-            raise
-        except Exception as e:  # (a check above missed it: still a damaged file, not a bug)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+            # (a check above missed it: a damaged file; DESTINY_DEBUG shows where)
+            if isinstance(e, DataFormatError) or os.environ.get("DESTINY_DEBUG"):
+                raise
             raise DataFormatError(path, f"its attributes do not describe a network "
                                   f"({type(e).__name__}: {e}). {DAMAGED}") from None
         n_units = {layer.name: layer.n for layer in netdef.layers}
@@ -431,6 +433,13 @@ def _read_structure(get: _Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
     checks a definition: a damaged file is refused here, not met as a failure later."""
     count = get.uint("layers", 2, "a whole number of layers, 2 or more (an Input and an Output)")
     layers = [_read_layer(get, i) for i in range(count)]
+    for layer in layers:  # (DSSTNE's own layers that Destiny does not run: not damage)
+        if layer.type != LayerType.FullyConnected or layer.kind == LayerKind.Target:
+            what = (f"a {layer.type.name} layer" if layer.type != LayerType.FullyConnected
+                    else "a Target layer")
+            raise DataFormatError(get.path, f"layer {layer.name!r} (layer{layer.index}_) is "
+                                  f"{what}, which Destiny does not run (README: What Destiny "
+                                  "does not run); only fully connected networks are supported.")
     _check_layers(get, layers)
     pairs = connections(NetworkDef(layers=tuple(layers)))
     if get.uint("weights") != len(pairs):
