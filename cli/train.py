@@ -9,9 +9,9 @@ import click
 
 from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note,
                                 products_note, run_command, system_failure, tf32_option)
-from destiny.wording import counted
 from destiny.errors import InterruptedAfterOutputs
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
+from destiny.wording import counted
 
 NAME = "train"
 

@@ -88,14 +88,13 @@ def system_failure(e: BaseException,
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         return (f"the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, a full "
                 f"disk or quota is the usual cause: free space, then {then}.")
-    if isinstance(e, MemoryError) and not network:
-        return (f"out of memory ({str(e) or 'an allocation failed'}); {NOTHING_REPLACED}. Check "
-                "that the inputs are the files meant, then free memory or run on a machine "
-                "with more.")
     if isinstance(e, MemoryError):  # NumPy's says how much one array needed
-        return (f"out of memory ({str(e) or 'an allocation failed'}). The network's weights, their "
-                "gradients and optimizer state, the data and a batch must fit in this "
-                "machine's memory: use smaller layers or a smaller batch (-b), or split the "
-                "layers over several processes or machines with mpiexec (train; predict "
-                "--split-layers: the README's sections on them).")
+        what = f"out of memory ({str(e) or 'an allocation failed'})"
+        if not network:
+            return (f"{what}; {NOTHING_REPLACED}. Check that the inputs are the files meant, "
+                    "then free memory or run on a machine with more.")
+        return (f"{what}. The network's weights, their gradients and optimizer state, the "
+                "data and a batch must fit in this machine's memory: use smaller layers or a "
+                "smaller batch (-b), or split the layers over several processes or machines "
+                "with mpiexec (train; predict --split-layers: the README's sections on them).")
     return None

@@ -126,14 +126,13 @@ def fit(
         records: list[EpochRecord] = []
         # The metrics file is opened (and emptied) with the first epoch's line, so that a run
         # failing before it leaves an earlier run's file as it was.
-        metrics, kept = None, []
-        if metrics_path and comm.is_root:
-            kept = _kept_metrics(metrics_path, state.epoch if resume else 0)
+        metrics, writes_metrics = None, bool(metrics_path) and comm.is_root
+        kept = _kept_metrics(metrics_path, state.epoch if resume else 0) if writes_metrics else []
 
         def epoch_done(record: EpochRecord, st: TrainState) -> None:
             nonlocal metrics
             records.append(record)
-            if metrics_path and comm.is_root:
+            if writes_metrics:
                 if metrics is None:
                     metrics = _open_metrics(metrics_path, kept)
                 metrics.write(record.json() + "\n")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -267,10 +268,8 @@ class _JSONObject(dict):
 
     def __init__(self, pairs):
         super().__init__(pairs)
-        self.given_twice = set()
-        if len(self) < len(pairs):
-            seen = set()
-            self.given_twice = {key for key, _ in pairs if key in seen or seen.add(key)}
+        counts = Counter(key for key, _ in pairs)
+        self.given_twice = {key for key, n in counts.items() if n > 1}
 
 
 def parse_netdef(data) -> NetworkDef:

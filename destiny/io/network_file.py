@@ -22,6 +22,7 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef)
+from destiny.wording import counted
 
 FORMAT_VERSION = 1
 NN_VERSION = 0.9
@@ -216,7 +217,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
             _check_destiny(get)
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
             # (a check above missed it: a damaged file; DESTINY_DEBUG shows where)
-            if isinstance(e, DataFormatError) or os.environ.get("DESTINY_DEBUG"):
+            if os.environ.get("DESTINY_DEBUG"):
                 raise
             raise DataFormatError(path, f"its attributes do not describe a network "
                                   f"({type(e).__name__}: {e}). {DAMAGED}") from None
@@ -610,9 +611,9 @@ def check_finite(path, name: str, values: np.ndarray) -> None:
     bad = sum(int(flat[i:i + step].size - np.count_nonzero(np.isfinite(flat[i:i + step])))
               for i in range(0, flat.size, step))
     if bad:
-        raise DataFormatError(path, f"the variable {name!r} holds {bad:,} value"
-                              f"{'' if bad == 1 else 's'} that {'is' if bad == 1 else 'are'} "
-                              f"not finite (NaN or infinity) among {flat.size:,}. {DAMAGED}")
+        raise DataFormatError(path, f"the variable {name!r} holds {counted(bad, 'value')} that "
+                              f"{'is' if bad == 1 else 'are'} not finite (NaN or infinity) "
+                              f"among {flat.size:,}. {DAMAGED}")
 
 
 def _variable(nc, path, name, read: bool = True):
