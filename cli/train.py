@@ -53,6 +53,9 @@ NAME = "train"
 @tf32_option
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=10, show_default=True,
               metavar="N", help="Write NET.nc<epoch>.nc every N epochs (0: never).")
+@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="K", help="Remove this run's older checkpoints as new ones are written, "
+                                "keeping the K newest (0: keep all, as DSSTNE).")
 @click.option("--resume", is_flag=True,
               help="Continue from the newest checkpoint NET.nc<epoch>.nc, if there is one.")
 @click.option("--metrics", "metrics_path", metavar="FILE",
@@ -68,8 +71,8 @@ NAME = "train"
 @click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
 @library_errors
 def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
-          mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, resume, metrics_path,
-          initial_network, force, ignored_d, quiet):
+          mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, keep_checkpoints,
+          resume, metrics_path, initial_network, force, ignored_d, quiet):
     """Train a network (DSSTNE JSON definition) on datasets made by generate-netcdf.
 
     \b
@@ -91,8 +94,9 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     try:
         report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
                      network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
-                     checkpoint_every=checkpoint_every, resume=resume, force=force,
-                     metrics_path=metrics_path, initial_network=initial_network,
+                     checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
+                     resume=resume, force=force, metrics_path=metrics_path,
+                     initial_network=initial_network,
                      on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
                      on_checkpoint=progress.checkpointed, comm=comm)
     except KeyboardInterrupt as e:  # Ctrl-C: say what is kept and how to go on

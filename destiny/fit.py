@@ -26,7 +26,8 @@ from destiny import __version__
 from destiny.errors import DestinyError, NetDefError, OutputError
 from destiny.io import atomic
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
-                                   latest_checkpoint, load_weights, save_network)
+                                   latest_checkpoint, load_weights, save_network,
+                                   superseded_checkpoints)
 from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
 from destiny.io.network_file import destiny_attributes
 from destiny.kernels import get_backend
@@ -57,6 +58,7 @@ def fit(
     backend: str = "auto",
     tf32: bool = False,
     checkpoint_every: int = 10,
+    keep_checkpoints: int = 0,
     resume: bool = False,
     force: bool = False,
     metrics_path=None,
@@ -69,7 +71,9 @@ def fit(
 ) -> FitReport:
     """Train the network of ``config_path`` on the two dataset files and write ``network_path``.
 
-    ``on_checkpoint(path, epoch)`` hears of the checkpoint resumed from and of each written.
+    ``keep_checkpoints``: after each checkpoint, remove this run's older ones but that many
+    (0 keeps all, as DSSTNE). ``on_checkpoint(path, epoch)`` hears of the checkpoint resumed
+    from and of each written.
     """
     comm = comm or Comm()
     with contextlib.ExitStack() as held:  # the network file's lock, held to the end
@@ -142,6 +146,11 @@ def fit(
                     "settings": json.dumps(settings, sort_keys=True)}
                 path = checkpoint_path(network_path, st.epoch)
                 save_network(path, net, destiny=extras, optimizer_state=True)
+                if keep_checkpoints and comm.is_root:  # (only once the new one is in place)
+                    for old in superseded_checkpoints(network_path, run["run_started"],
+                                                      keep_checkpoints):
+                        with contextlib.suppress(FileNotFoundError):  # (removed meanwhile)
+                            os.remove(old)
                 if on_checkpoint is not None:
                     on_checkpoint(path, st.epoch)
             if on_epoch is not None:

@@ -582,6 +582,30 @@ def disk_full_writing(monkeypatch, ending: str):
     return real
 
 
+def test_keep_checkpoints_removes_only_this_runs_older_ones(files):
+    """--keep-checkpoints K keeps the K newest of this run, across a resume (the same run), and
+    never removes an earlier run's checkpoints (those of epochs this run has not reached)."""
+    def names():
+        return sorted(p.name for p in files.iterdir() if p.name.startswith("net.nc")
+                      and p.name != "net.nc")
+
+    assert run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "1").exit_code == 0
+    assert names() == [f"net.nc{e}.nc" for e in (1, 2, 3, 4, 5)]
+    earlier = (files / "net.nc5.nc").read_bytes()
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1",
+                       "--keep-checkpoints", "1", "--force")
+    assert result.exit_code == 0, result.output
+    assert names() == ["net.nc2.nc", "net.nc3.nc", "net.nc4.nc", "net.nc5.nc"]
+    (files / "net.nc").unlink()
+    result = run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "1",
+                       "--keep-checkpoints", "2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert "resumed from" in result.output and "net.nc2.nc" in result.output
+    # epochs 3 and 4 replaced the earlier run's; its epoch 5 stays, untouched
+    assert names() == ["net.nc3.nc", "net.nc4.nc", "net.nc5.nc"]
+    assert (files / "net.nc5.nc").read_bytes() == earlier
+
+
 def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     """The disk filling up while the epoch-4 checkpoint is written: the message says so and
     names the epoch-2 checkpoint to --resume from, not only "run the command again"."""

@@ -187,9 +187,11 @@ def test_resume_on_other_ranks(data, single, tmp_path):
     os.remove(tmp_path / "gl.nc")
     os.remove(tmp_path / "gl.nc3.nc")  # the last epoch's (spec 5.2)
     os.remove(tmp_path / "gl.nc2.nc")
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2)
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "--resume",
+                 "--keep-checkpoints", "1", ranks=2)
     assert done.returncode == 0, done.stderr.decode()
     assert_same_network(single / "gl.nc", tmp_path / "gl.nc")
+    assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc3.nc"]  # rank 0 removed the rest
 
 
 def test_metrics_and_notes_come_once(data, tmp_path):

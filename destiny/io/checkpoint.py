@@ -171,16 +171,29 @@ def latest_checkpoint(network_path) -> tuple[str, int] | None:
     so that resuming says it is damaged rather than pass over progress without a word; one
     of an earlier version (no start recorded) as oldest.
     """
-    pattern = re.compile(checkpoint_names(network_path) + "$")
-    found = []
-    for path in glob.glob(glob.escape(str(network_path)) + "*.nc"):
-        m = pattern.match(os.path.basename(path))
-        if m:
-            found.append((_run_started(path), int(m.group(1)), path))
+    found = [(_run_started(path), epoch, path) for epoch, path in _checkpoints(network_path)]
     if not found:
         return None
     _, epoch, path = max(found)
     return path, epoch
+
+
+def superseded_checkpoints(network_path, run_started: float, keep: int) -> list[str]:
+    """The checkpoints ``train --keep-checkpoints keep`` removes: those of the run started at
+    ``run_started`` (a resumed run keeps its time) but its ``keep`` newest. Another run's
+    checkpoints, and any that cannot be read, are never among them: only this run's are known
+    to be superseded."""
+    ours = sorted((epoch, path) for epoch, path in _checkpoints(network_path)
+                  if _run_started(path) == run_started)
+    return [path for _, path in ours[:max(len(ours) - keep, 0)]]
+
+
+def _checkpoints(network_path) -> list[tuple[int, str]]:
+    """(epoch, path) of each ``<network><epoch>.nc`` beside ``network_path``."""
+    pattern = re.compile(checkpoint_names(network_path) + "$")
+    return [(int(m.group(1)), path)
+            for path in glob.glob(glob.escape(str(network_path)) + "*.nc")
+            if (m := pattern.match(os.path.basename(path)))]
 
 
 def _run_started(path) -> float:
