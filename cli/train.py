@@ -129,8 +129,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     progress.close()
     if not quiet:
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
-        note(NAME, f"wrote {report.written} at epoch {cfg.epochs} ({report.epochs_run} "
-                   f"epoch{'' if report.epochs_run == 1 else 's'} in this run{resumed})")
+        note(NAME, f"wrote {report.written} at epoch {cfg.epochs} "
+                   f"({counted(report.epochs_run, 'epoch')} in this run{resumed})")
 
 
 def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int) -> str:
