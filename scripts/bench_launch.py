@@ -75,12 +75,16 @@ def main():
     kernels = {1: _one, 4: _four, 8: _eight}
     rows = []
     for n_args, k in kernels.items():
+        # Each launch is timed before the next iteration; defaults bind this iteration's values.
         args = arrays[:n_args]
-        rows.append((f"dispatch, {n_args} arrays", per_launch_us(lambda: k[1, 32](*args))))
+        rows.append((f"dispatch, {n_args} arrays",
+                     per_launch_us(lambda k=k, args=args: k[1, 32](*args))))
         configured = k[1, 32]
-        rows.append((f"configured, {n_args} arrays", per_launch_us(lambda: configured(*args))))
+        rows.append((f"configured, {n_args} arrays",
+                     per_launch_us(lambda c=configured, args=args: c(*args))))
         fast = _Launcher(k)
-        rows.append((f"destiny, {n_args} arrays", per_launch_us(lambda: fast[1, 32](*args))))
+        rows.append((f"destiny, {n_args} arrays",
+                     per_launch_us(lambda f=fast, args=args: f[1, 32](*args))))
     try:
         import cupy
     except ImportError:

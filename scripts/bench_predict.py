@@ -177,7 +177,8 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, w
     rates, done, started = [], 0, time.perf_counter()
     stream = predictor.recommend(records, topk, filter_csr=filt, batch_size=batch)
     t = time.perf_counter()
-    for lo, got, best in stream:
+    for step in stream:
+        lo, got, _ = step
         now = time.perf_counter()
         if lo > 0:  # the first batch includes warm-up
             rates.append(len(got) / (now - t))
@@ -185,6 +186,7 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, w
         t = now
         if now - started > seconds:
             break
+    lo, got, best = step  # the last batch scored: its records are the ones timed
     records_ms = time_records(records.labels[lo:lo + len(got)], got, best,
                               predictor.item_labels())
     result = {"load_and_predict_one_user_s": statistics.median(loads), "load_runs_s": loads,

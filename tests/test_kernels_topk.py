@@ -212,13 +212,14 @@ def test_cpu_kth_largest_selects_exactly(kind):
     from destiny.kernels.cpu.topk import _block_maxima, _kth_largest
 
     rng = np.random.default_rng(5)
+    draw = {"normal": lambda n: rng.normal(size=n),
+            "few values": lambda n: rng.integers(0, 4, n),
+            "mostly -inf": lambda n: np.where(rng.random(n) < 0.7, -np.inf, rng.normal(size=n)),
+            "tiny and signed zeros": lambda n: np.where(rng.random(n) < 0.3, -0.0,
+                                                        rng.normal(size=n) * 1e-40),
+            "ascending": lambda n: np.sort(rng.normal(size=n))}[kind]
     for n in (1, 2, 7, 300, 856):
-        v = {"normal": lambda: rng.normal(size=n),
-             "few values": lambda: rng.integers(0, 4, n),
-             "mostly -inf": lambda: np.where(rng.random(n) < 0.7, -np.inf, rng.normal(size=n)),
-             "tiny and signed zeros": lambda: np.where(rng.random(n) < 0.3, -0.0,
-                                                       rng.normal(size=n) * 1e-40),
-             "ascending": lambda: np.sort(rng.normal(size=n))}[kind]().astype(np.float32)
+        v = draw(n).astype(np.float32)
         if kind == "tiny and signed zeros":
             v[::11] = np.inf
         ascending = np.sort(v)

@@ -521,7 +521,7 @@ def test_recommend_takes_the_fused_path_and_agrees_with_the_plain_one(model, mon
         calls = []
         real = P.fused_activation
 
-        def spy(*args, fused=fused, real=real):
+        def spy(*args, fused=fused, real=real, calls=calls):
             calls.append(real(*args) if fused else None)
             return calls[-1]
 
@@ -559,7 +559,7 @@ def test_the_input_given_again_as_the_filter_is_not_parsed_again(model, tmp_path
     monkeypatch.setattr(P, "read_records", lambda *a, **k: parses.append(1) or real(*a, **k))
     reused = predictor.read_filter(str(text), records, input_path=text, values=False)
     assert not parses
-    for got, expected in zip(reused[:2], parsed[:2]):
+    for got, expected in zip(reused[:2], parsed[:2], strict=True):
         np.testing.assert_array_equal(got, expected)
     predictor.read_filter(text, records, input_path=text, values=True)  # multiply's values
     copy = tmp_path / "copy.txt"

@@ -58,13 +58,13 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
                 for j in range(n_out):
                     row[j] = row[j] + v1 * w1[j] + v2 * w2[j] + v3 * w3[j] + v4 * w4[j]
             k += 4
-        for k in range(k, end):
-            w = W[indices[k]]
+        for e in range(k, end):  # the last entries, fewer than four
+            w = W[indices[e]]
             if boolean:
                 for j in range(n_out):
                     row[j] += w[j]
             else:
-                v = values[k]
+                v = values[e]
                 for j in range(n_out):
                     row[j] += v * w[j]
 
