@@ -190,7 +190,7 @@ def _load_samples(sample_index) -> dict[str, int]:
     if not os.path.exists(sample_index):
         return {}
     labels, values = read_index(sample_index)
-    return dict(zip(labels, values.tolist()))
+    return dict(zip(labels, values.tolist(), strict=True))
 
 
 def _number_samples(records: Records, samples: dict[str, int], sample_index):

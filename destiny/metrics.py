@@ -55,12 +55,12 @@ def ranking_metrics(recommended: list, held_out: list, k: int) -> RankingMetrics
     # Ranks beyond the longest list and the largest held-out set are never looked at: a k of
     # a billion (evaluate -k) needs no billion discounts.
     depth = min(k, max((max(len(recs), len(truth)) for recs, truth in
-                        zip(recommended, held_out)), default=0))
+                        zip(recommended, held_out, strict=True)), default=0))
     discounts = [1.0 / math.log2(rank + 2) for rank in range(depth)]
     ideal = list(accumulate(discounts))  # ideal[m - 1]: the DCG of m hits at ranks 1..m
     p = r = n = ap_sum = 0.0
     users = skipped = 0
-    for recs, truth in zip(recommended, held_out):
+    for recs, truth in zip(recommended, held_out, strict=True):
         if not truth:
             skipped += 1
             continue

@@ -249,8 +249,9 @@ class Predictor:
             keep[keep] = seen_in[in_values[keep]] > 0
             self.features_left_out = int(np.count_nonzero(~keep))
             if self.features_left_out:
-                self.features = table_of([label for label, kept in zip(in_labels, keep.tolist())
-                                          if kept], in_values[keep])
+                self.features = table_of([label for label, kept
+                                          in zip(in_labels, keep.tolist(), strict=True) if kept],
+                                         in_values[keep])
         load_weights(self.net, network_path, gradients=False, nf=nf)
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:

@@ -139,7 +139,7 @@ def generate_ratings(
 
 def _format_rows(columns: list[np.ndarray], sep: str) -> str:
     template = sep.join(["%s"] * len(columns)) + "\n"
-    return "".join(template % row for row in zip(*(c.tolist() for c in columns)))
+    return "".join(template % row for row in zip(*(c.tolist() for c in columns), strict=True))
 
 
 def write_ratings_csv(path, r: Ratings, *, chunk: int = 1 << 20) -> None:
@@ -172,5 +172,5 @@ def write_ratings_dsstne(path, r: Ratings, *, value: str = "timestamp") -> None:
         raise ValueError(f"value must be timestamp, rating or none, not {value!r}")
     tokens = tokens.tolist()
     with open(path, "w", encoding="ascii", newline="\n") as f:
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             f.write(f"{r.users[s]}\t{':'.join(tokens[s:e])}\n")

@@ -329,7 +329,7 @@ def check(case: Case) -> bool:
     expected = snapshot(case, _module(case, "reference"))
     got = snapshot(case, _module(case, "cpu"))
     ok = True
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         e = e.astype(np.float64)
         atol = 1e-5 * float(np.max(np.abs(e)))
         if not np.allclose(g, e, rtol=1e-5, atol=atol):

@@ -210,7 +210,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
         window.append(samples / (t1 - t0))
         if window_steps > 1:
             _, times = train_step(timed=True)
-        for name, dt in zip(phases, times):
+        for name, dt in zip(phases, times, strict=True):
             phases[name].append(dt)
         if time.perf_counter() > deadline:
             break

@@ -167,7 +167,7 @@ def test_launcher_passes_a_tuple_of_scalars_as_its_items(stand_ins):
     fmt, _ = launch.param_layout(dispatcher.compiled[0])
     assert fmt == "@PPqqPqq" + "?" + "ddq"
     for (_, _, _, (data, offsets)), expected in zip(calls, [(True, 1.5, 2.5, 7),
-                                                             (False, 0.5, -1.0, 8)]):
+                                                             (False, 0.5, -1.0, 8)], strict=True):
         items = [c.from_buffer_copy(data, offsets[7 + i]).value
                  for i, c in enumerate((ctypes.c_bool, ctypes.c_double, ctypes.c_double,
                                         ctypes.c_int64))]

@@ -93,9 +93,9 @@ def test_first_appearance_order_and_duplicates_kept(tmp_path):
     # repeated within a sample is kept twice (quirk 10.5).
     run(tmp_path, "u9\t2:29:32\nu3\t32:47:2:47\n", "-c")
     labels, values = read_index(tmp_path / "features")
-    assert dict(zip(labels, values.tolist())) == {"2": 0, "29": 1, "32": 2, "47": 3}
+    assert dict(zip(labels, values.tolist(), strict=True)) == {"2": 0, "29": 1, "32": 2, "47": 3}
     labels, values = read_index(tmp_path / "samples")
-    assert dict(zip(labels, values.tolist())) == {"u9": 0, "u3": 1}
+    assert dict(zip(labels, values.tolist(), strict=True)) == {"u9": 0, "u3": 1}
     ds = read_dataset(tmp_path / "out.nc")
     assert ds.indices.tolist() == [0, 1, 2, 2, 3, 0, 3]
     assert ds.indptr.tolist() == [0, 3, 7]
@@ -206,7 +206,7 @@ def test_large_input_spans_several_chunks(tmp_path, monkeypatch):
     body = "".join(f"u{i}\t" + ":".join(f"f{j}" for j in r) + "\n" for i, r in enumerate(rows))
     run(tmp_path, body, "-c")
     labels, values = read_index(tmp_path / "features")
-    index = dict(zip(labels, values.tolist()))
+    index = dict(zip(labels, values.tolist(), strict=True))
     ds = read_dataset(tmp_path / "out.nc")
     expected = np.concatenate([[index[f"f{j}"] for j in r] for r in rows])
     np.testing.assert_array_equal(ds.indices, expected)

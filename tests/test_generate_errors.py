@@ -380,7 +380,7 @@ def test_an_output_on_an_input_or_another_output(flags, message):
     write("in.txt", "u1\ta:b\n")
     os.symlink("features.idx", "link.idx")
     args = ["-i", "in.txt", *OUTPUTS, "-c"]
-    for flag, value in zip(flags[::2], flags[1::2]):
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
         args[args.index(flag) + 1] = value
     assert message in fails(args)
 

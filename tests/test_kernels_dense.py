@@ -165,7 +165,7 @@ def test_downloads_give_the_arrays(name):
     if name == "cuda":
         for a in arrays:
             kb.fill(a, -1.0)  # queued after the copies
-    for h, p in zip(hosts, pending):
+    for h, p in zip(hosts, pending, strict=True):
         got = p.get()
         assert isinstance(got, np.ndarray) and p.get() is got
         np.testing.assert_array_equal(got, h)

@@ -362,5 +362,5 @@ def test_cuda_error_is_read_when_asked_and_each_output_keeps_its_own():
             delta, a, indptr, indices, values, cuda.device_array(0, np.float32),
             *loss_args(codes.L2, codes.SIGMOID)))
     assert all(isinstance(e, cuda_loss.DeviceError) for e in pending)
-    for (expected, _), error in zip(cases, pending):
+    for (expected, _), error in zip(cases, pending, strict=True):
         assert float(error) == pytest.approx(expected, rel=1e-6)

@@ -230,7 +230,7 @@ def test_matches_reference(backend, mode, dtype):
     rtol = 1e-5 if dtype == np.float32 else 1e-12
     pairs = [(weights[backend], weights["reference"]), (biases[backend], biases["reference"])]
     pairs += list(zip(w_state[backend] + b_state[backend],
-                      w_state["reference"] + b_state["reference"]))
+                      w_state["reference"] + b_state["reference"], strict=True))
     for got, want in pairs:
         assert got.dtype == dtype
         scale = np.abs(want).max() if want.size else 0.0
@@ -413,7 +413,7 @@ def test_sparse_gradient_and_row_update_in_one_call_are_the_two_calls_exactly(ba
         kb.sparse_grad_update_rows(W2, G, s2, u2, current2, indptr, indices, values, delta,
                                    scale, t, mode, 0.05, 0.9)
         assert not G.any()
-        for a, b in zip(two[0], two[1]):
+        for a, b in zip(two[0], two[1], strict=True):
             np.testing.assert_array_equal(a, b)
             assert np.array_equal(np.signbit(a), np.signbit(b))
     if mode in (RMSPROP, ADADELTA):  # rows did lag: their decay was applied on the way

@@ -262,7 +262,7 @@ def test_activation_dropout_forward_is_the_activation_then_the_dropout(backend, 
         got = [np.empty_like(z) for _ in range(3)]
         k.activation_dropout_forward(*got[1:], got[0], z, act, SLOPE, ALPHA, LAM, b, KEY, 2, 5,
                                      0.4)
-        for g, e in zip(got, expected):
+        for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
 
 
@@ -328,7 +328,7 @@ def test_penalty_and_norms_match_reference(backend):
         BACKENDS[name].delta_norm(dn, row_limit)
         BACKENDS[name].weight_norm(W, column_limit)
         outputs[name] = (da, dn, W)
-    for got, ref in zip(outputs[backend], outputs["reference"]):
+    for got, ref in zip(outputs[backend], outputs["reference"], strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 

@@ -69,7 +69,7 @@ def test_denoise_keep_equals_the_hash(backend, dtype):
     BACKENDS[backend].denoise_keep(keep, indptr, indices, key, 20, 500, p)
     row_of = np.repeat(np.arange(rows), np.diff(indptr))
     expected = [python_uniform(key, 20 + int(r), 500 + int(i)) >= p
-                for r, i in zip(row_of, indices)]
+                for r, i in zip(row_of, indices, strict=True)]
     np.testing.assert_array_equal(keep.astype(bool), expected)
     assert set(np.unique(keep).tolist()) <= {0, 1}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -58,7 +59,7 @@ def test_shard_range_covers_every_item_once_in_order():
         for size in range(1, 9):
             slices = [shard_range(n, rank, size) for rank in range(size)]
             assert slices[0][0] == 0 and slices[-1][1] == n
-            assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(slices))
             lengths = [stop - start for start, stop in slices]
             assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
 

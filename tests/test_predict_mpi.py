@@ -122,7 +122,7 @@ def assert_same_records(one, many):
     rank of a split network sums its share of each product, in another order."""
     a, b = records(one), records(many)
     assert [(n, i) for n, i, _ in a] == [(n, i) for n, i, _ in b]
-    for (_, _, x), (_, _, y) in zip(a, b):
+    for (_, _, x), (_, _, y) in zip(a, b, strict=True):
         np.testing.assert_allclose(y, x, rtol=1e-6, atol=1.5e-3)  # (%4.3f rounds)
 
 

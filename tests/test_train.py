@@ -86,7 +86,7 @@ def test_backends_agree_over_training(files):
         train_epochs(net, TrainData(net, datasets), cfg, TrainState())
         results.append([c.W.copy() for c in net.connections]
                        + [c.b.copy() for c in net.connections])
-    for ref, cpu in zip(*results):
+    for ref, cpu in zip(*results, strict=True):
         np.testing.assert_allclose(cpu, ref, rtol=2e-4, atol=2e-5)
 
 
@@ -170,7 +170,7 @@ def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once
     data.set_denoised({"Input": (same.indptr, same.indices, None)})
     batch = data.batch(np.arange(10, 20))
     assert batch.inputs["Input"] is not batch.targets["Output"]
-    for got, expected in zip(batch.inputs["Input"], batch.targets["Output"]):
+    for got, expected in zip(batch.inputs["Input"], batch.targets["Output"], strict=True):
         np.testing.assert_array_equal(got, expected)
 
 
@@ -209,7 +209,7 @@ def test_lazy_input_rows_train_exactly_as_dense_updates(files, optimizer, monkey
     assert lazy.connections[0].current is not None  # the lazy path ran: rows lag behind
     monkeypatch.setattr(destiny.network, "LAZY_MODES", ())
     dense, _ = _train_small(files, "cpu", optimizer, 2)
-    for a, b in zip(_parameters(lazy), _parameters(dense)):
+    for a, b in zip(_parameters(lazy), _parameters(dense), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -275,7 +275,7 @@ def test_lazy_input_rows_resume_from_a_checkpoint_exactly(files):
     resumed.init_optimizer(TrainConfig(optimizer="rmsprop").optimizer_config())
     load_weights(resumed, files / "ck.nc")
     resumed, _ = _train_small(files, "cpu", "rmsprop", 3, net=resumed, state=state)
-    for a, b in zip(_parameters(straight), _parameters(resumed)):
+    for a, b in zip(_parameters(straight), _parameters(resumed), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -513,7 +513,8 @@ def test_resume_after_kill_reaches_the_same_weights(files):
     assert not (files / "killed.nc").exists()
     leftovers = [p for p in os.listdir(files) if p.endswith(".tmp")]
     subprocess.run(argv + ["-n", str(files / "killed.nc"), "--resume"], check=True)
-    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "killed.nc")):
+    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "killed.nc"),
+                    strict=True):
         np.testing.assert_array_equal(a, b)
     assert all(not p.endswith(".tmp") or p in leftovers for p in os.listdir(files))
 
@@ -538,7 +539,7 @@ def test_a_finished_run_continues_from_its_last_checkpoint(files):
     assert (f"wrote {files / 'net.nc'} at epoch 6 (2 epochs in this run, resumed from "
             f"{files / 'net.nc4.nc'})") in result.output
     assert run_train(files, "-b", "64", "-e", "6", network="straight.nc").exit_code == 0
-    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "net.nc")):
+    for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "net.nc"), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -1067,7 +1068,7 @@ def test_denoising_norms_and_penalty_train_alike_on_both_backends(files):
         net.init_optimizer(cfg.optimizer_config())
         train_epochs(net, TrainData(net, datasets), cfg, TrainState())
         nets.append(net)
-    for ref, cpu in zip(*(n.connections for n in nets)):
+    for ref, cpu in zip(*(n.connections for n in nets), strict=True):
         np.testing.assert_allclose(cpu.W, ref.W, rtol=1e-4, atol=1e-5)
     into_hidden, into_output = nets[1].connections
     assert np.linalg.norm(into_hidden.W, axis=0).max() <= 0.5 + 1e-5  # WeightNorm (spec 3.13)

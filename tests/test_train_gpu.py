@@ -82,7 +82,7 @@ def test_gpu_predicts_what_the_cpu_predicts(files, multiply):
                          score_format="9.6f")
         lines[backend] = out.getvalue().splitlines()
     assert len(lines["gpu"]) == len(lines["cpu"]) == 12
-    for cpu_line, gpu_line in zip(lines["cpu"], lines["gpu"]):
+    for cpu_line, gpu_line in zip(lines["cpu"], lines["gpu"], strict=True):
         name, cpu_recs = cpu_line.split("\t")
         assert gpu_line.startswith(name + "\t")
         cpu_items = [r.split(",") for r in cpu_recs.split(":") if r]

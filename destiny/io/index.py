@@ -79,14 +79,14 @@ class LabelTable:
         n = len(self)
         arena = self.arena.tobytes()
         start, length = self.key_start[:n].tolist(), self.key_len[:n].tolist()
-        return [arena[s:s + m].decode("utf-8") for s, m in zip(start, length)]
+        return [arena[s:s + m].decode("utf-8") for s, m in zip(start, length, strict=True)]
 
     def values(self) -> np.ndarray:
         """All indices, in insertion order."""
         return self.key_value[: len(self)].copy()
 
     def to_dict(self) -> dict[str, int]:
-        return dict(zip(self.labels(), self.values().tolist()))
+        return dict(zip(self.labels(), self.values().tolist(), strict=True))
 
 
 # The largest index: datasets hold indices as 32-bit integers (int32 here, uint32 in DSSTNE).

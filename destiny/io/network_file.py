@@ -446,7 +446,7 @@ def _read_structure(get: _Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
     if get.uint("weights") != len(pairs):
         raise get.bad("weights", f"{len(pairs)}, one weight per source of a layer")
     for k, pair in enumerate(pairs):
-        for key, name in zip(("inputLayer", "outputLayer"), pair):
+        for key, name in zip(("inputLayer", "outputLayer"), pair, strict=True):
             if get.text(f"weight{k}_{key}") != name:
                 raise get.bad(f"weight{k}_{key}", f"{name!r}: weight {k} joins {pair[0]!r} to "
                               f"{pair[1]!r} (the layers' sources, in order)")
@@ -540,7 +540,7 @@ def _check_layers(get: _Getter, layers: list[LayerDef]) -> None:
                 at = [layer.name for layer in path].index(name)
                 ends = [layer.name for layer in path[at + 1:]] + [name]
                 links = [f"'layer{layer.index}_{k}' is {end!r}"
-                         for layer, k, end in zip(path[at:], keys[at:] + [key], ends)]
+                         for layer, k, end in zip(path[at:], keys[at:] + [key], ends, strict=True)]
                 raise DataFormatError(get.path, "the layers' sources form a cycle ("
                                       + ", ".join(links) + "); a network's layers take their "
                                       f"inputs from layers before them. {DAMAGED}")

@@ -77,8 +77,9 @@ def python_records(labels, items: np.ndarray, scores: np.ndarray, item_labels,
     """``format_records`` in Python's own printf formatting (DSSTNE's ``"%s,%" + fmt + ":"``)."""
     template = "%s,%" + score_format + ":"
     lines = []
-    for label, row_items, row_scores in zip(labels, items.tolist(), scores.tolist()):
-        parts = [template % (item_labels[i], s) for i, s in zip(row_items, row_scores) if i >= 0]
+    for label, row_items, row_scores in zip(labels, items.tolist(), scores.tolist(), strict=True):
+        parts = [template % (item_labels[i], s)
+                 for i, s in zip(row_items, row_scores, strict=True) if i >= 0]
         lines.append(f"{label}\t{''.join(parts)}\n")
     return "".join(lines)
 

@@ -302,7 +302,8 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
         return _Chunk(len(data), status, data, pos=pos)
     lines, entries, n_pending = int(counts[0]), int(counts[1]), int(counts[4])
     labels = [data[s:e].decode("utf-8")
-              for s, e in zip(label_start[:lines].tolist(), label_end[:lines].tolist())]
+              for s, e in zip(label_start[:lines].tolist(), label_end[:lines].tolist(),
+                              strict=True)]
     return _Chunk(len(data), status, data if n_pending else None, labels=labels,
                   row_end=row_end[:lines].copy(), indices=tok_index[:entries].copy(),
                   values=tok_value[:entries].copy() if keep_values else None,

@@ -149,7 +149,7 @@ def c_contiguous(shape, strides, itemsize) -> bool:
     if 0 in shape:
         return True
     expected = itemsize
-    for n, s in zip(reversed(shape), reversed(strides)):
+    for n, s in zip(reversed(shape), reversed(strides), strict=True):
         if s != expected:
             return False
         expected *= n
