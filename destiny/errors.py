@@ -64,6 +64,15 @@ class InterruptedAfterOutputs(KeyboardInterrupt):
         self.paths = paths
 
 
+class NetCDFFailure(RuntimeError):
+    """netCDF's own failure ("NetCDF: HDF error") while the file ``filename`` was written: a
+    RuntimeError as netCDF4's, with the name of the output (io/failures.py)."""
+
+    def __init__(self, message: str, filename: str):
+        super().__init__(message)
+        self.filename = filename
+
+
 # Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
 # so a command stopped part-way leaves every output as it was.
 NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
@@ -86,8 +95,9 @@ def system_failure(e: BaseException,
                    if e.errno in _FULL else
                    f"Check the file and the file system, then {then}."))
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
-        return (f"the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, a full "
-                f"disk or quota is the usual cause: free space, then {then}.")
+        where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
+        return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "
+                f"a full disk or quota is the usual cause: free space, then {then}.")
     if isinstance(e, MemoryError):  # NumPy's says how much one array needed
         what = f"out of memory ({str(e) or 'an allocation failed'})"
         if not network:

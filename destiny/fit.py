@@ -24,7 +24,7 @@ import numpy as np
 
 from destiny import __version__
 from destiny.errors import DestinyError, NetDefError, OutputError
-from destiny.io import atomic
+from destiny.io import atomic, failures
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network,
                                    superseded_checkpoints)
@@ -236,7 +236,7 @@ def _open_metrics(path, kept: list[str]):
     """The metrics file, open for appending and holding the ``kept`` lines. Rewritten in
     place, not renamed: the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
     metrics = (atomic.open_stream(path) if atomic.is_stream(path) else
-               open(path, "w", encoding="utf-8", newline="\n"))
+               failures.open_text(path, str(path)))  # (a full disk's failure names it)
     metrics.writelines(kept)
     return metrics
 

@@ -39,9 +39,8 @@ def main(text, train_path, heldout_path, fraction, seed):
     """Hold out a fraction of each sample's features."""
     outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
     check_outputs(outputs, [(text, "input text")])
-    with atomic_outputs() as out, \
-            open(out.path(train_path), "w", encoding="utf-8", newline="\n") as train, \
-            open(out.path(heldout_path), "w", encoding="utf-8", newline="\n") as heldout:
+    with atomic_outputs() as out, out.open(train_path) as train, \
+            out.open(heldout_path) as heldout:  # (each names its own failure: a full disk)
         kept, held = split_text(text, train, heldout, fraction, seed)
     click.echo(f"split_holdout: {kept:,} features to {train_path}, {held:,} to {heldout_path}",
                err=True)

@@ -91,22 +91,25 @@ def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("failure, expected", [
-    (OSError(28, "No space left on device", "/data/.recs.k3m_x9qa.tmp"),
-     "Error: /data/.recs.k3m_x9qa.tmp: No space left on device; no output was replaced (each "
-     "is put in place only once complete). Free space on that file system"),
-    (OSError(5, "Input/output error"), "Error: Input/output error; no output was replaced"),
-    (RuntimeError("NetCDF: HDF error"), "Error: the NetCDF library failed (NetCDF: HDF error); "
-                                        "no output was replaced"),
+    (OSError(28, "No space left on device"),
+     "Error: {out}: No space left on device; no output was replaced (each is put in place only "
+     "once complete). Free space on that file system"),
+    (OSError(5, "Input/output error"), "Error: {out}: Input/output error; no output was replaced"),
+    (RuntimeError("NetCDF: HDF error"), "Error: {out}: the NetCDF library failed (NetCDF: HDF "
+                                        "error); no output was replaced"),
     (KeyboardInterrupt(), "Error: interrupted; no output was replaced"),
 ], ids=["disk-full", "io-error", "netcdf", "interrupt"])
 def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatch, failure,
                                                             expected):
     """A full disk, an I/O error, netCDF's own failure or Ctrl-C (or SIGTERM) part-way: one
-    paragraph and exit code 1, not a traceback (or click's bare "Aborted!")."""
+    paragraph and exit code 1, not a traceback (or click's bare "Aborted!"). A write's failure
+    names no file: the message names the output being written (it said "No space left on
+    device" alone), as the user gave it, not its temporary file."""
     import destiny.generate
     from destiny.cli.generate_netcdf import generate_netcdf
 
-    def fail(*_, **__):
+    def fail(path, *_, **__):
+        pathlib.Path(path).write_bytes(b"\x89HDF")  # (part of it written)
         raise failure
 
     monkeypatch.setattr(destiny.generate, "write_dataset", fail)
@@ -115,8 +118,101 @@ def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatc
         "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
         "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
     assert result.exit_code == 1, result.output
-    assert result.output.startswith(expected), result.output
+    assert result.output.startswith(expected.format(out=tmp_path / "out.nc")), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_a_failing_write_of_an_index_names_it(tmp_path, monkeypatch):
+    """The disk filling up as generate-netcdf writes the feature index, after the dataset:
+    the index is named, and neither output is put in place."""
+    import errno
+
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    def full(path, *_):
+        pathlib.Path(path).write_text("a\t0\n")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(destiny.generate, "write_index", full)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", "f", "-s", str(tmp_path / "s"), "-c"])  # (-f relative: named as given)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: f: No space left on device; no output was "
+                                    "replaced"), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def _file_size_limit(size: int):
+    """For subprocess's preexec_fn: writes past ``size`` bytes fail (EFBIG) as on a full disk
+    or quota, for real, where no small file system can be mounted (ulimit -f)."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (its default kills the process)
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return limit
+
+
+def _compiled(command, argv, tmp_path):
+    """Run ``command`` once here, so that numba's cache holds its kernels: under a file size
+    limit, a process compiling them fails as it writes the cache."""
+    assert CliRunner().invoke(command, argv).exit_code == 0
+    for path in tmp_path.iterdir():
+        path.unlink()
+
+
+@pytest.mark.parametrize("output", ["file", "-"])
+def test_a_failing_write_of_the_records_names_them(model, tmp_path, output):
+    """predict's writes failing part-way (a file past the size limit; standard output a full
+    device): the message names the output, not only "File too large", and leaves nothing."""
+    from destiny.cli.predict import predict
+
+    argv = ["-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+            str(model / "features_output"), "-r", str(model / "ratings.txt"), "-q", "-s"]
+    _compiled(predict, [*argv, str(tmp_path / "warm")], tmp_path)
+    recs = tmp_path / "recs" if output == "file" else "-"
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [str(pathlib.Path(sys.executable).parent / "predict"), *argv, str(recs)],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+            preexec_fn=_file_size_limit(4096) if output == "file" else None)
+    assert done.returncode == 1, done.stderr
+    expected = (f"Error: {recs}: File too large; " if output == "file" else
+                "Error: standard output: No space left on device; ")
+    assert done.stderr.startswith(expected + "no output was replaced"), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_records_to_a_full_device_name_it(model, tmp_path):
+    """`predict -s /dev/full`: the device is named."""
+    from destiny.cli.predict import predict
+
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+        str(model / "features_output"), "-r", str(model / "ratings.txt"), "-q", "-s",
+        "/dev/full"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: /dev/full: No space left on device; "), result.output
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc")
+def test_a_failing_read_is_not_named_as_the_output(model, tmp_path):
+    """An input that fails as it is read, while predict writes its records (/proc/self/mem:
+    an I/O error at offset 0): its failure is not put down to the records file."""
+    from destiny.cli.predict import predict
+
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+        str(model / "features_output"), "-r", "/proc/self/mem", "-q", "-s",
+        str(tmp_path / "recs")])
+    assert result.exit_code == 1, result.output
+    assert "Input/output error" in result.output and "recs" not in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):

@@ -174,7 +174,7 @@ def test_failure_while_writing_stops_all_once(model, split):  # noqa: F811
     done = mpiexec(2, *argv(model, *split, "-s", "/dev/full"))
     assert done.returncode == 1, done.stderr.decode()
     (line,) = errors(done)
-    assert "No space left on device" in line, line
+    assert "/dev/full: No space left on device" in line, line  # (the output named)
     assert "Abort" not in done.stderr.decode()
 
 

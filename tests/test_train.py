@@ -566,20 +566,22 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
     assert "--checkpoint-every 0 writes no checkpoints: run the command again" in result.output
 
 
-def disk_full_writing(monkeypatch, ending: str):
-    """Make train's writes of the network file whose path ends so fail as on a full disk."""
+def disk_full_writing(monkeypatch, name: str):
+    """Make train's writes of the network file ``name`` fail as on a full disk: part of its
+    temporary file written, then an OSError naming no file, as a write's."""
     import errno
 
-    import destiny.fit
+    import destiny.io.checkpoint
 
-    real = destiny.fit.save_network
+    real = destiny.io.checkpoint.write_network
 
-    def save(path, *args, **kwargs):
-        if str(path).endswith(ending):
-            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
+    def write(path, *args, **kwargs):
+        if os.path.basename(path).startswith(f".{name}."):  # (its temporary file)
+            pathlib.Path(path).write_bytes(b"\x89HDF")
+            raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(destiny.fit, "save_network", save)
+    monkeypatch.setattr(destiny.io.checkpoint, "write_network", write)
     return real
 
 
@@ -608,19 +610,21 @@ def test_keep_checkpoints_removes_only_this_runs_older_ones(files):
 
 
 def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
-    """The disk filling up while the epoch-4 checkpoint is written: the message says so and
-    names the epoch-2 checkpoint to --resume from, not only "run the command again"."""
-    import destiny.fit
+    """The disk filling up while the epoch-4 checkpoint is written: the message names that
+    checkpoint (a write's failure names no file: it said "No space left on device" alone)
+    and the epoch-2 checkpoint to --resume from, not only "run the command again"."""
+    import destiny.io.checkpoint
 
     real = disk_full_writing(monkeypatch, "net.nc4.nc")
     result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert (f"Error: {files / 'net.nc4.nc.tmp'}: No space left on device; no output was "
+    assert (f"Error: {files / 'net.nc4.nc'}: No space left on device; no output was "
             "replaced") in result.output
     assert ("Free space on that file system (or raise the quota), then run the same command "
             f"with --resume to continue from {files / 'net.nc2.nc'} (epoch 2), the newest "
             "checkpoint.") in result.output
-    monkeypatch.setattr(destiny.fit, "save_network", real)
+    assert not [p for p in files.iterdir() if p.name.startswith(".net.nc4.nc.")]
+    monkeypatch.setattr(destiny.io.checkpoint, "write_network", real)
     resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
     assert resumed.exit_code == 0, resumed.output
 
@@ -635,6 +639,17 @@ def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypa
     assert (f"then use {files / 'net.nc2.nc'}, the checkpoint of the last epoch (2): it is the "
             f"trained network (with the optimizer's state, which predict ignores), so copy it "
             f"to {files / 'net.nc'}.") in result.output
+
+
+def test_a_full_disk_as_the_metrics_are_written_names_them(files):
+    """The metrics file's writes failing (here, a link to the full device /dev/full): the
+    message names the file as given, where it said "No space left on device" alone."""
+    (files / "m.jsonl").symlink_to("/dev/full")
+    result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"\nError: {files / 'm.jsonl'}: No space left on device; " in result.output, \
+        result.output
+    assert not (files / "net.nc").exists()
 
 
 def test_an_interrupt_held_while_a_file_is_put_in_place_says_it_is_whole(files, monkeypatch):

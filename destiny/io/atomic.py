@@ -19,6 +19,7 @@ import time
 from typing import Callable, TextIO
 
 from destiny.errors import InterruptedAfterOutputs, OutputError
+from destiny.io import failures
 from destiny.signals import uninterrupted
 
 
@@ -101,9 +102,9 @@ def open_stream(path) -> TextIO:
     /dev/stdout again would empty the log that stdout appends to (``>> cron.log``), and it
     bypasses sys.stdout, whose short writes CPython drops under PYTHONUNBUFFERED=1 (a signal,
     a full disk). A device or pipe is opened."""
-    fd = _output_fd(path)
+    fd, name = _output_fd(path), failures.output_name(path)  # (which a failure names)
     if fd is None:
-        return open(path, "w", encoding="utf-8", newline="\n")
+        return failures.open_text(path, name)
     try:
         os.fstat(fd)
     except OSError:  # ('-' with stdout closed: `>&-`)
@@ -112,7 +113,7 @@ def open_stream(path) -> TextIO:
     for stream in (sys.stdout, sys.stderr):  # what the process wrote there comes first
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.flush()
-    return open(fd, "w", encoding="utf-8", newline="\n", closefd=False)
+    return failures.open_text(fd, name, closefd=False)
 
 
 def check_writable(path, what: str) -> None:
@@ -344,8 +345,9 @@ class OutputSet:
     """Temporary paths for several outputs, published together by ``commit``."""
 
     def __init__(self):
-        self._pending: list[tuple[str, str]] = []
-        self._given: list[str] = []  # the outputs as the caller named them
+        # (temporary path, final path, the output as the caller named it)
+        self._pending: list[tuple[str, str, str]] = []
+        self._opened: set[str] = set()  # temporary files of ``open``: they name their failures
 
     def path(self, final) -> str:
         """A temporary path in ``final``'s directory; write the output there."""
@@ -361,14 +363,33 @@ class OutputSet:
                 raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
                                   f"({e.strerror}); choose another path.") from None
             os.close(fd)
-            self._pending.append((tmp, os.path.join(directory, name)))  # (through a link)
-            self._given.append(final)
+            self._pending.append((tmp, os.path.join(directory, name), final))  # (a link's)
         return tmp
 
+    def open(self, final) -> TextIO:
+        """A text file open at ``path(final)``, whose failures name ``final``."""
+        tmp = self.path(final)
+        self._opened.add(tmp)
+        return failures.open_text(tmp, self._pending[-1][2])
+
+    def named(self, e: BaseException) -> BaseException | None:
+        """``e``, the system's failure while the outputs were written, naming the output it
+        came from (``failures.named``): the one whose temporary file it names, else the one
+        begun last, being written (they are written one after the other). None if that one
+        names its own failures (``open``): ``e``, naming no file, came from elsewhere (a read
+        of an input, between two writes)."""
+        for tmp, _, given in self._pending:
+            if getattr(e, "filename", None) == tmp:
+                return failures.named(e, given, tmp)
+        if not self._pending or self._pending[-1][0] in self._opened:
+            return None
+        tmp, _, given = self._pending[-1]
+        return failures.named(e, given, tmp)
+
     def commit(self) -> None:
-        given, self._given = self._given, []
+        given = [g for _, _, g in self._pending]  # (as the caller named them)
         with _stops_held(given):  # an interrupt between two renames would publish some
-            for tmp, final in self._pending:
+            for tmp, final, _ in self._pending:
                 try:
                     os.chmod(tmp, 0o666 & ~_umask())
                     os.replace(tmp, final)
@@ -379,11 +400,11 @@ class OutputSet:
             self._pending.clear()
 
     def discard(self) -> None:
-        for tmp, _ in self._pending:
+        for tmp, _, _ in self._pending:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         self._pending.clear()
-        self._given.clear()
+        self._opened.clear()
 
 
 @contextlib.contextmanager
@@ -409,6 +430,11 @@ def atomic_outputs():
     try:
         yield outputs
         outputs.commit()
+    except (OSError, RuntimeError) as e:  # a full disk: say which output, not "a file"
+        failure = outputs.named(e)
+        if failure is None:
+            raise
+        raise failure from e
     finally:
         outputs.discard()
 
@@ -426,9 +452,8 @@ def text_output(path):
         with open_stream(path) as f:
             yield f
         return
-    with atomic_outputs() as outputs:
-        with open(outputs.path(path), "w", encoding="utf-8", newline="\n") as f:
-            yield f
+    with atomic_outputs() as outputs, outputs.open(path) as f:
+        yield f
 
 
 def _has_descriptor(stream) -> bool:

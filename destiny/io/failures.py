@@ -1,0 +1,80 @@
+"""The system's failures while an output is written, told with the output's name.
+
+The OSError of a write, flush or close that fails (a full disk, a quota, an I/O error) names
+no file; netCDF's failures are RuntimeErrors ("NetCDF: HDF error") that name none either; and
+those that name one name the temporary file written in the output's place (io/atomic.py).
+errors.system_failure's message then said "No space left on device" without saying which
+output. Here such a failure gets the output's name as the user gave it: a text file Destiny
+opens (``open_text``) names its own writes' failures, and atomic_outputs names those of the
+files a library writes to a path it is given (netCDF's, an index's) as its block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import TextIO
+
+from destiny.errors import NetCDFFailure
+
+
+def output_name(path) -> str:
+    """How a message names output ``path``: '-' is standard output."""
+    return "standard output" if path == "-" else str(path)
+
+
+def named(e: BaseException, name: str, temporary=None) -> BaseException | None:
+    """``e``, raised while output ``name`` was written (through the file ``temporary`` in its
+    place), as the same failure naming ``name``; or None where ``e`` is not the system's
+    failure in writing it: one naming another file (an input read meanwhile), a bug."""
+    if isinstance(e, OSError):
+        if (e.strerror is None or isinstance(e, BrokenPipeError)  # (the reader left: SIGPIPE)
+                or e.filename not in (None, temporary)):
+            return None
+        return OSError(e.errno, e.strerror, name)  # (the subclass follows errno)
+    if (isinstance(e, RuntimeError) and str(e).startswith("NetCDF:")
+            and not isinstance(e, NetCDFFailure)):  # (not named yet)
+        return NetCDFFailure(str(e), name)
+    return None
+
+
+@contextlib.contextmanager
+def naming(name: str, temporary=None):
+    """Raise the system's failures of the block as ``named``."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        failure = named(e, name, temporary)
+        if failure is None:
+            raise
+        raise failure from e
+
+
+class _NamedFile(io.FileIO):
+    """A file open for writing whose failures (write, close: NFS reports a full disk at
+    close) name the output ``output``, wherever the file is (a temporary file, a stream)."""
+
+    def __init__(self, file, output: str, closefd: bool = True):
+        super().__init__(file, "w", closefd=closefd)
+        self.output = output
+
+    def write(self, b):
+        with naming(self.output, self.name):
+            return super().write(b)
+
+    def close(self):
+        with naming(self.output, self.name):
+            super().close()
+
+
+def open_text(file, output: str, closefd: bool = True) -> TextIO:
+    """``file`` (a path, or a descriptor) open for writing UTF-8 text as ``open(file, "w",
+    encoding="utf-8", newline="\\n")`` opens it, its failures naming ``output``. (The raw file
+    names them: only its own writes are named, not a read of an input between two of them.)"""
+    raw = _NamedFile(file, output, closefd)
+    try:
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", newline="\n",
+                                line_buffering=raw.isatty())
+    except BaseException:
+        raw.close()
+        raise
