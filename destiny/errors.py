@@ -76,7 +76,8 @@ class NetCDFFailure(RuntimeError):
 # Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
 # so a command stopped part-way leaves every output as it was.
 NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
+FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def system_failure(e: BaseException,
@@ -92,7 +93,7 @@ def system_failure(e: BaseException,
         where = f"{e.filename}: " if e.filename else ""
         return (f"{where}{e.strerror}; {NOTHING_REPLACED}. "
                 + (f"Free space on that file system (or raise the quota), then {then}."
-                   if e.errno in _FULL else
+                   if e.errno in FULL else
                    f"Check the file and the file system, then {then}."))
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""

@@ -566,6 +566,104 @@ def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
         assert (tmp_path / f"{part}_piped").read_bytes() == (tmp_path / f"{part}_file").read_bytes()
 
 
+class _FullFileSystem:
+    """The os module as destiny.io.failures sees it on a full file system: writes fail."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd, data):
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full", "not-full"])
+def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
+        tmp_path, monkeypatch, full):
+    """netCDF reports any failure of HDF5 to create a file as EACCES: a nearly full tmpfs gave
+    "Permission denied" for the temporary file, which generate-netcdf had just created. The
+    file system is tried: full, the message says so; else the error stays, naming the output."""
+    import errno
+
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+    from destiny.io import failures
+
+    def create(path, *_, **__):  # as netCDF4.Dataset(path, "w") where HDF5 cannot create it
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(destiny.generate, "write_dataset", create)
+    if full:
+        monkeypatch.setattr(failures, "os", _FullFileSystem())
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    out = tmp_path / "out.nc"
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(out), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(
+        f"Error: {out}: No space left on device; no output was replaced (each is put in place "
+        "only once complete). Free space on that file system" if full else
+        f"Error: {out}: Permission denied; no output was replaced"), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_a_netcdf_write_past_the_size_limit_says_so(tmp_path):
+    """netCDF's "HDF error" as the dataset outgrows what the file system takes (here, for
+    real, the file size limit: ulimit -f): the message gives the system's reason."""
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    (tmp_path / "in.txt").write_text("".join(f"s{s}\t" + ":".join(f"i{(s * 7 + i) % 500}"
+                                                                   for i in range(20)) + "\n"
+                                             for s in range(400)))
+    argv = ["-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"]
+    text = (tmp_path / "in.txt").read_bytes()
+    _compiled(generate_netcdf, argv, tmp_path)
+    (tmp_path / "in.txt").write_bytes(text)
+    done = subprocess.run([str(pathlib.Path(sys.executable).parent / "generate-netcdf"), *argv],
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=_file_size_limit(16384))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"Error: {tmp_path / 'out.nc'}: File too large; no output was "
+                                  "replaced"), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+@pytest.mark.parametrize("where", ["temporary", "lock"])
+def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch, where):
+    """No space (or no inode, or the quota) for the lock or the temporary file: the advice is
+    to free space, not to check the directory's permissions."""
+    import errno
+    import tempfile
+
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_open = os.open
+
+    def lock_full(path, *args, **kwargs):
+        return full() if str(path).endswith(".lock") else real_open(path, *args, **kwargs)
+
+    if where == "temporary":
+        monkeypatch.setattr(tempfile, "mkstemp", full)
+    else:
+        monkeypatch.setattr(os, "open", lock_full)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1, result.output
+    first = "out.nc" if where == "temporary" else "f"  # (locks are taken in their names' order)
+    assert result.output.startswith(f"Error: {tmp_path / first}: cannot create "), result.output
+    assert "(No space left on device); free space on that file system (or raise the quota), " \
+           "or choose another path." in result.output, result.output
+    assert "permission" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Callable, TextIO
 
-from destiny.errors import InterruptedAfterOutputs, OutputError
+from destiny.errors import FULL, InterruptedAfterOutputs, OutputError
 from destiny.io import failures
 from destiny.signals import uninterrupted
 
@@ -253,8 +253,16 @@ def _open_lock(path, lock: str) -> int:
     try:
         return os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
+        remedy = _remedy(e, "check the directory's permissions")
         raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
-                          "check the directory's permissions.") from None
+                          f"{remedy}.") from None
+
+
+def _remedy(e: OSError, otherwise: str) -> str:
+    """What to do when a file cannot be created: ``otherwise``, unless the file system is
+    full (or the quota reached, or no inode left: ENOSPC), which no permission mends."""
+    return ("free space on that file system (or raise the quota), or choose another path"
+            if e.errno in FULL else otherwise)
 
 
 def _flock(fd: int, path, lock: str, wait: bool) -> bool | None:
@@ -361,7 +369,8 @@ class OutputSet:
                 fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
             except OSError as e:  # check_writable passed, but this file system refuses files
                 raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
-                                  f"({e.strerror}); choose another path.") from None
+                                  f"({e.strerror}); {_remedy(e, 'choose another path')}."
+                                  ) from None
             os.close(fd)
             self._pending.append((tmp, os.path.join(directory, name), final))  # (a link's)
         return tmp

@@ -12,10 +12,12 @@ files a library writes to a path it is given (netCDF's, an index's) as its block
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import os
 from typing import TextIO
 
-from destiny.errors import NetCDFFailure
+from destiny.errors import FULL, NetCDFFailure
 
 
 def output_name(path) -> str:
@@ -31,10 +33,43 @@ def named(e: BaseException, name: str, temporary=None) -> BaseException | None:
         if (e.strerror is None or isinstance(e, BrokenPipeError)  # (the reader left: SIGPIPE)
                 or e.filename not in (None, temporary)):
             return None
+        # netCDF reports any failure of HDF5 to create a file as EACCES: on a full tmpfs,
+        # "Permission denied" for the temporary file this process had just created.
+        if e.errno in (errno.EACCES, errno.EPERM) and e.filename == temporary:
+            e = _full(temporary) or e
         return OSError(e.errno, e.strerror, name)  # (the subclass follows errno)
     if (isinstance(e, RuntimeError) and str(e).startswith("NetCDF:")
             and not isinstance(e, NetCDFFailure)):  # (not named yet)
-        return NetCDFFailure(str(e), name)
+        full = _full(temporary)  # "NetCDF: HDF error" is a full disk's, most often
+        return NetCDFFailure(str(e), name) if full is None else OSError(
+            full.errno, full.strerror, name)
+    return None
+
+
+# Enough to need a block of its own on any file system (tmpfs' page, ext4's 4 KiB, ...)
+_PROBE_BYTES = 64 * 1024
+
+
+def _full(temporary) -> OSError | None:
+    """The system's failure of a write appended to the temporary file ``temporary`` if it
+    is a full disk's, a quota's or a size limit's (``errors.FULL``), else None: what a
+    library's vaguer failure there was (netCDF's "Permission denied", "HDF error"). The
+    file is the failed output's, removed next, so its tail does not matter."""
+    if not isinstance(temporary, str) or not os.path.isfile(temporary):  # (never a pipe)
+        return None
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return None
+    try:
+        try:
+            data = memoryview(bytes(_PROBE_BYTES))
+            while data:  # (a write short of space writes what fits; the next one fails)
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)  # (NFS reports a full disk at close)
+    except OSError as e:
+        return e if e.errno in FULL else None
     return None
 
 
@@ -58,12 +93,14 @@ class _NamedFile(io.FileIO):
         super().__init__(file, "w", closefd=closefd)
         self.output = output
 
+    # (No temporary file given to ``naming``: its writes' failures name no file, and one
+    # written in place, a metrics file, must never be tried by ``_full``'s write.)
     def write(self, b):
-        with naming(self.output, self.name):
+        with naming(self.output):
             return super().write(b)
 
     def close(self):
-        with naming(self.output, self.name):
+        with naming(self.output):
             super().close()
 
 
