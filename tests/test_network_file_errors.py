@@ -43,30 +43,36 @@ def refused(result, path, fragment) -> None:
 
 
 NETWORK_DAMAGE = [
-    ("layer1_kind", np.uint32(99), "'layer1_kind' is 99; expected a code of LayerKind (0 Input"),
-    ("layer1_activation", np.uint32(99), "'layer1_activation' is 99; expected a code of "
-                                         "Activation (0 Sigmoid"),
-    ("layer1_type", np.uint32(99), "'layer1_type' is 99; expected a code of LayerType"),
-    ("layer1_weightInit", np.uint32(99), "'layer1_weightInit' is 99; expected a code of "
-                                         "WeightInit"),
-    ("kind", np.uint32(99), "'kind' is 99; expected a code of NetworkKind"),
-    ("errorFunction", np.uint32(99), "'errorFunction' is 99; expected a code of ErrorFunction"),
-    ("weight0_inputLayer", "Nope", "'weight0_inputLayer' is 'Nope'; expected 'Input': weight 0 "
-                                   "joins 'Input' to 'Hidden'"),
-    ("layer2_source0", "Nope", "'layer2_source0' is 'Nope'; expected the name of a layer "
+    ("layer1_kind", np.uint32(99), "'layer1_kind' is 99 (uint32); expected a code of LayerKind "
+                                   "(0 Input"),
+    ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
+                                         "of Activation (0 Sigmoid"),
+    ("layer1_type", np.uint32(99), "'layer1_type' is 99 (uint32); expected a code of LayerType"),
+    ("layer1_weightInit", np.uint32(99), "'layer1_weightInit' is 99 (uint32); expected a code "
+                                         "of WeightInit"),
+    ("kind", np.uint32(99), "'kind' is 99 (uint32); expected a code of NetworkKind"),
+    ("errorFunction", np.uint32(99), "'errorFunction' is 99 (uint32); expected a code of "
+                                     "ErrorFunction"),
+    ("weight0_inputLayer", "Nope", "'weight0_inputLayer' is 'Nope' (text); expected 'Input': "
+                                   "weight 0 joins 'Input' to 'Hidden'"),
+    ("layer2_source0", "Nope", "'layer2_source0' is 'Nope' (text); expected the name of a layer "
                                "('Input', 'Hidden', 'Output')"),
-    ("layer1_name", "Output", "'layer2_name' is 'Output'; expected a name of its own: "
+    ("layer1_name", "Output", "'layer2_name' is 'Output' (text); expected a name of its own: "
                               "'layer1_name' is 'Output' too"),
-    ("layers", np.uint32(0), "'layers' is 0; expected a whole number of layers, 2 or more"),
-    ("layers", "abc", "'layers' is 'abc'; expected a whole number of layers"),
+    ("layers", np.uint32(0), "'layers' is 0 (uint32); expected a whole number of layers, 2 or "
+                             "more"),
+    ("layers", "abc", "'layers' is 'abc' (text); expected a whole number of layers"),
     ("layer1_source0", "Output", "the layers' sources form a cycle ('layer1_source0' is "
                                  "'Output', 'layer2_source0' is 'Hidden')"),
     ("layer2_kind", np.uint32(1), "has no Output layer (kind 2: 'layer0_kind' is 0"),
-    ("layer1_Nx", np.uint32(0), "'layer1_Nx' is 0; expected a whole number, 1 or more"),
-    ("layer1_Nx", np.float32(128.7), "'layer1_Nx' is 128.7; expected a whole number"),
-    ("weights", np.uint32(0), "'weights' is 0; expected 2, one weight per source of a layer"),
-    ("destiny_indexes", "{bad", "'destiny_indexes' is '{bad'; expected JSON text of an object"),
-    ("destiny_indexes", '{"Input": 5}', "'destiny_indexes' is '{\"Input\": 5}'; expected JSON"),
+    ("layer1_Nx", np.uint32(0), "'layer1_Nx' is 0 (uint32); expected a whole number, 1 or more"),
+    ("layer1_Nx", np.float32(128.7), "'layer1_Nx' is 128.7 (float32); expected a whole number"),
+    ("weights", np.uint32(0), "'weights' is 0 (uint32); expected 2, one weight per source of a "
+                              "layer"),
+    ("destiny_indexes", "{bad", "'destiny_indexes' is '{bad' (text); expected JSON text of an "
+                                "object"),
+    ("destiny_indexes", '{"Input": 5}', "'destiny_indexes' is '{\"Input\": 5}' (text); "
+                                        "expected JSON"),
     ("weight1_weights[:1000]", np.nan, "the variable 'weight1_weights' holds 1,000 values that "
                                        "are not finite (NaN or infinity)"),
     ("weight0_weights[:1]", np.inf, "the variable 'weight0_weights' holds 1 value that is not "
@@ -127,13 +133,16 @@ def run_train(d, *args):
 
 
 CHECKPOINT_DAMAGE = [
-    ("destiny_run_started", "abc", "'destiny_run_started' is 'abc'; expected a number"),
-    ("destiny_epoch", "abc", "'destiny_epoch' is 'abc'; expected a whole number"),
-    ("destiny_epoch", np.int64(-1), "'destiny_epoch' is -1; expected a whole number"),
-    ("destiny_updates", "x", "'destiny_updates' is 'x'; expected a whole number"),
-    ("destiny_settings", "{bad", "'destiny_settings' is '{bad'; expected JSON text of an object"),
-    ("destiny_settings", "[]", "'destiny_settings' is '[]'; expected JSON text of an object"),
-    ("layer1_activation", np.uint32(99), "'layer1_activation' is 99; expected a code of"),
+    ("destiny_run_started", "abc", "'destiny_run_started' is 'abc' (text); expected a number"),
+    ("destiny_epoch", "abc", "'destiny_epoch' is 'abc' (text); expected a whole number"),
+    ("destiny_epoch", np.int64(-1), "'destiny_epoch' is -1 (int64); expected a whole number"),
+    ("destiny_updates", "x", "'destiny_updates' is 'x' (text); expected a whole number"),
+    ("destiny_settings", "{bad", "'destiny_settings' is '{bad' (text); expected JSON text of an "
+                                 "object"),
+    ("destiny_settings", "[]", "'destiny_settings' is '[]' (text); expected JSON text of an "
+                               "object"),
+    ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
+                                         "of"),
     ("weight0_weights[:10]", np.nan, "the variable 'weight0_weights' holds 10 values that are "
                                      "not finite"),
     ("destiny_state1_0[:10]", np.nan, "the variable 'destiny_state1_0' holds 10 values"),

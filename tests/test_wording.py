@@ -1,6 +1,8 @@
-"""``destiny.wording``: counts in messages."""
+"""``destiny.wording``: counts and stored values in messages."""
 
-from destiny.wording import counted
+import numpy as np
+
+from destiny.wording import counted, shown
 
 
 def test_counted():
@@ -9,3 +11,19 @@ def test_counted():
     assert counted(12345, "sample") == "12,345 samples"
     assert counted(1, "entry", "entries") == "1 entry"
     assert counted(2, "entry", "entries") == "2 entries"
+
+
+def test_shown_gives_the_value_and_its_type():
+    assert shown("abc") == "'abc' (text)"
+    assert shown(np.int32(-3)) == "-3 (int32)"
+    assert shown(np.array([99], dtype=np.uint32)) == "99 (uint32)"
+    assert shown(np.float32(128.7)) == "128.7 (float32)"  # (not 128.6999969482422)
+    assert shown(np.float32(np.nan)) == "nan (float32)"
+    assert shown(np.array([1, 2], dtype=np.int16)) == "[1, 2] (int16)"
+
+
+def test_shown_cuts_long_values_short():
+    assert shown("x" * 100) == "'" + "x" * 56 + "... (text)"
+    assert shown(np.zeros(20, dtype=np.int8)) == "[" + "0, " * 19 + "0] (int8)"
+    assert shown(np.zeros(21, dtype=np.int8)) == "[" + "0, " * 18 + "0,... (int8)"
+    assert shown(np.arange(100)).endswith("... (int64)")

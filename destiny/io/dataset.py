@@ -21,7 +21,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError
 from destiny.sparse import gather_ranges
-from destiny.wording import counted
+from destiny.wording import counted, shown
 
 # Dataset attribute bits and data types (spec 2.3, 11).
 SPARSE, BOOLEAN, IGNORE_ZERO, INDEXED, WEIGHTED = 1, 2, 32, 64, 128
@@ -382,17 +382,9 @@ def _uint(nc, path, name, then: str | None = None) -> int:
     stored = _attr(nc, path, name)
     value = np.asarray(stored)
     if value.size != 1 or not np.issubdtype(value.dtype, np.integer) or int(value.flat[0]) < 0:
-        raise DataFormatError(path, f"the attribute {name!r} is {_shown(stored)}; expected one "
+        raise DataFormatError(path, f"the attribute {name!r} is {shown(stored)}; expected one "
                               "non-negative integer" + (f"; {then}." if then else "."))
     return int(value.flat[0])
-
-
-def _shown(value) -> str:
-    """An attribute's value for a message: ``768.0 (float32)``, ``'abc' (text)``."""
-    if isinstance(value, str):
-        return f"{value!r} (text)"
-    value = np.asarray(value)
-    return f"{value.tolist()!r} ({value.dtype})"
 
 
 def set_attribute(nc, name: str, value) -> None:
@@ -405,7 +397,7 @@ def set_attribute(nc, name: str, value) -> None:
 def _text(nc, path, name, then: str | None = None) -> str:
     value = _attr(nc, path, name)
     if not isinstance(value, str):
-        raise DataFormatError(path, f"the attribute {name!r} is {_shown(value)}; expected text"
+        raise DataFormatError(path, f"the attribute {name!r} is {shown(value)}; expected text"
                               + (f"; {then}." if then else "."))
     return value
 

@@ -22,7 +22,7 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef)
-from destiny.wording import counted
+from destiny.wording import counted, shown
 
 FORMAT_VERSION = 1
 NN_VERSION = 0.9
@@ -354,19 +354,6 @@ DAMAGED = ("The network file is damaged (or was not written by DSSTNE or Destiny
            "the network again, or restore the file from a copy.")
 
 
-def _shown(value) -> str:
-    """An attribute's value as the message shows it: text quoted, a one-value array as its
-    value, long values cut short."""
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(-1)[0]
-    if isinstance(value, np.floating):
-        return str(value)  # (float32's shortest digits: 128.7, not 128.6999969482422)
-    if isinstance(value, np.generic):
-        value = value.item()
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 class _Getter:
     """The attributes of a network file, each read as the type DSSTNE writes it; a value of
     another type or out of range is a ``DataFormatError`` naming the file and the attribute."""
@@ -376,7 +363,7 @@ class _Getter:
 
     def bad(self, key, expected: str) -> DataFormatError:
         return DataFormatError(self.path, f"the attribute {key!r} is "
-                               f"{_shown(self.attrs.get(key))}; expected {expected}. {DAMAGED}")
+                               f"{shown(self.attrs.get(key))}; expected {expected}. {DAMAGED}")
 
     def raw(self, key):
         if key not in self.attrs:
