@@ -40,19 +40,23 @@ class NetDefError(DestinyError):
 
     The message starts with the file name (when read from a file) and the JSON path of the
     offending field, e.g. ``Layers[1].Activation: unknown 'Sigmod'; expected one of ...``.
+    ``item`` is the position of the offending name in the list the path ends with (a layer's
+    Source or Skip), for a reader that names each entry (a network file's ``layer2_source1``).
     """
 
-    def __init__(self, json_path: str, message: str, *, file: str | None = None):
+    def __init__(self, json_path: str, message: str, *, file: str | None = None,
+                 item: int | None = None):
         # (no JSON path for a file that cannot be read at all)
         prefix = ": ".join(part for part in (file, json_path) if part)
         super().__init__(f"{prefix}: {message}")
         self.json_path = json_path
         self.detail = message
         self.file = file
+        self.item = item
 
     def with_file(self, file) -> "NetDefError":
         """Return the same error with the definition's file name in front."""
-        return NetDefError(self.json_path, self.detail, file=str(file))
+        return NetDefError(self.json_path, self.detail, file=str(file), item=self.item)
 
 
 class InterruptedAfterOutputs(KeyboardInterrupt):

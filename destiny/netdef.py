@@ -195,6 +195,7 @@ class NetworkDef:
         layers = tuple(_resolve_layer(layer, dataset_widths) for layer in self.layers)
         resolved = dataclasses.replace(self, layers=layers)
         check_graph(resolved)
+        check_losses(resolved)
         return resolved
 
 
@@ -287,6 +288,7 @@ def parse_netdef(data) -> NetworkDef:
     layers = _parse_layers(layers_written, layers_value, base)
     net = dataclasses.replace(base, layers=layers)
     check_graph(net)
+    check_losses(net)
     return net
 
 
@@ -521,7 +523,8 @@ def _check_layer(path, kw, fields) -> None:
 
 
 def check_graph(net: NetworkDef) -> None:
-    """Cross-layer checks: names, required kinds, references, cycles, loss/activation."""
+    """Cross-layer checks: names, required kinds, references (skip sizes and shared weights
+    included), cycles. A network file's reader makes them too (io/network_file.py)."""
     by_name: dict[str, LayerDef] = {}
     for layer in net.layers:
         if layer.name in by_name:
@@ -540,6 +543,11 @@ def check_graph(net: NetworkDef) -> None:
                                                                "least one source")
         _check_references(layer, by_name)
     _check_acyclic(net, by_name)
+
+
+def check_losses(net: NetworkDef) -> None:
+    """Refuse an output activation the error function cannot train. Only a definition to
+    train is checked: a DSSTNE network file may pair them, and predicts as it is."""
     for layer in net.layers_of(LayerKind.Output):
         # The CrossEntropy family has output deltas only for some activations; DSSTNE left
         # the delta stale otherwise (quirk 10.13), and DSMCE has a Sigmoid kernel only (5.5).
@@ -555,15 +563,16 @@ def _check_references(layer: LayerDef, by_name: dict[str, LayerDef]) -> None:
     path = f"Layers[{layer.index}]"
     known = ", ".join(by_name)
     for key, names in (("Source", layer.sources), ("Skip", layer.skips)):
-        for name in names:
+        for j, name in enumerate(names):
             if name not in by_name:
                 raise NetDefError(f"{path}.{key}", f"unknown layer '{name}'; expected one of "
-                                                   f"{known}")
-    for name in layer.skips:
+                                                   f"{known}", item=j)
+    for j, name in enumerate(layer.skips):
         other = by_name[name]
         if layer.n is not None and other.n is not None and layer.n != other.n:
             raise NetDefError(f"{path}.Skip", f"'{name}' has N={other.n} but this layer has "
-                                              f"N={layer.n}; skip layers must have equal sizes")
+                                              f"N={layer.n}; skip layers must have equal sizes",
+                              item=j)
     for i, share in enumerate(layer.shared_weights):
         _check_share(f"{path}.SharedWeights[{i}]", layer, share, by_name)
 
@@ -592,14 +601,14 @@ def _check_acyclic(net: NetworkDef, by_name: dict[str, LayerDef]) -> None:
 
     def visit(layer: LayerDef, trail: list[str]) -> None:
         state[layer.name] = 1
-        for name in layer.sources + layer.skips:
+        steps = [("Source", j, name) for j, name in enumerate(layer.sources)]
+        for key, j, name in steps + [("Skip", j, name) for j, name in enumerate(layer.skips)]:
             if state.get(name) == 1:
                 full = trail + [layer.name]
                 cycle = " -> ".join(full[full.index(name):] + [name])
-                key = "Source" if name in layer.sources else "Skip"
                 raise NetDefError(f"Layers[{layer.index}].{key}", f"cycle in the layer "
                                   f"graph: {cycle}; sources and skips must form an acyclic "
-                                  "graph")
+                                  "graph", item=j)
             if state.get(name) is None:
                 visit(by_name[name], trail + [layer.name])
         state[layer.name] = 2

@@ -4,6 +4,7 @@ variable, exit code 1, no traceback and no output; never a Python exception, nor
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import netCDF4
@@ -15,7 +16,8 @@ from destiny.cli.predict import predict
 from destiny.cli.train import train
 from destiny.errors import DataFormatError
 from destiny.io.dataset import SparseDataset, write_dataset
-from destiny.io.network_file import read_network
+from destiny.io.network_file import read_network, write_network
+from destiny.netdef import LayerDef, LayerKind, NetworkDef
 
 from .test_train import random_dataset, small_netdef
 
@@ -24,10 +26,14 @@ DAMAGED = "The network file is damaged"
 
 def damage(path, attribute, value) -> None:
     """Set a global attribute of a copy, or (``attribute`` ``var[:n]``) the first n values of
-    a variable, as a hand or a faulty tool would."""
+    a variable, as a hand or a faulty tool would; ``attribute`` a dict: set each of its
+    attributes (``value`` unused)."""
     with netCDF4.Dataset(path, "a") as nc:
         nc.set_auto_mask(False)
-        if "[" in attribute:
+        if isinstance(attribute, dict):
+            for key, setting in attribute.items():
+                nc.setncattr(key, setting)
+        elif "[" in attribute:
             name, n = attribute.rstrip("]").split("[:")
             nc.variables[name][:int(n)] = value
         else:
@@ -42,6 +48,10 @@ def refused(result, path, fragment) -> None:
     assert DAMAGED in result.output
 
 
+# Weight 1 (Hidden -> Output) made to share the weight Output -> Input, which there is not.
+SHARED = {"weight1_bShared": np.uint32(1), "weight1_bTransposed": np.uint32(0),
+          "weight1_sourceInputLayer": "Output", "weight1_sourceOutputLayer": "Input"}
+
 NETWORK_DAMAGE = [
     ("layer1_kind", np.uint32(99), "'layer1_kind' is 99 (uint32); expected a code of LayerKind "
                                    "(0 Input"),
@@ -55,16 +65,21 @@ NETWORK_DAMAGE = [
                                      "ErrorFunction"),
     ("weight0_inputLayer", "Nope", "'weight0_inputLayer' is 'Nope' (text); expected 'Input': "
                                    "weight 0 joins 'Input' to 'Hidden'"),
-    ("layer2_source0", "Nope", "'layer2_source0' is 'Nope' (text); expected the name of a layer "
-                               "('Input', 'Hidden', 'Output')"),
-    ("layer1_name", "Output", "'layer2_name' is 'Output' (text); expected a name of its own: "
-                              "'layer1_name' is 'Output' too"),
+    ("layer2_source0", "Nope", "the attribute 'layer2_source0' is 'Nope' (text): unknown layer "
+                               "'Nope'; expected one of Input, Hidden, Output."),
+    ("layer1_name", "Output", "the attribute 'layer2_name' is 'Output' (text): duplicate layer "
+                              "name 'Output'; also used by layer 1 (the 'layer1_' attributes)."),
     ("layers", np.uint32(0), "'layers' is 0 (uint32); expected a whole number of layers, 2 or "
                              "more"),
     ("layers", "abc", "'layers' is 'abc' (text); expected a whole number of layers"),
-    ("layer1_source0", "Output", "the layers' sources form a cycle ('layer1_source0' is "
-                                 "'Output', 'layer2_source0' is 'Hidden')"),
-    ("layer2_kind", np.uint32(1), "has no Output layer (kind 2: 'layer0_kind' is 0"),
+    ("layer1_source0", "Output", "the attribute 'layer2_source0' is 'Hidden' (text): cycle in "
+                                 "the layer graph: Hidden -> Output -> Hidden; sources and skips "
+                                 "must form an acyclic graph."),
+    ("layer2_kind", np.uint32(1), "the attributes 'layer<i>_kind' are 0 Input, 1 Hidden, "
+                                  "1 Hidden: no Output layer; a network needs at least one "
+                                  "Input and one Output layer."),
+    ("layer2_sources", np.uint32(0), "the attribute 'layer2_sources' is 0 (uint32): a "
+                                     "non-Input layer needs at least one source."),
     ("layer1_Nx", np.uint32(0), "'layer1_Nx' is 0 (uint32); expected a whole number, 1 or more"),
     ("layer1_Nx", np.float32(128.7), "'layer1_Nx' is 128.7 (float32); expected a whole number"),
     ("weights", np.uint32(0), "'weights' is 0 (uint32); expected 2, one weight per source of a "
@@ -78,6 +93,12 @@ NETWORK_DAMAGE = [
     ("weight0_weights[:1]", np.inf, "the variable 'weight0_weights' holds 1 value that is not "
                                     "finite"),
     ("weight1_bias[:3]", -np.inf, "the variable 'weight1_bias' holds 3 values that are not"),
+    # Shared weights, as a JSON definition's are checked (check_graph).
+    (SHARED | {"weight1_sourceOutputLayer": "Nope"}, None,
+     "the attribute 'weight1_sourceOutputLayer' is 'Nope' (text): unknown layer 'Nope'; "
+     "expected one of Input, Hidden, Output."),
+    (SHARED, None, "the attribute 'weight1_sourceInputLayer' is 'Output' (text): no weight "
+                   "Output -> Input exists (spec 3.14); the sources of Input are none."),
 ]
 
 
@@ -111,6 +132,32 @@ def test_a_dsstne_layer_destiny_does_not_run_is_named_not_called_damage(model, t
                                               r"Destiny does not run") as info:
         read_network(net)
     assert DAMAGED not in str(info.value)
+
+
+def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
+    """check_graph's check of a JSON definition's skips, which the network file's own checks
+    lacked: its weights and biases fit its layers, and only the skip is wrong."""
+    net = tmp_path / "skip.nc"
+    layers = (LayerDef("Input", LayerKind.Input, 0, 8, dataset="gl_input"),
+              LayerDef("Hidden", LayerKind.Hidden, 1, 4, sources=("Input",)),
+              LayerDef("Output", LayerKind.Output, 2, 8, sources=("Hidden",), skips=("Hidden",),
+                       dataset="gl_output"))
+    write_network(net, NetworkDef(layers=layers), {0: np.zeros((8, 4)), 1: np.zeros((4, 8))},
+                  {0: np.zeros(4), 1: np.zeros(8)})
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"{net}: the attribute 'layer2_skip0' is 'Hidden' (text): 'Hidden' has N=4 but this "
+            f"layer has N=8; skip layers must have equal sizes. {DAMAGED}")):
+        read_network(net)
+
+
+def test_a_dsstne_network_whose_loss_cannot_train_its_output_layer_still_reads(model, tmp_path):
+    """A JSON definition pairing ScaledMarginalCrossEntropy with a Linear output is refused
+    for training (quirk 10.13); a network file, DSSTNE's, that does is read and predicts as
+    it did (the file's layers get check_graph, not check_losses)."""
+    net = tmp_path / "linear.nc"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, "layer2_activation", np.uint32(3))
+    assert read_network(net).netdef.layers[2].activation.name == "Linear"
 
 
 @pytest.fixture(scope="module")

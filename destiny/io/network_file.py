@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Callable
 
 import numpy as np
 
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, NetDefError
 from destiny.io.dataset import set_attribute
 from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
-    WeightInitDef)
+    WeightInitDef, check_graph)
 from destiny.wording import counted, shown
 
 FORMAT_VERSION = 1
@@ -428,8 +429,14 @@ def _read_structure(get: _Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
             raise DataFormatError(get.path, f"layer {layer.name!r} (layer{layer.index}_) is "
                                   f"{what}, which Destiny does not run (README: What Destiny "
                                   "does not run); only fully connected networks are supported.")
-    _check_layers(get, layers)
     pairs = connections(NetworkDef(layers=tuple(layers)))
+    # (the weights the file has: a count that disagrees is told once the layers it follows
+    # from are known to be sound)
+    layers, shared = _attach_shares(get, layers, pairs[:get.uint("weights")])
+    try:  # (the checks of a JSON definition: names, kinds, sources, skips, shares, cycles)
+        check_graph(NetworkDef(layers=layers))
+    except NetDefError as e:
+        raise _graph_error(get, layers, shared, e) from None
     if get.uint("weights") != len(pairs):
         raise get.bad("weights", f"{len(pairs)}, one weight per source of a layer")
     for k, pair in enumerate(pairs):
@@ -437,7 +444,6 @@ def _read_structure(get: _Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
             if get.text(f"weight{k}_{key}") != name:
                 raise get.bad(f"weight{k}_{key}", f"{name!r}: weight {k} joins {pair[0]!r} to "
                               f"{pair[1]!r} (the layers' sources, in order)")
-    layers = _attach_shares(get, layers, pairs)
     return _read_network(get, layers), pairs
 
 
@@ -479,69 +485,28 @@ def _read_layer(get: _Getter, i: int) -> LayerDef:
         shared_weights=(), denoising=bool(attributes & 2))
 
 
-def _check_layers(get: _Getter, layers: list[LayerDef]) -> None:
-    """Unique names, an Input and an Output layer, sources and skips that name layers and form
-    no cycle (the checks ``netdef.check_graph`` makes of a JSON definition)."""
-    first: dict[str, int] = {}
-    for layer in layers:
-        if layer.name in first:
-            raise get.bad(f"layer{layer.index}_name", f"a name of its own: "
-                          f"'layer{first[layer.name]}_name' is {layer.name!r} too, and a "
-                          "network's layer names are unique")
-        first[layer.name] = layer.index
-    for kind in (LayerKind.Input, LayerKind.Output):
-        if not any(layer.kind == kind for layer in layers):
-            kinds = ", ".join(f"'layer{layer.index}_kind' is {int(layer.kind)}"
-                              for layer in layers)
-            raise DataFormatError(get.path, f"has no {kind.name} layer (kind {int(kind)}: "
-                                  f"{kinds}); a network has at least one Input and one Output "
-                                  f"layer. {DAMAGED}")
-    known = ", ".join(map(repr, first))
-    by_name = {layer.name: layer for layer in layers}
-    for layer in layers:
-        p = f"layer{layer.index}_"
-        if layer.kind != LayerKind.Input and not layer.sources:
-            raise get.bad(p + "sources", f"1 or more: a {layer.kind.name} layer takes its "
-                          "input from at least one layer")
-        for key, names in (("source", layer.sources), ("skip", layer.skips)):
-            for j, name in enumerate(names):
-                if name not in by_name:
-                    raise get.bad(f"{p}{key}{j}", f"the name of a layer ({known})")
-    # Cycles, found without recursion (a file may hold many layers).
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    for top in layers:
-        if top.name in state:
-            continue
-        state[top.name] = 1
-        path, keys, stack = [top], [], [iter(_inputs_of(top))]
-        while stack:
-            step = next(stack[-1], None)
-            if step is None:
-                state[path.pop().name] = 2
-                stack.pop()
-                if keys:
-                    keys.pop()
-                continue
-            key, name = step
-            if state.get(name) == 1:
-                at = [layer.name for layer in path].index(name)
-                ends = [layer.name for layer in path[at + 1:]] + [name]
-                links = [f"'layer{layer.index}_{k}' is {end!r}"
-                         for layer, k, end in zip(path[at:], keys[at:] + [key], ends, strict=True)]
-                raise DataFormatError(get.path, "the layers' sources form a cycle ("
-                                      + ", ".join(links) + "); a network's layers take their "
-                                      f"inputs from layers before them. {DAMAGED}")
-            if name not in state:
-                state[name] = 1
-                path.append(by_name[name])
-                keys.append(key)
-                stack.append(iter(_inputs_of(by_name[name])))
-
-
-def _inputs_of(layer: LayerDef):
-    """(attribute suffix, layer name) of each source and skip of ``layer``."""
-    yield from ((f"source{j}", name) for j, name in enumerate(layer.sources))
-    yield from ((f"skip{j}", name) for j, name in enumerate(layer.skips))
+def _graph_error(get: _Getter, layers, shared: dict[int, list[int]],
+                 e: NetDefError) -> DataFormatError:
+    """``check_graph``'s error in the file's terms: the attribute its JSON path stands for
+    (``Layers[2].Source`` with ``item`` 1: ``layer2_source1``; a layer's ``SharedWeights[s]``:
+    the attributes of the weight it came from)."""
+    detail = re.sub(r"Layers\[(\d+)\]", r"layer \1 (the 'layer\1_' attributes)", e.detail)
+    m = re.fullmatch(r"Layers\[(\d+)\]\.(\w+)(?:\[(\d+)\]\.(\w+))?", e.json_path)
+    if m is None:  # ("Layers": no Input or no Output layer)
+        kinds = ", ".join(f"{int(layer.kind)} {layer.kind.name}" for layer in layers)
+        return DataFormatError(get.path, f"the attributes 'layer<i>_kind' are {kinds}: "
+                               f"{detail}. {DAMAGED}")
+    i, key = int(m[1]), m[2]
+    if key == "SharedWeights":  # (InputLayer, SourceInputLayer, SourceOutputLayer)
+        attribute = f"weight{shared[i][int(m[3])]}_{m[4][0].lower()}{m[4][1:]}"
+    elif key in ("Source", "Skip"):
+        attribute = f"layer{i}_{key.lower()}" + ("s" if e.item is None else str(e.item))
+    else:  # (Name)
+        attribute = f"layer{i}_{key[0].lower()}{key[1:]}"
+    if attribute not in get.attrs:  # (a check added to check_graph since)
+        return DataFormatError(get.path, f"the 'layer{i}_' attributes: {detail}. {DAMAGED}")
+    return DataFormatError(get.path, f"the attribute {attribute!r} is "
+                           f"{shown(get.attrs[attribute])}: {detail}. {DAMAGED}")
 
 
 def _check_destiny(get: _Getter) -> None:
@@ -616,25 +581,22 @@ def netdef_json(destiny: dict) -> dict | None:
     return json.loads(text) if text else None
 
 
-def _attach_shares(get: _Getter, layers: list[LayerDef], pairs) -> tuple[LayerDef, ...]:
-    """Give each layer the SharedWeights entries recorded on its incoming weights (spec 4.3)."""
+def _attach_shares(get: _Getter, layers: list[LayerDef], pairs
+                   ) -> tuple[tuple[LayerDef, ...], dict[int, list[int]]]:
+    """Give each layer the SharedWeights entries recorded on its incoming weights (spec 4.3),
+    with, for each layer's index, the weight each entry came from (``_graph_error``)."""
     import dataclasses
 
     shares: dict[str, list[SharedWeight]] = {}
+    weights: dict[int, list[int]] = {}
+    index = {layer.name: layer.index for layer in layers}
     for k, (source, dest) in enumerate(pairs):
         p = f"weight{k}_"
         if get.uint(p + "bShared"):
-            share = SharedWeight(input_layer=source,
-                                 source_input_layer=get.text(p + "sourceInputLayer"),
-                                 source_output_layer=get.text(p + "sourceOutputLayer"),
-                                 transposed=bool(get.uint(p + "bTransposed")))
-            owner = (share.source_input_layer, share.source_output_layer)
-            if owner not in pairs:
-                raise DataFormatError(get.path, f"the attributes '{p}sourceInputLayer' and "
-                                      f"'{p}sourceOutputLayer' name the weight {owner[0]!r} -> "
-                                      f"{owner[1]!r}, which the network does not have ("
-                                      + ", ".join(f"{a!r} -> {b!r}" for a, b in pairs)
-                                      + f"). {DAMAGED}")
-            shares.setdefault(dest, []).append(share)
+            shares.setdefault(dest, []).append(SharedWeight(
+                input_layer=source, source_input_layer=get.text(p + "sourceInputLayer"),
+                source_output_layer=get.text(p + "sourceOutputLayer"),
+                transposed=bool(get.uint(p + "bTransposed"))))
+            weights.setdefault(index[dest], []).append(k)
     return tuple(dataclasses.replace(layer, shared_weights=tuple(shares.get(layer.name, ())))
-                 for layer in layers)
+                 for layer in layers), weights
