@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from destiny import __version__
 from destiny.cli.predict import predict
 from destiny.cli.train import train
 from destiny.errors import DataFormatError
 from destiny.io.dataset import SparseDataset, write_dataset
-from destiny.io.network_file import read_network, write_network
+from destiny.io.network_file import FORMAT_VERSION, read_network, write_network
 from destiny.netdef import LayerDef, LayerKind, NetworkDef
 
 from .test_train import random_dataset, small_netdef
@@ -134,6 +135,46 @@ def test_a_dsstne_layer_destiny_does_not_run_is_named_not_called_damage(model, t
     assert DAMAGED not in str(info.value)
 
 
+def test_a_network_file_of_a_newer_format_is_refused_by_its_version(model, tmp_path):
+    """A newer Destiny may lay its files out otherwise: its format version is named, with the
+    one this Destiny reads, and the file is not called damaged."""
+    net, out = tmp_path / "newer.nc", tmp_path / "recs.txt"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, {"destiny_format_version": np.uint32(FORMAT_VERSION + 1),
+                 "destiny_version": "9.0.0"}, None)
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output == (
+        f"Error: {net}: was written by Destiny 9.0.0 in network-file format version "
+        f"{FORMAT_VERSION + 1} (destiny_format_version), and this Destiny ({__version__}) reads "
+        f"versions up to {FORMAT_VERSION}. Upgrade Destiny to read it, or use the Destiny that "
+        "wrote it.\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value,shown", [("2", "'2' (text)"), (np.float32(1.5), "1.5 (float32)"),
+                                         (np.int32(0), "0 (int32)")])
+def test_a_format_version_that_is_not_one_is_damage(model, tmp_path, value, shown):
+    net = tmp_path / "odd.nc"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, "destiny_format_version", value)
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"the attribute 'destiny_format_version' is {shown}; expected a whole number, 1 or "
+            f"more. {DAMAGED}")):
+        read_network(net)
+
+
+def test_a_dsstne_network_file_has_no_format_version_and_reads(model, tmp_path):
+    net = tmp_path / "dsstne.nc"
+    shutil.copy(model / "gl.nc", net)
+    with netCDF4.Dataset(net, "a") as nc:
+        for key in [k for k in nc.ncattrs() if k.startswith("destiny_")]:
+            nc.delncattr(key)
+    assert read_network(net).destiny == {}
+
+
 def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
     """check_graph's check of a JSON definition's skips, which the network file's own checks
     lacked: its weights and biases fit its layers, and only the skip is wrong."""
@@ -207,3 +248,16 @@ def test_resume_refuses_a_damaged_checkpoint(checkpoints, tmp_path, attribute, v
     refused(result, newest, fragment)
     assert f"--resume takes the newest checkpoint, {newest}" in result.output
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
+
+
+def test_resume_refuses_a_checkpoint_of_a_newer_format(checkpoints, tmp_path):
+    for name in ("net.json", "gl_input.nc", "gl_output.nc", "net.nc1.nc", "net.nc2.nc"):
+        shutil.copy(checkpoints / name, tmp_path / name)
+    newest = tmp_path / "net.nc2.nc"
+    damage(newest, "destiny_format_version", np.uint32(FORMAT_VERSION + 1))
+    result = run_train(tmp_path, "-e", "3", "--resume")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert (f"{newest}: was written by Destiny {__version__} in network-file format version "
+            f"{FORMAT_VERSION + 1} (destiny_format_version)") in result.output
+    assert "Upgrade Destiny to read it" in result.output and DAMAGED not in result.output
+    assert not (tmp_path / "net.nc").exists()

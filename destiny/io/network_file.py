@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from destiny import __version__
 from destiny.errors import DataFormatError, NetDefError
 from destiny.io.dataset import set_attribute
 from destiny.netdef import (
@@ -25,6 +26,8 @@ from destiny.netdef import (
     WeightInitDef, check_graph)
 from destiny.wording import counted, shown
 
+# The layout of Destiny's additions (destiny_format_version): raised when one changes so that
+# an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
 FORMAT_VERSION = 1
 NN_VERSION = 0.9
 
@@ -214,6 +217,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
         get = _Getter(path, attrs)
         try:
+            _check_format_version(get)
             netdef, pairs = _read_structure(get)
             _check_destiny(get)
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
@@ -507,6 +511,19 @@ def _graph_error(get: _Getter, layers, shared: dict[int, list[int]],
         return DataFormatError(get.path, f"the 'layer{i}_' attributes: {detail}. {DAMAGED}")
     return DataFormatError(get.path, f"the attribute {attribute!r} is "
                            f"{shown(get.attrs[attribute])}: {detail}. {DAMAGED}")
+
+
+def _check_format_version(get: _Getter) -> None:
+    """Refuse a file of a later layout than this Destiny reads, before anything it would
+    misread is called damage. A DSSTNE file has no version, and is read as DSSTNE's (spec 4)."""
+    key = "destiny_format_version"
+    if key in get.attrs and get.uint(key, 1) > FORMAT_VERSION:
+        writer = get.attrs.get("destiny_version")
+        by = f"Destiny {writer}" if isinstance(writer, str) else "a newer Destiny"
+        raise DataFormatError(get.path, f"was written by {by} in network-file format version "
+                              f"{get.uint(key)} ({key}), and this Destiny ({__version__}) reads "
+                              f"versions up to {FORMAT_VERSION}. Upgrade Destiny to read it, or "
+                              "use the Destiny that wrote it.")
 
 
 def _check_destiny(get: _Getter) -> None:
