@@ -28,10 +28,12 @@ DAMAGED = "The network file is damaged"
 def damage(path, attribute, value) -> None:
     """Set a global attribute of a copy, or (``attribute`` ``var[:n]``) the first n values of
     a variable, as a hand or a faulty tool would; ``attribute`` a dict: set each of its
-    attributes (``value`` unused)."""
+    attributes (``value`` unused); a function: let it edit the open file."""
     with netCDF4.Dataset(path, "a") as nc:
         nc.set_auto_mask(False)
-        if isinstance(attribute, dict):
+        if callable(attribute):
+            attribute(nc)
+        elif isinstance(attribute, dict):
             for key, setting in attribute.items():
                 nc.setncattr(key, setting)
         elif "[" in attribute:
@@ -47,6 +49,24 @@ def refused(result, path, fragment) -> None:
     assert "Traceback" not in result.output
     assert f"{path}: " in result.output and fragment in result.output, result.output
     assert DAMAGED in result.output
+
+
+def other_layers(netdef: dict) -> dict:
+    netdef["Layers"][1].update(Name="H", N=64)
+    netdef["Layers"][2]["Source"] = "H"
+    return netdef
+
+
+def fewer_layers(netdef: dict) -> dict:
+    del netdef["Layers"][1]
+    return netdef
+
+
+def resized_counts(nc) -> None:
+    """The output's counts, one per unit of another size of layer."""
+    nc.renameVariable("destiny_target_counts_Output", "destiny_old_counts")
+    nc.createDimension("five", 5)
+    nc.createVariable("destiny_target_counts_Output", "f4", ("five",))[:] = 1
 
 
 # Weight 1 (Hidden -> Output) made to share the weight Output -> Input, which there is not.
@@ -100,6 +120,47 @@ NETWORK_DAMAGE = [
      "expected one of Input, Hidden, Output."),
     (SHARED, None, "the attribute 'weight1_sourceInputLayer' is 'Output' (text): no weight "
                    "Output -> Input exists (spec 3.14); the sources of Input are none."),
+    # Values predict took as they were: a layer's dropout (and any setting) NaN, infinite or
+    # out of range; Destiny's copy of the definition; the counts of the units seen in training.
+    ("layer1_pDropout", np.float32(np.nan), "'layer1_pDropout' is nan (float32); expected a "
+                                            "finite number"),
+    ("layer1_pDropout", np.float32(1), "'layer1_pDropout' is 1.0 (float32); expected a "
+                                       "probability in [0, 1): dropout keeps a unit"),
+    ("layer1_pDropout", np.float32(-0.5), "'layer1_pDropout' is -0.5 (float32); expected a "
+                                          "probability in [0, 1)"),
+    ("layer1_RELUSlope", np.float32(np.inf), "'layer1_RELUSlope' is inf (float32); expected a "
+                                             "finite number"),
+    ("destiny_netdef_json", "{bad", "'destiny_netdef_json' is '{bad' (text); expected JSON text "
+                                    "of an object: the network definition train was given."),
+    ("destiny_netdef_json", "[1]", "'destiny_netdef_json' is '[1]' (text); expected JSON text "
+                                   "of an object"),
+    ("destiny_netdef_json", '{"Layers": 3}', "the attribute 'destiny_netdef_json' holds a "
+                                             "network definition that is not valid (Layers: "
+                                             "expected a non-empty array of layer objects)."),
+    (lambda nc: nc.setncattr("destiny_netdef_json", json.dumps(
+        other_layers(json.loads(nc.getncattr("destiny_netdef_json"))))), None,
+     "the attribute 'destiny_netdef_json' holds a definition whose layer 1 is 'H' (Hidden, 64 "
+     "units, dataset '', sources 'Input', skips none), and the attributes 'layer1_' describe "
+     "'Hidden' (Hidden, 128 units, dataset '', sources 'Input', skips none)."),
+    (lambda nc: nc.setncattr("destiny_netdef_json", json.dumps(
+        fewer_layers(json.loads(nc.getncattr("destiny_netdef_json"))))), None,
+     "the attribute 'destiny_netdef_json' holds a definition of 2 layers, and the attributes "
+     "('layers') describe 3."),
+    (lambda nc: nc.renameVariable("destiny_target_counts_Output", "destiny_target_counts_Out"),
+     None, "the variable 'destiny_target_counts_Out' holds the counts of a layer 'Out', and the "
+           "network's Output layers are 'Output'."),
+    (lambda nc: nc.renameVariable("destiny_input_counts_Input", "destiny_input_counts_Hidden"),
+     None, "the variable 'destiny_input_counts_Hidden' holds the counts of a layer 'Hidden', and "
+           "the network's Input layers are 'Input'."),
+    (resized_counts, None, "the variable 'destiny_target_counts_Output' holds 5 counts; the "
+                           "layer 'Output' has 128 units."),
+    ("destiny_target_counts_Output[:1]", np.nan, "the variable 'destiny_target_counts_Output' "
+                                                 "holds 1 value that is not a count (a whole "
+                                                 "number, 0 or more), the first nan (float32) "
+                                                 "for unit 0."),
+    ("destiny_input_counts_Input[:2]", -1.5, "the variable 'destiny_input_counts_Input' holds 2 "
+                                             "values that are not a count (a whole number, 0 "
+                                             "or more), the first -1.5 (float32) for unit 0."),
 ]
 
 
@@ -231,6 +292,10 @@ CHECKPOINT_DAMAGE = [
                                "object"),
     ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
                                          "of"),
+    ("layer1_pDropout", np.float32(np.nan), "'layer1_pDropout' is nan (float32); expected a "
+                                            "finite number"),
+    ("destiny_netdef_json", "[]", "'destiny_netdef_json' is '[]' (text); expected JSON text of "
+                                  "an object"),
     ("weight0_weights[:10]", np.nan, "the variable 'weight0_weights' holds 10 values that are "
                                      "not finite"),
     ("destiny_state1_0[:10]", np.nan, "the variable 'destiny_state1_0' holds 10 values"),

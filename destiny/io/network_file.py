@@ -11,6 +11,7 @@ and, in checkpoints, the optimizer state.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Callable
@@ -23,7 +24,7 @@ from destiny.io.dataset import set_attribute
 from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
-    WeightInitDef, check_graph)
+    WeightInitDef, check_graph, parse_netdef)
 from destiny.wording import counted, shown
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
@@ -219,7 +220,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
         try:
             _check_format_version(get)
             netdef, pairs = _read_structure(get)
-            _check_destiny(get)
+            _check_destiny(get, netdef)
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
             # (a check above missed it: a damaged file; DESTINY_DEBUG shows where)
             if os.environ.get("DESTINY_DEBUG"):
@@ -258,6 +259,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
         extra = {name[len("destiny_"):]: np.asarray(v[:]) for name, v in nc.variables.items()
                  if name.startswith("destiny_")
                  and (arrays(name[len("destiny_"):]) if callable(arrays) else arrays)}
+        _check_counts(nc, path, netdef, extra)
     return NetworkFile(netdef, matrices, biases, destiny, extra)
 
 
@@ -390,9 +392,22 @@ class _Getter:
         return int(value)
 
     def float(self, key, default=None) -> float:
+        """A finite number: NaN or infinity in a network's setting is damage (DSSTNE's JSON
+        parser reads no such value, nor does Destiny's)."""
         if default is not None and key not in self.attrs:
             return default
-        return float(self._number(key, "a number"))
+        value = float(self._number(key, "a number"))
+        if not math.isfinite(value):
+            raise self.bad(key, "a finite number")
+        return value
+
+    def dropout(self, key) -> float:
+        """A layer's pDropout, in [0, 1) as in a JSON definition (netdef_fields.read_dropout)."""
+        value = self.float(key)
+        if not 0.0 <= value < 1.0:
+            raise self.bad(key, "a probability in [0, 1): dropout keeps a unit with "
+                           "probability 1 - pDropout")
+        return value
 
     def text(self, key) -> str:
         value = self.raw(key)
@@ -476,7 +491,7 @@ def _read_layer(get: _Getter, i: int) -> LayerDef:
         sources=tuple(get.text(f"{p}source{j}") for j in range(get.uint(p + "sources"))),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
         dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
-        sparse=bool(attributes & 1), p_dropout=get.float(p + "pDropout"),
+        sparse=bool(attributes & 1), p_dropout=get.dropout(p + "pDropout"),
         weight_init=WeightInitDef(get.enum(p + "weightInit", WeightInit),
                                   get.float(p + "weightInitScale"), get.float(p + "biasInit")),
         weight_norm=get.float(p + "weightNorm"), delta_norm=get.float(p + "deltaNorm"),
@@ -526,15 +541,17 @@ def _check_format_version(get: _Getter) -> None:
                               "use the Destiny that wrote it.")
 
 
-def _check_destiny(get: _Getter) -> None:
+def _check_destiny(get: _Getter, netdef: NetworkDef) -> None:
     """Destiny's attributes that the commands read back (the training state a checkpoint
-    resumes from, the feature indexes predict checks), where present."""
+    resumes from, the feature indexes predict checks), where present, and the definition
+    train embedded."""
     for key in ("destiny_epoch", "destiny_updates"):
         if key in get.attrs:
             get.uint(key)
     if "destiny_run_started" in get.attrs:
-        if not np.isfinite(get.float("destiny_run_started")):
-            raise get.bad("destiny_run_started", "a time in seconds since 1970")
+        get.float("destiny_run_started")  # (seconds since 1970)
+    if "destiny_netdef_json" in get.attrs:
+        _check_netdef_json(get, netdef)
     if "destiny_indexes" in get.attrs:
         get.json("destiny_indexes", _is_indexes,
                  "an object: layer name -> [entries, digest] of its feature index")
@@ -543,6 +560,77 @@ def _check_destiny(get: _Getter) -> None:
                  "netdef, examples, entries, indexes)")
         for key in ("destiny_epoch", "destiny_updates"):  # (what --resume goes on from)
             get.raw(key)
+
+
+def _check_netdef_json(get: _Getter, netdef: NetworkDef) -> None:
+    """The JSON definition train was given (fit.py) must parse, and describe the layers the
+    attributes do: a copy that disagrees was edited or damaged, and would mislead whoever
+    reads the network's definition from it."""
+    key = "destiny_netdef_json"
+    data = get.json(key, lambda v: isinstance(v, dict), "an object: the network definition "
+                    "train was given")
+    try:  # ("N": "auto" is the width of the layer's dataset, as the file's layer has it)
+        copy = parse_netdef(data).resolve({layer.dataset: layer.n for layer in netdef.layers})
+    except NetDefError as e:
+        raise DataFormatError(get.path, f"the attribute {key!r} holds a network definition "
+                              f"that is not valid ({e}). {DAMAGED}") from None
+    mine, theirs = _outline(netdef), _outline(copy)
+    if len(mine) != len(theirs):
+        raise DataFormatError(get.path, f"the attribute {key!r} holds a definition of "
+                              f"{counted(len(theirs), 'layer')}, and the attributes ('layers') "
+                              f"describe {len(mine)}. {DAMAGED}")
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a != b:
+            raise DataFormatError(get.path, f"the attribute {key!r} holds a definition whose "
+                                  f"layer {i} is {b}, and the attributes 'layer{i}_' describe "
+                                  f"{a}. {DAMAGED}")
+
+
+def _outline(netdef: NetworkDef) -> list[str]:
+    """Each layer's name, kind, size, dataset, sources and skips, as a message says them."""
+    def said(names) -> str:
+        return ", ".join(map(repr, names)) or "none"
+
+    return [f"{layer.name!r} ({layer.kind.name}, {counted(layer.n, 'unit')}, dataset "
+            f"{layer.dataset!r}, sources {said(layer.sources)}, skips {said(layer.skips)})"
+            for layer in netdef.layers]
+
+
+# Destiny's counts (fit.py) of how often each output unit was a target and each input feature
+# in an example: predict never recommends a unit counted 0 and leaves out such features.
+_COUNTS = {"destiny_target_counts_": LayerKind.Output, "destiny_input_counts_": LayerKind.Input}
+
+
+def _check_counts(nc, path, netdef: NetworkDef, read: dict[str, np.ndarray]) -> None:
+    """Every count variable names a layer of its kind and holds one whole number >= 0 per
+    unit (those read): counts of a renamed or resized layer would be passed over unseen."""
+    for name, var in nc.variables.items():
+        prefix = next((p for p in _COUNTS if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        kind, layer_name = _COUNTS[prefix], name[len(prefix):]
+        layer = next((lay for lay in netdef.layers if lay.name == layer_name), None)
+        if layer is None or layer.kind != kind:
+            have = ", ".join(repr(lay.name) for lay in netdef.layers_of(kind))
+            raise DataFormatError(path, f"the variable {name!r} holds the counts of a layer "
+                                  f"{layer_name!r}, and the network's {kind.name} layers are "
+                                  f"{have}. {DAMAGED}")
+        if var.size != layer.n:
+            raise DataFormatError(path, f"the variable {name!r} holds {var.size:,} counts; the "
+                                  f"layer {layer_name!r} has {counted(layer.n, 'unit')}. "
+                                  f"{DAMAGED}")
+        values = read.get(name[len("destiny_"):])
+        if values is None:
+            continue
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)
+                                   & (np.floor(values) == values)))
+        if bad.size:
+            raise DataFormatError(path, f"the variable {name!r} holds "
+                                  f"{counted(bad.size, 'value')} that "
+                                  f"{'is' if bad.size == 1 else 'are'} not a count (a whole "
+                                  f"number, 0 or more), the first {shown(values[bad[0]])} for "
+                                  f"unit {bad[0]:,}. {DAMAGED}")
 
 
 def _is_count(value) -> bool:
