@@ -368,3 +368,32 @@ def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
         assert done.returncode == 0, done.stderr.decode()
     for suffix in (".nc", ".nc2.nc"):
         assert_same_network(tmp_path / f"one{suffix}", tmp_path / f"two{suffix}")
+
+
+@pytest.fixture(scope="module")
+def split_checkpoint(data, tmp_path_factory):
+    """A checkpoint of epoch 1 written by 2 ranks (Adam's state split like W)."""
+    out = tmp_path_factory.mktemp("split_checkpoint")
+    done = train(data, out / "gl.nc", "--checkpoint-every", "1", "-e", "1", ranks=2)
+    assert done.returncode == 0, done.stderr.decode()
+    return out / "gl.nc1.nc"
+
+
+# Weight 4 (H1 -> Output) is split by columns, Adam's state of weight 0 (Input -> H1) by rows:
+# their last value lies in rank 1's block alone.
+@pytest.mark.parametrize("variable", ["weight4_weights", "destiny_state0_0"])
+def test_a_nan_in_one_ranks_block_is_refused_as_one_process_refuses_it(
+        data, split_checkpoint, tmp_path, variable):
+    """Each rank of a split network reads and checks only its block; what rank 1 finds in its
+    own is told of the whole variable, in the words one process uses for the file."""
+    checkpoint = tmp_path / "gl.nc1.nc"
+    checkpoint.write_bytes(split_checkpoint.read_bytes())
+    with netCDF4.Dataset(checkpoint, "a") as nc:
+        nc.variables[variable][-1] = np.nan
+    one = train(data, tmp_path / "gl.nc", "--resume")
+    split = train(data, tmp_path / "gl.nc", "--resume", ranks=2)
+    assert one.returncode == split.returncode == 1
+    (message,) = errors(one)
+    assert f"the variable {variable!r} holds 1 value that is not finite" in message
+    assert errors(split) == [message.replace("Error: ", "Error: rank 1 of 2: ", 1)]
+    assert sorted(os.listdir(tmp_path)) == ["gl.nc1.nc"]

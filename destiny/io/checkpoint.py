@@ -95,7 +95,7 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
         block = read_block(path, var, c.dest.n, c.rows, c.cols)
         if block is None:
             raise _no_state(path, name)
-        check_finite(path, var, block)
+        check_finite(path, var, block, part=True)
         return block
 
     def vector(c, name, whole=None):  # this rank's units of a per-unit vector

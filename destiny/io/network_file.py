@@ -653,24 +653,42 @@ def _is_settings(value) -> bool:
             and all(_is_count(v) for v in value.get("entries", {}).values()))
 
 
-def check_finite(path, name: str, values: np.ndarray) -> None:
+def check_finite(path, name: str, values: np.ndarray, *, part: bool = False) -> None:
     """Refuse a weight or bias variable holding NaN or infinity (a damaged file, or a run that
     diverged): predict would write 'nan' scores, and training would go on from them.
 
-    One float32 sum of the values, which is finite only if they all are, costs about as much
-    as reading them once and needs no temporary array; only a sum too large for float32 (not
-    weights any training writes) is looked at value by value."""
-    flat = np.asarray(values).reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.add.reduce(flat, dtype=np.float32)):
-            return
-    step = 1 << 20
-    bad = sum(int(flat[i:i + step].size - np.count_nonzero(np.isfinite(flat[i:i + step])))
-              for i in range(0, flat.size, step))
+    ``part``: ``values`` are a block of the variable ``name`` of ``path`` (a rank of a split
+    network reads only its own). What a block holds is then told of the whole variable,
+    counted through the file a block at a time: the message one process gives for the file.
+    """
+    bad, size = _non_finite(values), np.size(values)
+    if bad and part:
+        import netCDF4
+
+        with netCDF4.Dataset(path, "r") as nc:
+            var = nc.variables[name]
+            var.set_auto_mask(False)
+            step = 1 << 22
+            size = var.size
+            bad = sum(_non_finite(np.asarray(var[i:i + step])) for i in range(0, size, step))
     if bad:
         raise DataFormatError(path, f"the variable {name!r} holds {counted(bad, 'value')} that "
                               f"{'is' if bad == 1 else 'are'} not finite (NaN or infinity) "
-                              f"among {flat.size:,}. {DAMAGED}")
+                              f"among {size:,}. {DAMAGED}")
+
+
+def _non_finite(values: np.ndarray) -> int:
+    """How many values are NaN or infinite. One float32 sum of the values, which is finite
+    only if they all are, costs about as much as reading them once and needs no temporary
+    array; only a sum too large for float32 (not weights any training writes) is looked at
+    value by value."""
+    flat = np.asarray(values).reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(flat, dtype=np.float32)):
+            return 0
+    step = 1 << 20
+    return sum(int(flat[i:i + step].size - np.count_nonzero(np.isfinite(flat[i:i + step])))
+               for i in range(0, flat.size, step))
 
 
 def _variable(nc, path, name, read: bool = True):
