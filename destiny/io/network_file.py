@@ -579,7 +579,7 @@ def _check_netdef_json(get: _Getter, netdef: NetworkDef) -> None:
         raise DataFormatError(get.path, f"the attribute {key!r} holds a definition of "
                               f"{counted(len(theirs), 'layer')}, and the attributes ('layers') "
                               f"describe {len(mine)}. {DAMAGED}")
-    for i, (a, b) in enumerate(zip(mine, theirs)):
+    for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
         if a != b:
             raise DataFormatError(get.path, f"the attribute {key!r} holds a definition whose "
                                   f"layer {i} is {b}, and the attributes 'layer{i}_' describe "
