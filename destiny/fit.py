@@ -28,7 +28,8 @@ from destiny.io import atomic, failures
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network,
                                    superseded_checkpoints)
-from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
+from destiny.io.dataset import (DatasetSummary, check_netcdf_names, dataset_summaries,
+                                dataset_widths, read_dataset)
 from destiny.io.network_file import destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
@@ -78,6 +79,12 @@ def fit(
     comm = comm or Comm()
     with contextlib.ExitStack() as held:  # the network file's lock, held to the end
         with all_or_none(comm):
+            check_netcdf_names(  # (the checkpoints are written beside the network file)
+                inputs=((input_path, "input dataset file (-i)"),
+                        (output_path, "output dataset file (-o)")),
+                outputs=((network_path, "network file (-n)"),
+                         (None if resume else initial_network,
+                          "initial network (--initial-network)")))
             if comm.is_root:
                 _claim_outputs(held, network_path, metrics_path,
                                None if resume else initial_network, force,

@@ -19,7 +19,8 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io import atomic
-from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
+from destiny.io.dataset import (SparseDataset, check_netcdf_names, round_up_width,
+                                 write_dataset)
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
                               rows_digest, write_index)
 from destiny.io.text import Records, input_files, read_records
@@ -75,6 +76,7 @@ def generate_netcdf(
     dataset_out = (output, "output NetCDF file (-o)")
     features_out = (feature_index, "feature index (-f)")
     samples_out = (sample_index, "sample index (-s)")
+    check_netcdf_names(outputs=[dataset_out], names=[(dataset_name, "dataset name (-d)")])
     atomic.check_outputs((dataset_out, features_out, samples_out),
                          inputs=[(input_path, "input text (-i)")])
     files = input_files(input_path)

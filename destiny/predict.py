@@ -20,6 +20,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError, NetDefError
 from destiny.io.atomic import same_file
+from destiny.io.dataset import check_netcdf_names
 from destiny.io.index import LabelTable, index_digest, read_index, table_of
 from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
@@ -182,6 +183,7 @@ class Predictor:
         from destiny.io.network_file import read_network
         from destiny.kernels import get_backend
 
+        check_netcdf_names(inputs=[(network_path, "network file (-n)")])
         self.kernels = get_backend(backend, tf32=tf32)
         # Mapped, not read: a cold start does not copy hundreds of MB of weights. A rank of a
         # split network reads only its blocks of them (load_weights); none reads a

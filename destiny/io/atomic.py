@@ -302,6 +302,12 @@ def _place(path) -> tuple[str, str]:
     return os.path.realpath(directory or "."), name
 
 
+def real_output_path(path) -> str:
+    """The real path that output ``path`` is written at: its temporary file goes in the same
+    directory (``OutputSet.path``), and it is renamed to this."""
+    return os.path.join(*_place(path))
+
+
 def lock_path(path) -> str:
     """The lock file of output ``path``: a hidden ``.<name>.lock`` beside it."""
     directory, name = _place(path)
