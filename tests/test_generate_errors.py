@@ -102,6 +102,15 @@ RECORD_ERRORS = [
     ("empty-sample-name", "u1\ta\n\ta:b\n", 2, 1, [r"'\ta:b'", "sample name is empty"]),
     ("not-utf8", b"u1\ta\nu2\ta:b\xff\n", 2, 7, [r"b'\xff'", "not valid UTF-8", "iconv"]),
     ("not-utf8-in-name", b"u1\ta\nu\xff2\ta\n", 2, 2, [r"b'\xff'", "not valid UTF-8"]),
+    # A NUL is valid UTF-8, but labels go into the index files and outputs, line-oriented text
+    ("nul-in-sample-name", b"u1\ta\nu\x002\ta\n", 2, 2,
+     [r"the line 'u\x002\ta' holds a NUL byte (\x00) in its sample name", "tr -d"]),
+    ("nul-in-feature-name", b"u1\ta:b\x00c\n", 1, 7,
+     [r"the feature 'b\x00c' in the line 'u1\ta:b\x00c' holds a NUL byte (\x00)", "tr -d"]),
+    ("nul-starts-a-feature", b"u1\ta:\x00c,1\n", 1, 6, [r"the feature '\x00c,1'", "NUL byte"]),
+    ("nul-in-value", b"u1\ta,12\x00\n", 1, 8, [r"the feature 'a,12\x00'", "NUL byte"]),
+    ("nul-utf16", "u1\ta\n".encode("utf-16-le"), 1, 2,
+     ["NUL byte (\\x00) in its sample name", "UTF-16", "iconv -f utf-16 -t utf-8"]),
 ]
 
 
@@ -321,6 +330,21 @@ def test_bad_sample_index(case_id, data, line, texts):
     assert message.startswith(f"Error: bad.idx, line {line}: "), message
     for text in texts:
         assert text in message
+
+
+@pytest.mark.parametrize("flag,mode", [("features.idx", []), ("samples.idx", ["-c"])],
+                         ids=["feature-index", "sample-index"])
+def test_index_with_a_nul(flag, mode):
+    """A label holding a NUL: generate-netcdf refuses to write one (test_bad_record), so an
+    index that holds one was not written by it."""
+    write("bad.idx", b"a\t0\nb\x00c\t1\n")
+    write("in.txt", "u1\ta:b\n")
+    args = ["-i", "in.txt", *OUTPUTS, *mode]
+    args[args.index(flag)] = "bad.idx"
+    message = fails(args)
+    assert message.startswith(r"Error: bad.idx, line 2, column 2: found 'b\x00c\t1', which "
+                              r"holds a NUL byte (\x00)"), message
+    assert "Regenerate it with -c" in message
 
 
 def test_bad_feature_index_is_ignored_with_create():

@@ -221,6 +221,21 @@ def test_predict_errors(model, tmp_path, args, message):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flag", ["-r", "-f"])
+def test_a_nul_in_a_label_is_refused(model, tmp_path, flag):
+    """It would go into the recommendations, text read line by line, which a NUL breaks."""
+    bad = tmp_path / "bad.txt"
+    first = (model / "ratings.txt").read_bytes().split(b"\n")[0]
+    bad.write_bytes(b"u\x001\t" + first.split(b"\t")[1] + b"\n")
+    args = {"-r": str(model / "ratings.txt"), flag: str(bad)}
+    out = tmp_path / "recs.txt"
+    result = run(model, *[x for kv in args.items() for x in kv], output=str(out))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {bad}, line 1, column 2: the line 'u\\x001\\t")
+    assert "holds a NUL byte (\\x00) in its sample name" in result.output
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("target,what", [
     ("ratings.txt", "would replace the input text (-r)"),
     ("features_output", "would replace the output index (-o)"),

@@ -127,6 +127,8 @@ def reference_fault(data: bytes, known: set | None) -> tuple[int, int]:
             return textscan.BLANK_LINE, pos
         if b"\r" in line:
             return textscan.CARRIAGE_RETURN, pos + line.index(b"\r")
+        if b"\0" in line and (b"\t" not in line or line.index(b"\0") < line.index(b"\t")):
+            return textscan.NUL_BYTE, pos + line.index(b"\0")  # in the sample's name
         if b"\t" not in line:
             return textscan.NO_TAB, pos
         if line.index(b"\t") == 0:
@@ -139,6 +141,8 @@ def reference_fault(data: bytes, known: set | None) -> tuple[int, int]:
             for j, c in enumerate(token):
                 if c == 9:
                     return textscan.SECOND_TAB, p + j
+                if c == 0:
+                    return textscan.NUL_BYTE, p + j
                 if c == 44 and token.count(b",", 0, j) == 1:
                     return textscan.EXTRA_FIELD, p + j
             name, _, value = token.partition(b",")
@@ -180,7 +184,7 @@ def _damaged_text(rng) -> bytes:
     data = bytearray(b"\n".join(lines) + b"\n")
     for _ in range(rng.integers(0, 3)):
         k = int(rng.integers(0, len(data)))
-        c = int(rng.choice(list(b"\t\n\r:,a1-+.eE")))
+        c = int(rng.choice(list(b"\t\n\r\0:,a1-+.eE")))
         r = rng.random()
         if r < 0.4:
             data.insert(k, c)
@@ -242,6 +246,7 @@ def test_scanner_reports_the_first_fault(seed):
         assert (_scan(data, fixed, textscan.LOOKUP, True)[:2]
                 == reference_fault(data, set(known))), data
     assert len(statuses) >= 9  # the damage reaches most kinds of fault
+    assert textscan.NUL_BYTE in statuses
 
 
 def _same_records(a, b):

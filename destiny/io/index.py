@@ -113,6 +113,20 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
         raise DataFormatError(
             path, f"the bytes {data[e.start:e.end]!r} are not UTF-8. Index files are written by "
             "generate-netcdf as UTF-8 text; regenerate it with -c.", line=line) from None
+    # A NUL is valid UTF-8, so the decoder lets it by; text.read_records refuses one in a
+    # label, so an index holding one was not written by generate-netcdf. (bytes.find is a
+    # memchr: a small fraction of the parse.)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        start = data.rfind(b"\n", 0, nul) + 1
+        end = data.find(b"\n", nul)
+        line = data[start:len(data) if end < 0 else end].decode("utf-8")
+        raise DataFormatError(
+            path, f"found {_show(line)}, which holds a NUL byte (\\x00): no label can hold one "
+            "(it breaks the tools that read text line by line); this may not be an index file, "
+            "or it was edited by hand. Regenerate it with -c.",
+            line=data.count(b"\n", 0, start) + 1,
+            column=len(data[start:nul].decode("utf-8")) + 1)
     labels, values = _parse_clean(data, text) if "\r" not in text else (None, None)
     if labels is not None and len(values) and values.max() > MAX_INDEX:
         labels = None  # the checked parse names the line

@@ -345,6 +345,8 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
             "Destiny reads text as UTF-8; convert the file first (for example with "
             "`iconv -f latin1 -t utf-8`).", line=line, column=column)
     token = _token_at(chunk, pos)
+    if status == textscan.NUL_BYTE:
+        return DataFormatError(path, _nul_message(chunk, pos, quote), line=line, column=column)
     messages = {
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
@@ -374,3 +376,16 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         "the index with -c, or drop --strict to skip unknown features.",
     }
     return DataFormatError(path, messages[status], line=line, column=column)
+
+
+def _nul_message(chunk: bytes, pos: int, quote: str) -> str:
+    line_start = chunk.rfind(b"\n", 0, pos) + 1
+    if chunk.find(b"\t", line_start, pos) < 0:
+        where = f"{quote} holds a NUL byte (\\x00) in its sample name"
+    else:
+        where = (f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in {quote} holds a "
+                 "NUL byte (\\x00)")
+    return (f"{where}. Labels go into the index files and the outputs, text read line by line, "
+            "which a NUL breaks; remove the NUL bytes (for example with `tr -d '\\000'`). A NUL "
+            "after every character means UTF-16 text: convert it with "
+            "`iconv -f utf-16 -t utf-8`.")

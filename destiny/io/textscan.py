@@ -49,8 +49,9 @@ SECOND_TAB = 8
 CARRIAGE_RETURN = 9
 BLANK_LINE = 10
 UNKNOWN_FEATURE = 11
+NUL_BYTE = 12
 
-_TAB, _LF, _CR, _COLON, _COMMA = 9, 10, 13, 58, 44
+_NUL, _TAB, _LF, _CR, _COLON, _COMMA = 0, 9, 10, 13, 58, 44
 _EMPTY = -1
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
@@ -206,9 +207,11 @@ def _parse_value(buf, start, end):
     return True, v
 
 
-# Bytes that end a feature's name or value, or break the format inside one (spec 1.2).
+# Bytes that end a feature's name or value, or break the format inside one (spec 1.2). A NUL
+# is valid UTF-8 but would go into the index files and outputs, line-oriented text that it
+# breaks (and DSSTNE's C strings end at one): stopping at it costs the scan nothing.
 _ENDS_TOKEN = np.zeros(256, dtype=np.bool_)
-_ENDS_TOKEN[[_TAB, _LF, _CR, _COLON, _COMMA]] = True
+_ENDS_TOKEN[[_NUL, _TAB, _LF, _CR, _COLON, _COMMA]] = True
 _MAX_FAST_DIGITS = 18  # an int64 holds any 18-digit number, and float() of it rounds once
 
 
@@ -273,13 +276,15 @@ def scan_records(
         i = ls
         while i < n:
             c = buf[i]
-            if c == _TAB or c == _LF or c == _CR:
+            if c == _TAB or c == _LF or c == _CR or c == _NUL:
                 break
             i += 1
         if i == n or buf[i] == _LF:
             return (BLANK_LINE, ls) if i == ls else (NO_TAB, ls)
         if buf[i] == _CR:
             return CARRIAGE_RETURN, i
+        if buf[i] == _NUL:  # in the sample's name (see _ENDS_TOKEN)
+            return _line_error(buf, ls, NUL_BYTE, i)
         if i == ls:
             return _line_error(buf, ls, EMPTY_LABEL, ls)
         tab = i
@@ -315,6 +320,8 @@ def scan_records(
                 return _line_error(buf, ls, SECOND_TAB, p)
             if p < n and buf[p] == _CR:
                 return CARRIAGE_RETURN, p
+            if p < n and buf[p] == _NUL:  # in a feature's name or value
+                return _line_error(buf, ls, NUL_BYTE, p)
             if name_end == ts:
                 return _line_error(buf, ls, EMPTY_FEATURE, ts)
             if reread:
