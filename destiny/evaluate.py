@@ -28,6 +28,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 from numba import njit
@@ -144,11 +145,12 @@ def read_held_out(path) -> dict[str, set[str]]:
             _read(path, "held-out", "-t", _TEXT_FORMAT, keep=None, scores=False)}
 
 
-def popularity_recommendations(train_path, users: list[str], k: int) -> list[list[str]]:
+def popularity_recommendations(train_path, users: list[str], k: int) -> list[_Unseen]:
     """For each of ``users``, the ``k`` most popular items of ``train_path`` they do not have.
 
     Popularity is the number of lines (users) listing the item; ties go to the item that
     appears first in the file. Users absent from the training file get the overall top k.
+    Each user's list is a sized iterable of item labels, made as it is read (``_Unseen``).
     """
     from destiny.io.index import LabelTable
     from destiny.io.text import read_records
@@ -165,24 +167,48 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[lis
     indptr, indices = records.indptr, records.indices
     n_items = len(features)
     counts = _line_counts(indptr, indices, n_items)
-    order = np.argsort(-counts, kind="stable").tolist()  # ties: first appearance
+    # A user's k best unseen items are among the first k + (items on their line) of the
+    # ranking, so only that much of it, for the longest line, is labelled, once.
+    most_seen = int(np.diff(indptr).max(initial=0))
+    top = np.argsort(-counts, kind="stable")[:k + most_seen].tolist()  # ties: first appearance
     labels = features.labels()
-    top = [labels[i] for i in order[:k]]
+    ranking = _Ranking(top, [labels[i] for i in top], n_items)
     result = []
     for user in users:
         row = row_of.get(user)
-        if row is None:
-            result.append(top)
-            continue
-        seen = set(indices[indptr[row]:indptr[row + 1]].tolist())
-        picked = []
-        for i in order:
-            if i not in seen:
-                picked.append(labels[i])
-                if len(picked) == k:
-                    break
-        result.append(picked)
+        seen = indices[:0] if row is None else indices[indptr[row]:indptr[row + 1]]
+        result.append(_Unseen(ranking, seen, k))
     return result
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """The head of the popularity ranking: item numbers, their labels, and how many items
+    there are in all."""
+
+    items: list[int]
+    labels: list[str]
+    n_items: int
+
+
+class _Unseen:
+    """One user's popularity list: the first ``k`` items of the ranking that ``seen`` (their
+    training line's items) does not hold, made each time it is read. A list per user held
+    users x k labels at once: with a large -k (up to 2^62), every item for every user."""
+
+    __slots__ = ("ranking", "seen", "k")
+
+    def __init__(self, ranking: _Ranking, seen: np.ndarray, k: int):
+        self.ranking, self.seen, self.k = ranking, seen, k
+
+    def __len__(self) -> int:
+        # (where the head is cut short, it holds at least k unseen items)
+        return min(self.k, self.ranking.n_items - len(set(self.seen.tolist())))
+
+    def __iter__(self):
+        seen = set(self.seen.tolist())
+        return islice((label for item, label in zip(self.ranking.items, self.ranking.labels)
+                       if item not in seen), self.k)
 
 
 # --- reading and error messages ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -276,3 +277,86 @@ def test_bad_k_is_a_usage_error(k):
 def test_help_has_an_example():
     result = invoke(["-h"])
     assert result.exit_code == 0 and "Example:" in result.stdout
+
+
+# --- the popularity baseline's lists ------------------------------------------------------------
+
+def _popularity_before(train_path, users, k):
+    """The baseline as it was first written (a list per user), kept as the oracle."""
+    from destiny.evaluate import _line_counts
+    from destiny.io.index import LabelTable
+    from destiny.io.text import read_records
+
+    features = LabelTable()
+    records = read_records([train_path], features, update=True, keep_values=False)
+    row_of = {name: row for row, name in enumerate(records.labels)}
+    indptr, indices = records.indptr, records.indices
+    order = np.argsort(-_line_counts(indptr, indices, len(features)), kind="stable").tolist()
+    labels = features.labels()
+    result = []
+    for user in users:
+        row = row_of.get(user)
+        if row is None:
+            result.append([labels[i] for i in order[:k]])
+            continue
+        seen = set(indices[indptr[row]:indptr[row + 1]].tolist())
+        result.append([labels[i] for i in order if i not in seen][:k])
+    return result
+
+
+def _random_training(rng, users: int, items: int, most: int) -> str:
+    """Lines of a few popular-skewed items (ties, and an item listed twice on a line)."""
+    lines = []
+    for u in range(users):
+        n = int(rng.integers(0, most + 1))
+        picked = rng.zipf(1.5, n) % items if n else []
+        lines.append(f"u{u}\t" + ":".join(f"i{i}" for i in picked) if n else f"u{u}\t")
+    return "\n".join(line for line in lines if not line.endswith("\t")) + "\n"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_popularity_lists_are_as_before(seed):
+    from destiny.evaluate import popularity_recommendations
+    from destiny.metrics import ranking_metrics
+
+    rng = np.random.default_rng(seed)
+    items = int(rng.integers(3, 40))
+    write("train.txt", _random_training(rng, users=int(rng.integers(1, 60)), items=items,
+                                        most=int(rng.integers(1, 12))))
+    users = [f"u{u}" for u in range(70)]  # some not in the training file
+    held = [set(f"i{i}" for i in rng.integers(0, items, 3)) for _ in users]
+    for k in (1, 2, 5, items - 1, items, items + 7, 2**62):
+        got = popularity_recommendations("train.txt", users, k)
+        want = _popularity_before("train.txt", users, k)
+        assert [len(x) for x in got] == [len(x) for x in want], k
+        assert [list(x) for x in got] == want, k
+        assert [list(x) for x in got] == want, k  # read again: the same
+        assert ranking_metrics(got, held, k) == ranking_metrics(want, held, k)
+
+
+def test_popularity_memory_does_not_grow_with_users_times_items():
+    """evaluate -k 2**62 --popularity held a list of every unseen item for every user: here
+    200 users x 3000 items, 5 MB of list slots. Each list is now made as it is read."""
+    import tracemalloc
+
+    from destiny.evaluate import popularity_recommendations
+    from destiny.metrics import ranking_metrics
+
+    users, items = 200, 3000
+    write("train.txt", "".join(f"u{u}\ti{u % items}:i{(7 * u) % items}\n" for u in range(users))
+          + "all\t" + ":".join(f"i{i}" for i in range(items)) + "\n")
+    names = [f"u{u}" for u in range(users)]
+    held = [{f"i{(u + 1) % items}"} for u in range(users)]
+    popularity_recommendations("train.txt", names, 1)  # (numba's compilation, outside)
+    tracemalloc.start()  # (what the lists hold once made: the reading takes 16 MiB a while)
+    try:
+        lists = popularity_recommendations("train.txt", names, 2**62)
+        held_by_lists = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        metrics = ranking_metrics(lists, held, 2**62)
+        peak_scoring = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert metrics.users == users
+    assert held_by_lists < 2_000_000, f"{held_by_lists:,} bytes"  # (3000 labels: 0.3 MB)
+    assert peak_scoring < held_by_lists + 1_000_000, f"{peak_scoring:,} bytes"
