@@ -287,9 +287,9 @@ class Predictor:
 
     def read_input(self, path) -> Records:
         # (an input with no records gets no recommendations: a cron job's list of the day's
-        # active users may be empty)
-        records = read_records(input_files(path, "-r"), self.features, update=False,
-                               flag="-r", allow_empty=True)
+        # active users may be empty, as a file or as an empty directory of parts)
+        records = read_records(input_files(path, "-r", allow_empty=True), self.features,
+                               update=False, flag="-r", allow_empty=True)
         records.check_unique()
         return records
 
@@ -307,9 +307,9 @@ class Predictor:
                 and not self.features_left_out and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
         # (a filter with no records filters nothing, as in DSSTNE: a cron job's list of the
-        # day's purchases may be empty)
-        filt = read_records(input_files(path, "-f"), self.targets, update=False, flag="-f",
-                            keep_values=True, allow_empty=True)
+        # day's purchases may be empty, as a file or as an empty directory of parts)
+        filt = read_records(input_files(path, "-f", allow_empty=True), self.targets,
+                            update=False, flag="-f", keep_values=True, allow_empty=True)
         row_of = {label: r for r, label in enumerate(records.labels)}
         chosen = np.full(len(records.labels), -1, dtype=np.int64)
         for line, label in enumerate(filt.labels):

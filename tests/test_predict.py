@@ -53,11 +53,27 @@ def test_remove_filter_never_recommends_listed_items(model, tmp_path):
         assert not seen[name] & {item for item, _ in items}
 
 
+def no_records(tmp_path, kind: str):
+    """An input with no records: an empty file, an empty directory, or the directory an empty
+    Spark job writes (``_SUCCESS`` alone, which is skipped)."""
+    if kind == "file":
+        (tmp_path / "empty.txt").touch()
+        return tmp_path / "empty.txt"
+    (tmp_path / "empty").mkdir()
+    if kind == "spark-directory":
+        (tmp_path / "empty" / "_SUCCESS").touch()
+    return tmp_path / "empty"
+
+
+EMPTY_KINDS = ["file", "directory", "spark-directory"]
+
+
+@pytest.mark.parametrize("kind", EMPTY_KINDS)
 @pytest.mark.parametrize("mode", ["remove", "multiply"])
-def test_a_filter_with_no_records_filters_nothing(model, tmp_path, mode):
-    """As in DSSTNE (spec 8.3): a cron job's filter (the day's purchases) may be empty."""
-    empty = tmp_path / "empty.txt"
-    empty.touch()
+def test_a_filter_with_no_records_filters_nothing(model, tmp_path, mode, kind):
+    """As in DSSTNE (spec 8.3): a cron job's filter (the day's purchases) may be empty; a
+    directory of its parts then holds none."""
+    empty = no_records(tmp_path, kind)
     text = str(model / "ratings.txt")
     plain = run(model, "-r", text, "-k", "5", output=str(tmp_path / "plain.txt"))
     result = run(model, "-r", text, "-k", "5", "-f", str(empty), "--filter-mode", mode,
@@ -67,18 +83,34 @@ def test_a_filter_with_no_records_filters_nothing(model, tmp_path, mode):
     assert (tmp_path / "recs.txt").read_text() == (tmp_path / "plain.txt").read_text()
 
 
+@pytest.mark.parametrize("kind", EMPTY_KINDS)
 @pytest.mark.parametrize("filtered", [False, True])
-def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, filtered):
+def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, filtered, kind):
     """Empty in, empty out, as a Unix filter: a cron job's list of the day's active users may
-    be empty."""
-    empty = tmp_path / "empty.txt"
-    empty.touch()
+    be empty (a file, or a directory of its parts that holds none)."""
+    empty = no_records(tmp_path, kind)
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(empty), *(["-f", str(model / "ratings.txt")] if filtered
                                              else []), output=str(out))
     assert result.exit_code == 0, result.output
     assert "wrote 0 recommendation lines" in result.output
     assert out.read_bytes() == b""
+
+
+@pytest.mark.parametrize("flag", ["-r", "-f"])
+def test_a_directory_holding_only_folders_is_refused(model, tmp_path, flag):
+    """Folders are not read (spec 1.1), so partitioned parts (date=.../part-0) would be
+    silently no records: that stays an error, unlike a directory holding nothing."""
+    (tmp_path / "parts" / "date=1").mkdir(parents=True)
+    (tmp_path / "parts" / "date=1" / "part-0").write_text("u1\t1\n")
+    args = {"-r": str(model / "ratings.txt"), flag: str(tmp_path / "parts")}
+    out = tmp_path / "recs.txt"
+    result = run(model, *[x for kv in args.items() for x in kv], output=str(out))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'parts'}: the input directory holds "
+                                    "no files"), result.output
+    assert f"with {flag}." in result.output
+    assert not out.exists()
 
 
 def test_a_k_beyond_the_catalogue_gives_every_item(model, tmp_path):

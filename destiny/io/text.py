@@ -77,13 +77,21 @@ class Records:
         raise IndexError(row)
 
 
-def input_files(path, flag: str = "-i") -> list[str]:
+def input_files(path, flag: str = "-i", *, allow_empty: bool = False) -> list[str]:
     """A text input (generate-netcdf's ``-i``, predict's ``-r`` and ``-f``, named by ``flag``)
     is a file, or a directory whose files are read in sorted order (spec 1.1), bar those whose
     names start with '.' or '_': the files Hadoop and Spark write beside the data
-    (``_SUCCESS``, ``.part-00000.crc``), which their own readers skip (DSSTNE read them)."""
+    (``_SUCCESS``, ``.part-00000.crc``), which their own readers skip (DSSTNE read them).
+
+    ``allow_empty``: a directory holding nothing else (an empty job's output, ``_SUCCESS``
+    alone) is no files, as an empty file is no records (``read_records``' ``allow_empty``).
+    One holding only folders is refused still: they are not read (spec 1.1 is not
+    recursive), and a partitioned layout (``date=.../part-...``) would read as empty.
+    """
     if os.path.isdir(path):
         names = sorted(n for n in os.listdir(path) if not n.startswith((".", "_")))
+        if not names and allow_empty:
+            return []
         for name in names:  # (a link to a part that is gone: its records would be missing)
             entry = os.path.join(path, name)
             if os.path.islink(entry) and not os.path.exists(entry):
