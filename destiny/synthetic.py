@@ -11,7 +11,9 @@ ratings) takes seconds, and the output depends only on the parameters and the se
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator, TextIO
 
 import numpy as np
 
@@ -142,10 +144,22 @@ def _format_rows(columns: list[np.ndarray], sep: str) -> str:
     return "".join(template % row for row in zip(*(c.tolist() for c in columns), strict=True))
 
 
+@contextlib.contextmanager
+def _text_out(target) -> Iterator[TextIO]:
+    """``target`` if it is an open text file (stdout: ``scripts/synthetic_data.py -o -``),
+    else the file at path ``target``, opened for writing."""
+    if hasattr(target, "write"):
+        yield target
+    else:
+        with open(target, "w", encoding="ascii", newline="\n") as f:
+            yield f
+
+
 def write_ratings_csv(path, r: Ratings, *, chunk: int = 1 << 20) -> None:
-    """Write ``r`` as MovieLens' ratings.csv: ``userId,movieId,rating,timestamp`` rows."""
+    """Write ``r`` as MovieLens' ratings.csv: ``userId,movieId,rating,timestamp`` rows.
+    ``path``: a path, or an open text file."""
     stars = np.char.mod("%.1f", np.arange(1, 11) / 2)  # '0.5' ... '5.0'
-    with open(path, "w", encoding="ascii", newline="\n") as f:
+    with _text_out(path) as f:
         f.write("userId,movieId,rating,timestamp\n")
         for lo in range(0, len(r), chunk):
             hi = lo + chunk
@@ -157,7 +171,8 @@ def write_ratings_csv(path, r: Ratings, *, chunk: int = 1 << 20) -> None:
 def write_ratings_dsstne(path, r: Ratings, *, value: str = "timestamp") -> None:
     """Write ``r`` directly as DSSTNE text, one user a line, as the converter would.
 
-    ``value`` is ``timestamp`` (DSSTNE's MovieLens example), ``rating`` or ``none``.
+    ``value`` is ``timestamp`` (DSSTNE's MovieLens example), ``rating`` or ``none``; ``path``:
+    a path, or an open text file.
     """
     starts = np.flatnonzero(np.r_[True, r.users[1:] != r.users[:-1]])
     ends = np.r_[starts[1:], len(r)]
@@ -171,6 +186,6 @@ def write_ratings_dsstne(path, r: Ratings, *, value: str = "timestamp") -> None:
     else:
         raise ValueError(f"value must be timestamp, rating or none, not {value!r}")
     tokens = tokens.tolist()
-    with open(path, "w", encoding="ascii", newline="\n") as f:
+    with _text_out(path) as f:
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             f.write(f"{r.users[s]}\t{':'.join(tokens[s:e])}\n")

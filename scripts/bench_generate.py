@@ -23,9 +23,7 @@ import click
 import destiny  # noqa: F401, I001 - first: it sets the thread wait policies NumPy reads
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from destiny import synthetic  # noqa: E402
+from destiny import synthetic
 
 RUN = "from destiny.cli.generate_netcdf import main; main()"
 

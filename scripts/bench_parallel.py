@@ -27,10 +27,9 @@ import click
 import destiny  # noqa: F401, I001 - first: it sets the thread wait policies NumPy reads
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+from destiny import synthetic
 
-from destiny import synthetic  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)

@@ -32,8 +32,7 @@ import destiny  # noqa: F401, I001 - first: it sets the thread wait policies Num
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, HERE)
+sys.path.insert(0, HERE)  # bench_train, beside this script
 
 from bench_train import TORCH_REFERENCE, dataset_files, torch_env  # noqa: E402
 

@@ -26,10 +26,9 @@ import click
 import destiny  # noqa: I001 - before NumPy: it sets the thread wait policies NumPy reads
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+from destiny import synthetic
 
-from destiny import synthetic  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The PyTorch peer lives beside the checkout (../shared/bench); a machine that has only the
 # checkout (a lent GPU box) names its copy in DESTINY_TORCH_REFERENCE.

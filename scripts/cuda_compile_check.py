@@ -32,9 +32,6 @@ import types
 
 import click
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
-
 def host_value(d):
     """A host value that numba types as the recorded argument (``tests/cuda_signatures.py``
     describes them): a NumPy array types as a device array of its dtype, dimensions and
@@ -151,5 +148,4 @@ def main(cc, signatures, resources):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ROOT)
     main()

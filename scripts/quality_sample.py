@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import sys
 import tempfile
 import time
 
 import click
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
+from destiny.holdout import evaluate_recipe, prepare_split
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

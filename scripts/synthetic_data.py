@@ -6,6 +6,7 @@ scripts/convert_ratings.py) or, with ``--format dsstne``, DSSTNE text directly
 (``user<TAB>item,timestamp:...``), which skips the conversion for large benchmark inputs.
 The file is written beside the target and renamed into place at the end, so a failed run never
 leaves a partial file; an output that cannot be written is an 'Error: ' line and exit code 1.
+``-o -`` writes the text to stdout (``| head``, ``| gzip``), as ``predict -s -`` does.
 The defaults have MovieLens-20M's shape: 138,493 users, 27,278 items, ~144 items per user.
 
 Example:
@@ -14,20 +15,15 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
-
 import click
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from destiny import synthetic  # noqa: E402
-from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
-from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
+from destiny import synthetic
+from destiny.cli.common import SEED, library_errors, run_program
+from destiny.io.atomic import check_outputs, is_stream, text_output
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-o", "--output", required=True, help="File to write.")
+@click.option("-o", "--output", required=True, help="File to write; '-' writes stdout.")
 @click.option("--users", type=int, default=synthetic.ML20M_USERS, show_default=True)
 @click.option("--items", type=int, default=synthetic.ML20M_ITEMS, show_default=True)
 @click.option("--mean-per-user", type=float, default=synthetic.ML20M_MEAN_PER_USER,
@@ -42,18 +38,20 @@ from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 @library_errors
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
-    check_outputs([(output, "ratings file (-o)")])
+    if not is_stream(output):  # (stdout, a pipe or a device is written in place)
+        check_outputs([(output, "ratings file (-o)")])
     try:
         r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
                                        clusters=clusters, zipf=zipf, seed=seed)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    with atomic_outputs() as outputs:
+    with text_output(output) as f:  # (a file: written beside it, renamed into place at the end)
         if fmt == "csv":
-            synthetic.write_ratings_csv(outputs.path(output), r)
+            synthetic.write_ratings_csv(f, r)
         else:
-            synthetic.write_ratings_dsstne(outputs.path(output), r, value=value)
-    click.echo(f"wrote {output}: {len(r):,} ratings from {users:,} users on {items:,} items",
+            synthetic.write_ratings_dsstne(f, r, value=value)
+    where = "stdout" if output == "-" else output
+    click.echo(f"wrote {where}: {len(r):,} ratings from {users:,} users on {items:,} items",
                err=True)
 
 

@@ -35,3 +35,16 @@ def test_each_console_script_loads_the_command_it_is_named_for(monkeypatch):
         command = "main" if name == "destiny" else name.replace("-", "_")
         assert loaded[-1] == f"destiny.cli.{command}"
         assert callable(importlib.import_module(loaded[-1]).main)
+
+
+def test_scripts_import_the_installed_package():
+    """No script puts the repository on sys.path: there its destiny/ has no destiny.cli (cli/
+    installs as destiny.cli), so such a script failed on a python without the package, and with
+    it the line only hid which copy was imported. Scripts beside each other may still import
+    one another (sys.path.insert(0, HERE))."""
+    import re
+
+    root_on_path = re.compile(r"sys\.path\.insert\([^)]*(?:\"\.\.\"|ROOT)")
+    found = [f"{p.name}: {line.strip()}" for p in sorted((ROOT / "scripts").glob("*.py"))
+             for line in p.read_text().splitlines() if root_on_path.search(line)]
+    assert found == []

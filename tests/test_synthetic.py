@@ -112,6 +112,26 @@ def test_script_writes_atomically(tmp_path, fmt):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["direct", "r.out"]  # no temporary
 
 
+@pytest.mark.parametrize("fmt", ["csv", "dsstne"])
+def test_script_writes_stdout_for_dash(tmp_path, fmt):
+    """The script run as a program, with the installed package (no sys.path of its own):
+    '-o -' writes the text to stdout, the summary to stderr, and no file."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "synthetic_data.py"
+    result = subprocess.run([sys.executable, script, "-o", "-", "--format", fmt, *SMALL],
+                            capture_output=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    r = synthetic.generate_ratings(users=20, items=10, mean_per_user=3, seed=5)
+    write = synthetic.write_ratings_csv if fmt == "csv" else synthetic.write_ratings_dsstne
+    write(tmp_path / "direct", r)
+    assert result.stdout == (tmp_path / "direct").read_bytes()
+    assert result.stderr.decode().startswith("wrote stdout: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["direct"]
+
+
 def _refused(result, output, *texts):
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)  # no traceback
