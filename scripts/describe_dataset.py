@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from destiny.cli.common import library_errors, run_program
-from destiny.io.dataset import dataset_names, read_dataset
+from destiny.io.dataset import check_netcdf_names, dataset_names, read_dataset
 
 
 def describe(path: str) -> str:
@@ -35,6 +35,7 @@ def describe(path: str) -> str:
 @library_errors
 def main(datasets):
     """Print each dataset of the NetCDF files: kind, samples, width, entries, first rows."""
+    check_netcdf_names(inputs=[(path, "dataset file") for path in datasets])
     click.echo("\n".join(describe(path) for path in datasets))
 
 

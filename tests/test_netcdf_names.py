@@ -136,3 +136,16 @@ def test_predict_network_not_utf8(model, work):
                       "-s", "recs.txt"],
             "the network file (-n) '\\xff.nc' is not valid UTF-8 (the byte \\xff)",
             "rename the file, or give a link to it whose name is UTF-8")
+
+
+def test_describe_dataset_file_not_utf8(datasets):
+    """scripts/describe_dataset.py reads NetCDF files named on its command line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "describe_dataset_script", ROOT / "scripts" / "describe_dataset.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shutil.copy("gl_input.nc", f"{BAD}.nc")
+    refused(module.main, ["gl_input.nc", f"{BAD}.nc"],
+            "the dataset file '\\xff.nc' is not valid UTF-8 (the byte \\xff)")
