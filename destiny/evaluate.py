@@ -207,8 +207,8 @@ class _Unseen:
 
     def __iter__(self):
         seen = set(self.seen.tolist())
-        return islice((label for item, label in zip(self.ranking.items, self.ranking.labels)
-                       if item not in seen), self.k)
+        head = zip(self.ranking.items, self.ranking.labels, strict=True)
+        return islice((label for item, label in head if item not in seen), self.k)
 
 
 # --- reading and error messages ---------------------------------------------------------------
