@@ -95,10 +95,15 @@ def system_failure(e: BaseException,
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
         where = f"{e.filename}: " if e.filename else ""
-        return (f"{where}{e.strerror}; {NOTHING_REPLACED}. "
-                + (f"Free space on that file system (or raise the quota), then {then}."
-                   if e.errno in FULL else
-                   f"Check the file and the file system, then {then}."))
+        if e.errno == errno.EFBIG:
+            remedy = ("The file is larger than the file system, or the process's file size "
+                      "limit (ulimit -f), allows: raise the limit (or use a file system that "
+                      f"takes larger files), then {then}.")
+        elif e.errno in FULL:
+            remedy = f"Free space on that file system (or raise the quota), then {then}."
+        else:
+            remedy = f"Check the file and the file system, then {then}."
+        return f"{where}{e.strerror}; {NOTHING_REPLACED}. {remedy}"
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "

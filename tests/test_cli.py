@@ -627,6 +627,7 @@ def test_a_netcdf_write_past_the_size_limit_says_so(tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"Error: {tmp_path / 'out.nc'}: File too large; no output was "
                                   "replaced"), done.stderr
+    assert "file size limit (ulimit -f)" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
@@ -681,6 +682,54 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
         with atomic_outputs() as out:
             out.path(tmp_path / "out.nc")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_reach_the_disk_before_they_are_renamed(tmp_path, monkeypatch):
+    """Each output's data is synced before its rename, and the directory after it, so that a
+    crash never publishes an empty file where the old one stood."""
+    from destiny.io import atomic
+
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def fsync_noted(fd):
+        events.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def replace_noted(src, dst):
+        events.append(("replace", os.path.realpath(src)))
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync_noted)
+    monkeypatch.setattr(atomic.os, "replace", replace_noted)
+    with atomic.atomic_outputs() as out:
+        temporaries = [os.path.realpath(out.path(tmp_path / name)) for name in ("a.nc", "b")]
+        for tmp in temporaries:
+            pathlib.Path(tmp).write_text("data")
+    directory = os.path.realpath(tmp_path)
+    assert events == ([("fsync", t) for t in temporaries] + [("replace", t) for t in temporaries]
+                      + [("fsync", directory)])
+
+
+def test_an_output_failing_to_reach_the_disk_is_named_and_not_published(tmp_path, monkeypatch):
+    """An I/O error (or NFS's full disk) reported only by fsync names the output as the user
+    gave it; nothing is put in place and no temporary file is left."""
+    import errno
+
+    from destiny.errors import system_failure
+    from destiny.io import atomic
+
+    def fail(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    (tmp_path / "out.nc").write_text("old")
+    monkeypatch.setattr(atomic.os, "fsync", fail)
+    with pytest.raises(OSError) as raised:
+        with atomic.atomic_outputs() as out:
+            pathlib.Path(out.path(tmp_path / "out.nc")).write_text("new")
+    assert system_failure(raised.value).startswith(
+        f"{tmp_path / 'out.nc'}: Input/output error; no output was replaced")
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("out.nc", "old")]
 
 
 def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, monkeypatch):

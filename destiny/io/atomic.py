@@ -403,6 +403,11 @@ class OutputSet:
 
     def commit(self) -> None:
         given = [g for _, _, g in self._pending]  # (as the caller named them)
+        # Each file's data reaches the disk before its rename does: after a crash or a power
+        # cut, a rename without it may publish an empty or partial file (ext4 without
+        # auto_da_alloc, xfs), where the old one stood.
+        for tmp, _, _ in self._pending:
+            _sync(tmp)
         with _stops_held(given):  # an interrupt between two renames would publish some
             for tmp, final, _ in self._pending:
                 try:
@@ -412,6 +417,8 @@ class OutputSet:
                     raise OutputError(f"{final}: cannot put the finished file in place "
                                       f"({e.strerror}); it is left as it was. Check the file "
                                       "and its directory, or choose another path.") from None
+            for directory in dict.fromkeys(os.path.dirname(f) for _, f, _ in self._pending):
+                _sync(directory or ".", directory=True)  # (the renames themselves)
             self._pending.clear()
 
     def discard(self) -> None:
@@ -420,6 +427,21 @@ class OutputSet:
                 os.unlink(tmp)
         self._pending.clear()
         self._opened.clear()
+
+
+def _sync(path: str, directory: bool = False) -> None:
+    """Flush ``path``'s data (a directory: its entries) to the disk. A file's failure (EIO, a
+    full disk that NFS reports only now) names it, for ``OutputSet.named``; a directory's is
+    passed over: its renames are done, and some file systems cannot sync a directory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        if not directory:
+            raise OSError(e.errno, e.strerror, path) from None
 
 
 @contextlib.contextmanager
