@@ -268,7 +268,7 @@ class Predictor:
         allowed = np.zeros(n_out, dtype=np.uint8)
         allowed[values] = 1
         seen = nf.arrays.get(f"target_counts_{layer}")
-        if seen is not None and len(seen) == n_out:
+        if seen is not None:  # (read_network checked its length)
             allowed &= (seen > 0).astype(np.uint8)
         allowed = np.ascontiguousarray(allowed[self.own_units[0]:self.own_units[1]])
         self.allowed = self.kernels.to_device(allowed)

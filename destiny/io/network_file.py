@@ -698,12 +698,6 @@ def _variable(nc, path, name, read: bool = True):
     return np.asarray(nc.variables[name][:]) if read else nc.variables[name]
 
 
-def netdef_json(destiny: dict) -> dict | None:
-    """The JSON network definition Destiny embedded, if any."""
-    text = destiny.get("netdef_json")
-    return json.loads(text) if text else None
-
-
 def _attach_shares(get: _Getter, layers: list[LayerDef], pairs
                    ) -> tuple[tuple[LayerDef, ...], dict[int, list[int]]]:
     """Give each layer the SharedWeights entries recorded on its incoming weights (spec 4.3),
