@@ -28,8 +28,8 @@ from destiny.io import atomic, failures
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network,
                                    superseded_checkpoints)
-from destiny.io.dataset import (DatasetSummary, check_netcdf_names, dataset_summaries,
-                                dataset_widths, read_dataset)
+from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
+from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.network_file import destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef

@@ -19,10 +19,10 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io import atomic
-from destiny.io.dataset import (SparseDataset, check_netcdf_names, round_up_width,
-                                 write_dataset)
+from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
                               rows_digest, write_index)
+from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.text import Records, input_files, read_records
 from destiny.sparse import repeated_entries, take_rows
 from destiny.wording import counted

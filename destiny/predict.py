@@ -20,14 +20,20 @@ import numpy as np
 
 from destiny.errors import DataFormatError, DestinyError, NetDefError
 from destiny.io.atomic import same_file
-from destiny.io.dataset import check_netcdf_names
 from destiny.io.index import LabelTable, index_digest, read_index, table_of
+from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
-from destiny.parallel import (Comm, ParallelError, all_or_none, end_round, gather_in_order,
-                              stop_together)
+from destiny.parallel import (
+    Comm,
+    ParallelError,
+    all_or_none,
+    end_round,
+    gather_in_order,
+    stop_together,
+)
 from destiny.sparse import column_range, gather_ranges
 
 _EMPTY = np.zeros(0, dtype=np.float32)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import click
 
 from destiny.cli.common import library_errors, run_program
-from destiny.io.dataset import check_netcdf_names, dataset_names, read_dataset
+from destiny.io.dataset import dataset_names, read_dataset
+from destiny.io.netcdf_names import check_netcdf_names
 
 
 def describe(path: str) -> str:
