@@ -17,8 +17,9 @@ import numpy as np
 from destiny import shard
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_file import (NetworkFile, check_finite, destiny_attributes, read_block,
-                                     read_network, write_network)
+from destiny.io.network_checks import check_finite
+from destiny.io.network_file import (NetworkFile, destiny_attributes, read_block, read_network,
+                                     write_network)
 from destiny.network import Network
 
 
