@@ -131,6 +131,9 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         resumed = f", resumed from {report.resumed_from}" if report.resumed_from else ""
         note(NAME, f"wrote {report.written} at epoch {cfg.epochs} "
                    f"({counted(report.epochs_run, 'epoch')} in this run{resumed})")
+    if report.not_removed:  # (a note even with -q: they take disk space the user expects free)
+        failed = "; ".join(f"{path} ({why})" for path, why in report.not_removed.items())
+        note(NAME, f"--keep-checkpoints could not remove {failed}; remove them by hand")
 
 
 def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int) -> str:

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -36,6 +36,7 @@ from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
                               stop_together)
+from destiny.signals import uninterrupted
 from destiny.train import (EpochRecord, TrainConfig, TrainData, TrainState, train_epochs,
                            too_narrow, unknown_dataset)
 
@@ -47,6 +48,7 @@ class FitReport:
     resumed_from: str | None
     records: list[EpochRecord]
     written: str
+    not_removed: dict[str, str] = field(default_factory=dict)  # path: why (--keep-checkpoints)
 
 
 def fit(
@@ -135,6 +137,7 @@ def fit(
             on_start(net, data, state)
 
         records: list[EpochRecord] = []
+        not_removed: dict[str, str] = {}  # superseded checkpoints not removed, and why
         # The metrics file is opened (and emptied) with the first epoch's line, so that a run
         # failing before it leaves an earlier run's file as it was.
         metrics, writes_metrics = None, bool(metrics_path) and comm.is_root
@@ -153,13 +156,11 @@ def fit(
                     "settings": json.dumps(settings, sort_keys=True)}
                 path = checkpoint_path(network_path, st.epoch)
                 save_network(path, net, destiny=extras, optimizer_state=True)
-                if keep_checkpoints and comm.is_root:  # (only once the new one is in place)
-                    for old in superseded_checkpoints(network_path, run["run_started"],
-                                                      keep_checkpoints):
-                        with contextlib.suppress(FileNotFoundError):  # (removed meanwhile)
-                            os.remove(old)
                 if on_checkpoint is not None:
                     on_checkpoint(path, st.epoch)
+                if keep_checkpoints and comm.is_root:  # (once the new one is in place)
+                    not_removed.update(_remove_superseded(network_path, run["run_started"],
+                                                          keep_checkpoints, st.epoch))
             if on_epoch is not None:
                 on_epoch(record)
 
@@ -186,7 +187,25 @@ def fit(
             except StoppedTogether as e:
                 raise StoppedTogetherAfterOutputs(e.signum, [str(network_path)]) from None
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
-                         records=records, written=str(network_path))
+                         records=records, written=str(network_path), not_removed=not_removed)
+
+
+def _remove_superseded(network_path, run_started: float, keep: int, epoch: int
+                       ) -> dict[str, str]:
+    """Remove the checkpoints ``superseded_checkpoints`` names; those that cannot be removed
+    (permissions, a read-only copy) are returned with why, for a note: a run that trains well
+    is not stopped for them. Stop signals wait for the removals, so that an interrupt's message
+    names the newest checkpoint, which stays, not one just removed."""
+    failed = {}
+    with uninterrupted():
+        for old in superseded_checkpoints(network_path, run_started, keep, epoch):
+            try:
+                os.remove(old)
+            except FileNotFoundError:  # (removed meanwhile)
+                pass
+            except OSError as e:
+                failed[old] = e.strerror
+    return failed
 
 
 def _input_counts(net: Network, name: str, ds, comm: Comm) -> np.ndarray:
@@ -262,10 +281,13 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
             and not os.access(metrics_file, os.W_OK)):  # (written in place, at the 1st epoch)
         raise OutputError(f"{metrics_path}: the metrics file is not writable; check its "
                           "permissions or choose another path.")
-    if metrics_file is not None and checkpoint_epoch(network_path, metrics_file) is not None:
-        raise OutputError(f"{metrics_path}: the metrics file has the name of one of the "
-                          f"network's checkpoints ({os.path.basename(network_path)}<epoch>.nc), "
-                          "which would replace it; choose another name.")
+    for path, what in ((metrics_file, "the metrics file"),
+                       (initial_network, "the initial network file (--initial-network)")):
+        if path is not None and checkpoint_epoch(network_path, path) is not None:
+            raise OutputError(f"{path}: {what} has the name of one of the network's "
+                              f"checkpoints ({os.path.basename(network_path)}<epoch>.nc), "
+                              "which would replace it or be taken for it (--resume, "
+                              "--keep-checkpoints); choose another name.")
     # Checkpoints are written only under the network's lock: a killed run's temporary
     # checkpoint (as large as the network, with its optimizer state) is removed with its own.
     held.enter_context(atomic.exclusive(network_path, "network file (-n)",

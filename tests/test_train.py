@@ -609,6 +609,45 @@ def test_keep_checkpoints_removes_only_this_runs_older_ones(files):
     assert (files / "net.nc5.nc").read_bytes() == earlier
 
 
+def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, monkeypatch):
+    """Never removed: a damaged file named like a checkpoint, an --initial-network named like
+    one (refused up front: it would be taken for one), or a copy of one named after a later
+    epoch. A checkpoint that cannot be removed is noted, and the run goes on."""
+    from destiny.io.checkpoint import superseded_checkpoints
+    from destiny.io.network_file import destiny_attributes
+
+    result = run_train(files, "-e", "1", "--initial-network", str(files / "net.nc0.nc"))
+    assert result.exit_code == 1
+    assert (f"{files / 'net.nc0.nc'}: the initial network file (--initial-network) has the "
+            "name of one of the network's checkpoints") in result.output
+    assert not (files / "net.nc").exists()
+
+    (files / "net.nc1.nc").write_bytes(b"damaged")
+    refused, remove = os.fspath(files / "net.nc2.nc"), os.remove
+
+    def remove_but(path):
+        if os.fspath(path) == refused:
+            raise PermissionError(13, "Permission denied", path)
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", remove_but)
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2",
+                       "--keep-checkpoints", "1", "--initial-network", str(files / "init.nc"))
+    monkeypatch.undo()
+    assert result.exit_code == 0, result.output
+    assert (f"--keep-checkpoints could not remove {refused} (Permission denied); remove them "
+            "by hand") in result.output
+    assert sorted(p.name for p in files.iterdir() if p.name.startswith("net.nc")) == [
+        "net.nc", "net.nc1.nc", "net.nc2.nc", "net.nc6.nc"]
+    assert (files / "net.nc1.nc").read_bytes() == b"damaged"
+
+    started = destiny_attributes(files / "net.nc6.nc")["run_started"]
+    assert destiny_attributes(files / "init.nc")["run_started"] == started  # (the same run's)
+    (files / "net.nc0.nc").write_bytes((files / "init.nc").read_bytes())
+    (files / "net.nc99.nc").write_bytes((files / "net.nc6.nc").read_bytes())
+    assert superseded_checkpoints(files / "net.nc", started, 1, 6) == [refused]
+
+
 def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     """The disk filling up while the epoch-4 checkpoint is written: the message names that
     checkpoint (a write's failure names no file: it said "No space left on device" alone)

@@ -179,14 +179,19 @@ def latest_checkpoint(network_path) -> tuple[str, int] | None:
     return path, epoch
 
 
-def superseded_checkpoints(network_path, run_started: float, keep: int) -> list[str]:
-    """The checkpoints ``train --keep-checkpoints keep`` removes: those of the run started at
-    ``run_started`` (a resumed run keeps its time) but its ``keep`` newest. Another run's
-    checkpoints, and any that cannot be read, are never among them: only this run's are known
-    to be superseded."""
-    ours = sorted((epoch, path) for epoch, path in _checkpoints(network_path)
-                  if _run_started(path) == run_started)
-    return [path for _, path in ours[:max(len(ours) - keep, 0)]]
+def superseded_checkpoints(network_path, run_started: float, keep: int, epoch: int
+                           ) -> list[str]:
+    """The checkpoints ``train --keep-checkpoints keep`` removes once that of ``epoch`` is
+    written: this run's (started at ``run_started``; a resumed run keeps its time) of earlier
+    epochs, but the ``keep - 1`` newest. Only checkpoints are judged (a file with the run's
+    settings: not an --initial-network named like one); another run's, any that cannot be
+    read, and any of a later epoch (a copy) are never among them."""
+    def ours(path) -> bool:
+        attrs = destiny_attributes(path)
+        return attrs is not None and "settings" in attrs and _started(attrs) == run_started
+
+    older = sorted((e, path) for e, path in _checkpoints(network_path) if e < epoch and ours(path))
+    return [path for _, path in older[:max(len(older) - (keep - 1), 0)]]
 
 
 def _checkpoints(network_path) -> list[tuple[int, str]]:
@@ -201,7 +206,11 @@ def _run_started(path) -> float:
     """When the run that wrote the checkpoint ``path`` started (``latest_checkpoint``): -inf
     where it does not say (an earlier version), +inf where it cannot be read or is not a time
     (damaged: resuming from it then says so)."""
-    attrs = destiny_attributes(path)
+    return _started(destiny_attributes(path))
+
+
+def _started(attrs: dict | None) -> float:
+    """``_run_started`` of a checkpoint's ``destiny_`` attributes (None: unreadable)."""
     if attrs is None:
         return math.inf
     if "run_started" not in attrs:
