@@ -596,23 +596,32 @@ def _check_share(path, layer, share: SharedWeight, by_name) -> None:
 
 
 def _check_acyclic(net: NetworkDef, by_name: dict[str, LayerDef]) -> None:
-    """Refuse cycles through Source and Skip (DSSTNE's propagation order needs a DAG, 3.4)."""
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    """Refuse cycles through Source and Skip (DSSTNE's propagation order needs a DAG, 3.4).
+    A depth-first walk without recursion: a network file may chain a thousand layers."""
+    def steps(layer: LayerDef):
+        return iter([("Source", j, name) for j, name in enumerate(layer.sources)]
+                    + [("Skip", j, name) for j, name in enumerate(layer.skips)])
 
-    def visit(layer: LayerDef, trail: list[str]) -> None:
-        state[layer.name] = 1
-        steps = [("Source", j, name) for j, name in enumerate(layer.sources)]
-        for key, j, name in steps + [("Skip", j, name) for j, name in enumerate(layer.skips)]:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    for top in net.layers:
+        if top.name in state:
+            continue
+        state[top.name] = 1
+        trail, pending = [top], [steps(top)]
+        while trail:
+            step = next(pending[-1], None)
+            if step is None:
+                state[trail.pop().name] = 2
+                pending.pop()
+                continue
+            key, j, name = step
             if state.get(name) == 1:
-                full = trail + [layer.name]
+                full = [layer.name for layer in trail]
                 cycle = " -> ".join(full[full.index(name):] + [name])
-                raise NetDefError(f"Layers[{layer.index}].{key}", f"cycle in the layer "
+                raise NetDefError(f"Layers[{trail[-1].index}].{key}", f"cycle in the layer "
                                   f"graph: {cycle}; sources and skips must form an acyclic "
                                   "graph", item=j)
-            if state.get(name) is None:
-                visit(by_name[name], trail + [layer.name])
-        state[layer.name] = 2
-
-    for layer in net.layers:
-        if layer.name not in state:
-            visit(layer, [])
+            if name not in state:
+                state[name] = 1
+                trail.append(by_name[name])
+                pending.append(steps(by_name[name]))

@@ -167,16 +167,16 @@ class Network:
     def _forward_order(self) -> list[str]:
         """Layers by longest distance from an input (sources and skips count; spec 3.4)."""
         depth: dict[str, int] = {}
-
-        def visit(name: str) -> int:
-            if name not in depth:
-                layer = self.layers[name]
-                before = list(layer.sources) + list(layer.skips)
-                depth[name] = 1 + max((visit(s) for s in before), default=-1)
-            return depth[name]
-
-        for name in self.layers:
-            visit(name)
+        for top in self.layers:  # (without recursion: a file may chain a thousand layers)
+            stack = [top]
+            while stack:
+                layer = self.layers[stack[-1]]
+                before = [*layer.sources, *layer.skips]
+                pending = [s for s in before if s not in depth]
+                if pending:  # (the graph has no cycle: netdef.check_graph)
+                    stack += pending
+                    continue
+                depth[stack.pop()] = 1 + max((depth[s] for s in before), default=-1)
         position = {layer.name: i for i, layer in enumerate(self.netdef.layers)}
         return sorted(self.layers, key=lambda n: (depth[n], position[n]))
 

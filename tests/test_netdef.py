@@ -337,3 +337,25 @@ def test_netdef_is_frozen():
     net = load_netdef(minimal())
     with pytest.raises(AttributeError):
         net.name = "x"
+
+
+def test_a_long_chain_of_layers_is_checked_and_ordered_without_recursion():
+    """A definition (or a network file) may chain more layers than Python's recursion limit;
+    listed output-first, the walk goes as deep as the chain. A cycle closing it is reported."""
+    import sys
+
+    from destiny.kernels import get_backend
+    from destiny.network import Network
+
+    depth = sys.getrecursionlimit() + 200
+    hidden = [{"Kind": "Hidden", "Name": f"H{i}", "N": 2, "Source": f"H{i - 1}" if i else "In"}
+              for i in range(depth)]
+    layers = ([{"Kind": "Output", "Name": "Out", "N": 3, "DataSet": "out",
+                "Source": f"H{depth - 1}"}] + hidden[::-1]
+              + [{"Kind": "Input", "Name": "In", "N": 3, "DataSet": "in"}])
+    net = Network(load_netdef({"Layers": layers}), get_backend("reference"))
+    assert net.order[0] == "In" and net.order[-1] == "Out" and len(net.order) == depth + 2
+    layers[-2]["Source"] = "H5"  # H0 <- H5 <- ... <- H1 <- H0
+    with pytest.raises(NetDefError, match=r"cycle in the layer graph: H5 -> H4 -> H3 -> H2 -> "
+                                          r"H1 -> H0 -> H5; sources"):
+        load_netdef({"Layers": layers})
