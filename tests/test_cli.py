@@ -578,19 +578,20 @@ class _FullFileSystem:
 
 
 @pytest.mark.parametrize("full", [True, False], ids=["full", "not-full"])
+@pytest.mark.parametrize("error", [(13, "Permission denied"), (-101, "NetCDF: HDF error")],
+                         ids=["EACCES", "HDF-error"])
 def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
-        tmp_path, monkeypatch, full):
-    """netCDF reports any failure of HDF5 to create a file as EACCES: a nearly full tmpfs gave
-    "Permission denied" for the temporary file, which generate-netcdf had just created. The
-    file system is tried: full, the message says so; else the error stays, naming the output."""
-    import errno
-
+        tmp_path, monkeypatch, full, error):
+    """netCDF reports a failure of HDF5 to create a file as EACCES, or as its own error code
+    ("NetCDF: HDF error"): a nearly full tmpfs gave "Permission denied" for the temporary file,
+    which generate-netcdf had just created. The file system is tried: full, the message says
+    so; else the error stays, naming the output."""
     import destiny.generate
     from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import failures
 
     def create(path, *_, **__):  # as netCDF4.Dataset(path, "w") where HDF5 cannot create it
-        raise PermissionError(errno.EACCES, "Permission denied", path)
+        raise OSError(*error, path)
 
     monkeypatch.setattr(destiny.generate, "write_dataset", create)
     if full:
@@ -604,7 +605,7 @@ def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
     assert result.output.startswith(
         f"Error: {out}: No space left on device; no output was replaced (each is put in place "
         "only once complete). Free space on that file system" if full else
-        f"Error: {out}: Permission denied; no output was replaced"), result.output
+        f"Error: {out}: {error[1]}; no output was replaced"), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
@@ -709,6 +710,22 @@ def test_outputs_reach_the_disk_before_they_are_renamed(tmp_path, monkeypatch):
     directory = os.path.realpath(tmp_path)
     assert events == ([("fsync", t) for t in temporaries] + [("replace", t) for t in temporaries]
                       + [("fsync", directory)])
+
+
+def test_a_file_system_that_cannot_sync_still_takes_outputs(tmp_path, monkeypatch):
+    """Some FUSE and SMB mounts cannot fsync (EINVAL, ENOTSUP): outputs are put in place
+    there as before."""
+    import errno
+
+    from destiny.io import atomic
+
+    def cannot(fd):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(atomic.os, "fsync", cannot)
+    with atomic.atomic_outputs() as out:
+        pathlib.Path(out.path(tmp_path / "out.nc")).write_text("new")
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("out.nc", "new")]
 
 
 def test_an_output_failing_to_reach_the_disk_is_named_and_not_published(tmp_path, monkeypatch):

@@ -432,7 +432,11 @@ class OutputSet:
 def _sync(path: str, directory: bool = False) -> None:
     """Flush ``path``'s data (a directory: its entries) to the disk. A file's failure (EIO, a
     full disk that NFS reports only now) names it, for ``OutputSet.named``; a directory's is
-    passed over: its renames are done, and some file systems cannot sync a directory."""
+    passed over: its renames are done, and some file systems cannot sync a directory. So is a
+    file system's that cannot sync at all (some FUSE and SMB mounts: EINVAL, ENOTSUP).
+
+    The file is opened anew (netCDF wrote it through descriptors of its own): Linux reports an
+    earlier write-back error to a descriptor opened after it (4.16 and later)."""
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
         try:
@@ -440,7 +444,7 @@ def _sync(path: str, directory: bool = False) -> None:
         finally:
             os.close(fd)
     except OSError as e:
-        if not directory:
+        if not directory and e.errno not in (errno.EINVAL, errno.ENOTSUP):
             raise OSError(e.errno, e.strerror, path) from None
 
 

@@ -33,9 +33,11 @@ def named(e: BaseException, name: str, temporary=None) -> BaseException | None:
         if (e.strerror is None or isinstance(e, BrokenPipeError)  # (the reader left: SIGPIPE)
                 or e.filename not in (None, temporary)):
             return None
-        # netCDF reports any failure of HDF5 to create a file as EACCES: on a full tmpfs,
-        # "Permission denied" for the temporary file this process had just created.
-        if e.errno in (errno.EACCES, errno.EPERM) and e.filename == temporary:
+        # netCDF reports a failure of HDF5 to create a file as EACCES (on a full tmpfs,
+        # "Permission denied" for the temporary file this process had just created) or as an
+        # error code of its own ("NetCDF: HDF error").
+        if e.filename == temporary and (e.errno in (errno.EACCES, errno.EPERM)
+                                        or str(e.strerror).startswith("NetCDF:")):
             e = _full(temporary) or e
         return OSError(e.errno, e.strerror, name)  # (the subclass follows errno)
     if (isinstance(e, RuntimeError) and str(e).startswith("NetCDF:")
