@@ -134,9 +134,6 @@ NETWORK_DAMAGE = [
                                     "of an object: the network definition train was given."),
     ("destiny_netdef_json", "[1]", "'destiny_netdef_json' is '[1]' (text); expected JSON text "
                                    "of an object"),
-    ("destiny_netdef_json", '{"Layers": 3}', "the attribute 'destiny_netdef_json' holds a "
-                                             "network definition that is not valid (Layers: "
-                                             "expected a non-empty array of layer objects)."),
     (lambda nc: nc.setncattr("destiny_netdef_json", json.dumps(
         other_layers(json.loads(nc.getncattr("destiny_netdef_json"))))), None,
      "the attribute 'destiny_netdef_json' holds a definition whose layer 1 is 'H' (Hidden, 64 "
@@ -176,6 +173,23 @@ def test_predict_refuses_a_damaged_network_file(model, tmp_path, attribute, valu
     assert not out.exists()
     with pytest.raises(DataFormatError, match="damaged"):  # (the library, as holdout reads it)
         read_network(net)
+
+
+def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_path):
+    """The embedded definition is read with today's parser: one it refuses may be an earlier
+    Destiny's, not damage, and the message says which Destiny wrote the file."""
+    net, out = tmp_path / "other.nc", tmp_path / "recs.txt"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, {"destiny_netdef_json": '{"Layers": 3}', "destiny_version": "0.0.1"}, None)
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert (f"{net}: the attribute 'destiny_netdef_json' holds a network definition that this "
+            "Destiny does not accept (Layers: expected a non-empty array of layer objects); "
+            "the file was written by Destiny 0.0.1, or altered. Predict with the Destiny that "
+            "wrote it, or train the network again.") in result.output, result.output
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("attribute,value,what", [

@@ -154,9 +154,13 @@ def _check_netdef_json(get: Getter, netdef: NetworkDef) -> None:
                     "train was given")
     try:  # ("N": "auto" is the width of the layer's dataset, as the file's layer has it)
         copy = parse_netdef(data).resolve({layer.dataset: layer.n for layer in netdef.layers})
-    except NetDefError as e:
+    except NetDefError as e:  # (damage, or a definition an earlier Destiny took)
+        version = get.attrs.get("destiny_version")
+        writer = f"Destiny {version}" if isinstance(version, str) else "another Destiny"
         raise DataFormatError(get.path, f"the attribute {key!r} holds a network definition "
-                              f"that is not valid ({e}). {DAMAGED}") from None
+                              f"that this Destiny does not accept ({e}); the file was written "
+                              f"by {writer}, or altered. Predict with the Destiny that wrote "
+                              "it, or train the network again.") from None
     mine, theirs = _outline(netdef), _outline(copy)
     if len(mine) != len(theirs):
         raise DataFormatError(get.path, f"the attribute {key!r} holds a definition of "
