@@ -82,6 +82,7 @@ class NetCDFFailure(RuntimeError):
 NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
 
 
 def system_failure(e: BaseException,
@@ -100,7 +101,7 @@ def system_failure(e: BaseException,
                       "limit (ulimit -f), allows: raise the limit (or use a file system that "
                       f"takes larger files), then {then}.")
         elif e.errno in FULL:
-            remedy = f"Free space on that file system (or raise the quota), then {then}."
+            remedy = f"{FREE_SPACE[0].upper()}{FREE_SPACE[1:]}, then {then}."
         else:
             remedy = f"Check the file and the file system, then {then}."
         return f"{where}{e.strerror}; {NOTHING_REPLACED}. {remedy}"

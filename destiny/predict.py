@@ -26,14 +26,8 @@ from destiny.io.records import EncodedLabels, format_records
 from destiny.io.text import Records, input_files, read_records
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network
-from destiny.parallel import (
-    Comm,
-    ParallelError,
-    all_or_none,
-    end_round,
-    gather_in_order,
-    stop_together,
-)
+from destiny.parallel import (Comm, ParallelError, all_or_none, end_round, gather_in_order,
+                              stop_together)
 from destiny.sparse import column_range, gather_ranges
 
 _EMPTY = np.zeros(0, dtype=np.float32)

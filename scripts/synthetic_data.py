@@ -50,7 +50,7 @@ def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
             synthetic.write_ratings_csv(f, r)
         else:
             synthetic.write_ratings_dsstne(f, r, value=value)
-    where = "stdout" if output == "-" else output
+    where = "standard output" if output == "-" else output
     click.echo(f"wrote {where}: {len(r):,} ratings from {users:,} users on {items:,} items",
                err=True)
 

@@ -128,7 +128,7 @@ def test_script_writes_stdout_for_dash(tmp_path, fmt):
     write = synthetic.write_ratings_csv if fmt == "csv" else synthetic.write_ratings_dsstne
     write(tmp_path / "direct", r)
     assert result.stdout == (tmp_path / "direct").read_bytes()
-    assert result.stderr.decode().startswith("wrote stdout: ")
+    assert result.stderr.decode().startswith("wrote standard output: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["direct"]
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Callable, TextIO
 
-from destiny.errors import FULL, InterruptedAfterOutputs, OutputError
+from destiny.errors import FREE_SPACE, FULL, InterruptedAfterOutputs, OutputError
 from destiny.io import failures
 from destiny.signals import uninterrupted
 
@@ -261,8 +261,7 @@ def _open_lock(path, lock: str) -> int:
 def _remedy(e: OSError, otherwise: str) -> str:
     """What to do when a file cannot be created: ``otherwise``, unless the file system is
     full (or the quota reached, or no inode left: ENOSPC), which no permission mends."""
-    return ("free space on that file system (or raise the quota), or choose another path"
-            if e.errno in FULL else otherwise)
+    return f"{FREE_SPACE}, or choose another path" if e.errno in FULL else otherwise
 
 
 def _flock(fd: int, path, lock: str, wait: bool) -> bool | None:

@@ -100,6 +100,7 @@ class Getter:
             raise self.bad(key, f"JSON text of {expected}")
         return value
 
+
 def graph_error(get: Getter, layers, shared: dict[int, list[int]],
                  e: NetDefError) -> DataFormatError:
     """``check_graph``'s error in the file's terms: the attribute its JSON path stands for
