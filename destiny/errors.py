@@ -77,6 +77,11 @@ class NetCDFFailure(RuntimeError):
         self.filename = filename
 
 
+class InPlaceFailure(OSError):
+    """The system's failure in writing an output written in place (a stream, train's metrics
+    file), which therefore holds what was written before it (io/failures.py)."""
+
+
 # Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
 # so a command stopped part-way leaves every output as it was.
 NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
@@ -104,7 +109,10 @@ def system_failure(e: BaseException,
             remedy = f"{FREE_SPACE[0].upper()}{FREE_SPACE[1:]}, then {then}."
         else:
             remedy = f"Check the file and the file system, then {then}."
-        return f"{where}{e.strerror}; {NOTHING_REPLACED}. {remedy}"
+        kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
+                "and holds what was written before the failure" if isinstance(e, InPlaceFailure)
+                else NOTHING_REPLACED)
+        return f"{where}{e.strerror}; {kept}. {remedy}"
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "

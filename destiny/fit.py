@@ -262,7 +262,7 @@ def _open_metrics(path, kept: list[str]):
     """The metrics file, open for appending and holding the ``kept`` lines. Rewritten in
     place, not renamed: the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
     metrics = (atomic.open_stream(path) if atomic.is_stream(path) else
-               failures.open_text(path, str(path)))  # (a full disk's failure names it)
+               failures.open_text(path, str(path), in_place=True))  # (a failure names it)
     metrics.writelines(kept)
     return metrics
 

@@ -182,9 +182,10 @@ def test_a_failing_write_of_the_records_names_them(model, tmp_path, output):
             stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
             preexec_fn=_file_size_limit(4096) if output == "file" else None)
     assert done.returncode == 1, done.stderr
-    expected = (f"Error: {recs}: File too large; " if output == "file" else
-                "Error: standard output: No space left on device; ")
-    assert done.stderr.startswith(expected + "no output was replaced"), done.stderr
+    expected = (f"Error: {recs}: File too large; no output was replaced" if output == "file"
+                else "Error: standard output: No space left on device; it is written as the "
+                "command goes, and holds what was written before the failure.")
+    assert done.stderr.startswith(expected), done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -197,7 +198,8 @@ def test_records_to_a_full_device_name_it(model, tmp_path):
         str(model / "features_output"), "-r", str(model / "ratings.txt"), "-q", "-s",
         "/dev/full"])
     assert result.exit_code == 1, result.output
-    assert result.output.startswith("Error: /dev/full: No space left on device; "), result.output
+    assert result.output.startswith("Error: /dev/full: No space left on device; it is written "
+                                    "as the command goes"), result.output
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc")

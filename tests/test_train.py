@@ -682,11 +682,13 @@ def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypa
 
 def test_a_full_disk_as_the_metrics_are_written_names_them(files):
     """The metrics file's writes failing (here, a link to the full device /dev/full): the
-    message names the file as given, where it said "No space left on device" alone."""
+    message names the file as given, where it said "No space left on device" alone, and says
+    that it holds what was written (it is written in place, not replaced at the end)."""
     (files / "m.jsonl").symlink_to("/dev/full")
     result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert f"\nError: {files / 'm.jsonl'}: No space left on device; " in result.output, \
+    assert (f"\nError: {files / 'm.jsonl'}: No space left on device; it is written as the "
+            "command goes, and holds what was written before the failure.") in result.output, \
         result.output
     assert not (files / "net.nc").exists()
 

@@ -104,7 +104,7 @@ def open_stream(path) -> TextIO:
     a full disk). A device or pipe is opened."""
     fd, name = _output_fd(path), failures.output_name(path)  # (which a failure names)
     if fd is None:
-        return failures.open_text(path, name)
+        return failures.open_text(path, name, in_place=True)
     try:
         os.fstat(fd)
     except OSError:  # ('-' with stdout closed: `>&-`)
@@ -113,7 +113,7 @@ def open_stream(path) -> TextIO:
     for stream in (sys.stdout, sys.stderr):  # what the process wrote there comes first
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.flush()
-    return failures.open_text(fd, name, closefd=False)
+    return failures.open_text(fd, name, closefd=False, in_place=True)
 
 
 def check_writable(path, what: str) -> None:

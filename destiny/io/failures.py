@@ -17,7 +17,7 @@ import io
 import os
 from typing import TextIO
 
-from destiny.errors import FULL, NetCDFFailure
+from destiny.errors import FULL, InPlaceFailure, NetCDFFailure
 
 
 def output_name(path) -> str:
@@ -75,42 +75,44 @@ def _full(temporary) -> OSError | None:
     return None
 
 
-@contextlib.contextmanager
-def naming(name: str, temporary=None):
-    """Raise the system's failures of the block as ``named``."""
-    try:
-        yield
-    except (OSError, RuntimeError) as e:
-        failure = named(e, name, temporary)
-        if failure is None:
-            raise
-        raise failure from e
-
-
 class _NamedFile(io.FileIO):
     """A file open for writing whose failures (write, close: NFS reports a full disk at
-    close) name the output ``output``, wherever the file is (a temporary file, a stream)."""
+    close) name the output ``output``, wherever the file is (a temporary file, a stream);
+    ``in_place``: the output itself, as ``InPlaceFailure``."""
 
-    def __init__(self, file, output: str, closefd: bool = True):
+    def __init__(self, file, output: str, closefd: bool = True, in_place: bool = False):
         super().__init__(file, "w", closefd=closefd)
-        self.output = output
+        self.output, self.in_place = output, in_place
 
-    # (No temporary file given to ``naming``: its writes' failures name no file, and one
+    # (No temporary file given to ``named``: its writes' failures name no file, and one
     # written in place, a metrics file, must never be tried by ``_full``'s write.)
     def write(self, b):
-        with naming(self.output):
+        with self._naming():
             return super().write(b)
 
     def close(self):
-        with naming(self.output):
+        with self._naming():
             super().close()
 
+    @contextlib.contextmanager
+    def _naming(self):
+        try:
+            yield
+        except OSError as e:
+            failure = named(e, self.output)
+            if failure is None:
+                raise
+            if self.in_place:
+                failure = InPlaceFailure(failure.errno, failure.strerror, failure.filename)
+            raise failure from e
 
-def open_text(file, output: str, closefd: bool = True) -> TextIO:
+
+def open_text(file, output: str, closefd: bool = True, in_place: bool = False) -> TextIO:
     """``file`` (a path, or a descriptor) open for writing UTF-8 text as ``open(file, "w",
-    encoding="utf-8", newline="\\n")`` opens it, its failures naming ``output``. (The raw file
-    names them: only its own writes are named, not a read of an input between two of them.)"""
-    raw = _NamedFile(file, output, closefd)
+    encoding="utf-8", newline="\\n")`` opens it, its failures naming ``output`` (``in_place``:
+    the output itself, not a temporary file beside it). (The raw file names them: only its own
+    writes are named, not a read of an input between two of them.)"""
+    raw = _NamedFile(file, output, closefd, in_place)
     try:
         return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", newline="\n",
                                 line_buffering=raw.isatty())
