@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
-from destiny.io.textscan import check_no_bom
+from destiny.io.text import line_chunks
 from destiny.metrics import RankingMetrics, ranking_metrics
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
@@ -221,8 +221,6 @@ def _check_file(path, what: str, flag: str) -> None:
         raise DataFormatError(path, f"is a directory; give the {what} file itself with {flag}.")
 
 
-CHUNK_BYTES = 16 << 20
-
 
 def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: bool):
     """Yield (sample, its first ``keep`` items, its number of items) per line, in file order.
@@ -239,16 +237,7 @@ def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: boo
     first_line: dict[str, int] = {}
     line_no = 1
     with f:
-        while True:
-            chunk = f.read(CHUNK_BYTES)
-            if not chunk:
-                break
-            if line_no == 1:
-                check_no_bom(path, chunk)
-            if not chunk.endswith(b"\n"):
-                chunk += f.readline()
-                if not chunk.endswith(b"\n"):
-                    chunk += b"\n"
+        for chunk in line_chunks(f, path):
             try:
                 chunk.decode("utf-8")  # checked here so that the error can name line and column
             except UnicodeDecodeError as e:

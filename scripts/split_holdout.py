@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 import click
 import numpy as np
 
@@ -55,19 +57,24 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
     except OSError as e:
         raise DataFormatError(path, f"the input text cannot be read ({e.strerror or e}); check "
                               "the path and its permissions.") from None
+    line_no = 0
     with src:
-        line_no = 0
-        for line_no, raw in enumerate(src, 1):
-            name, tokens = _parse(path, raw, line_no)
-            n_out = int(round(len(tokens) * fraction)) if len(tokens) >= 2 else 0
-            chosen = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
-            train.write(name + "\t" + ":".join(t for i, t in enumerate(tokens) if i not in chosen)
-                        + "\n")
-            if chosen:
-                heldout.write(name + "\t"
-                              + ":".join(t for i, t in enumerate(tokens) if i in chosen) + "\n")
-            kept += len(tokens) - n_out
-            held += n_out
+        try:
+            for line_no, raw in enumerate(src, 1):
+                name, tokens = _parse(path, raw, line_no)
+                n_out = int(round(len(tokens) * fraction)) if len(tokens) >= 2 else 0
+                chosen = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
+                train.write(name + "\t" + ":".join(t for i, t in enumerate(tokens)
+                                                   if i not in chosen) + "\n")
+                if chosen:
+                    heldout.write(name + "\t" + ":".join(t for i, t in enumerate(tokens)
+                                                         if i in chosen) + "\n")
+                kept += len(tokens) - n_out
+                held += n_out
+        except OSError as e:  # the outputs name their own failures; a read's names no file
+            if e.filename is not None or e.strerror is None:
+                raise
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
     if line_no == 0:
         raise DataFormatError(path, f"the file is empty; expected samples. {_FIX_FORMAT}; check "
                               "that the right file was given.", line=1)

@@ -205,7 +205,7 @@ def test_records_to_a_full_device_name_it(model, tmp_path):
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc")
 def test_a_failing_read_is_not_named_as_the_output(model, tmp_path):
     """An input that fails as it is read, while predict writes its records (/proc/self/mem:
-    an I/O error at offset 0): its failure is not put down to the records file."""
+    an I/O error at offset 0): its failure is not put down to the records file, but to it."""
     from destiny.cli.predict import predict
 
     result = CliRunner().invoke(predict, [
@@ -213,7 +213,8 @@ def test_a_failing_read_is_not_named_as_the_output(model, tmp_path):
         str(model / "features_output"), "-r", "/proc/self/mem", "-q", "-s",
         str(tmp_path / "recs")])
     assert result.exit_code == 1, result.output
-    assert "Input/output error" in result.output and "recs" not in result.output, result.output
+    assert result.output.startswith("Error: /proc/self/mem: Input/output error; "), result.output
+    assert "recs" not in result.output, result.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -360,3 +361,27 @@ def test_popularity_memory_does_not_grow_with_users_times_items():
     assert metrics.users == users
     assert held_by_lists < 2_000_000, f"{held_by_lists:,} bytes"  # (3000 labels: 0.3 MB)
     assert peak_scoring < held_by_lists + 1_000_000, f"{peak_scoring:,} bytes"
+
+
+def test_chunks_of_a_few_lines_read_as_one(monkeypatch):
+    """The inputs are read in chunks of whole lines (io/text.line_chunks): chunks of a line or
+    two give the same metrics, and a problem's line number counts across chunks."""
+    import destiny.io.text
+
+    whole = invoke(["-r", "recs.txt", "-t", "held.txt", "--popularity", "train.txt", "-k", "2",
+                    "--json"])
+    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 8)
+    assert invoke(["-r", "recs.txt", "-t", "held.txt", "--popularity", "train.txt", "-k", "2",
+                   "--json"]).stdout == whole.stdout
+    write("train.txt", TRAIN + "u9\ta,x\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "--popularity", "train.txt"])
+    assert result.exit_code == 1 and "train.txt, line 5" in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc")
+def test_an_input_failing_as_it_is_read_is_named():
+    """An I/O error while an input is read (/proc/self/mem fails at offset 0) names it: the
+    system's error names no file."""
+    result = invoke(["-r", "/proc/self/mem", "-t", "held.txt"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: /proc/self/mem: Input/output error; "), result.stderr

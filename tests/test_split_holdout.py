@@ -129,6 +129,16 @@ def test_unreadable_input(work, make):
     assert not Path("t.txt").exists() and not Path("h.txt").exists()
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc")
+def test_an_input_failing_as_it_is_read_is_named(work):
+    """An I/O error while the input is read (/proc/self/mem fails at offset 0) names the input,
+    which the system's error does not; nothing is written."""
+    result = run("/proc/self/mem", "--train", "t.txt", "--heldout", "h.txt")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: /proc/self/mem: Input/output error; "), result.output
+    assert list(work.iterdir()) == []
+
+
 @pytest.mark.parametrize("train, heldout, text", [
     ("in.txt", "h.txt", "the training part (--train) would replace the input"),
     ("t.txt", "in.txt", "the held-out part (--heldout) would replace the input"),

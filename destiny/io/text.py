@@ -264,19 +264,30 @@ def _chunks(path):
     except OSError as e:
         raise DataFormatError(path, f"cannot open the input ({e.strerror}).") from None
     with f:
-        first = True
-        while True:
+        yield from line_chunks(f, path)
+
+
+def line_chunks(f, path):
+    """Yield the bytes of the open file ``f`` (named ``path``) in chunks of whole lines, about
+    CHUNK_BYTES each, the last given a final newline. A byte-order mark at the start is
+    refused; a read that fails (an I/O error) names the file, which the system's error does
+    not."""
+    first = True
+    while True:
+        try:
             chunk = f.read(CHUNK_BYTES)
-            if not chunk:
-                return
-            if first:
-                textscan.check_no_bom(path, chunk)
-            first = False
-            if not chunk.endswith(b"\n"):
+            if chunk and not chunk.endswith(b"\n"):
                 chunk += f.readline()
-                if not chunk.endswith(b"\n"):
-                    chunk += b"\n"
-            yield chunk
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
+        if not chunk:
+            return
+        if first:
+            textscan.check_no_bom(path, chunk)
+            first = False
+        if not chunk.endswith(b"\n"):
+            chunk += b"\n"
+        yield chunk
 
 
 def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
