@@ -593,6 +593,21 @@ def _check_share(path, layer, share: SharedWeight, by_name) -> None:
                           f"{share.source_input_layer} -> {share.source_output_layer} exists "
                           f"(spec 3.14); the sources of {target.name} are "
                           f"{', '.join(target.sources) or 'none'}")
+    owner = f"{share.source_input_layer} -> {share.source_output_layer}"
+    if any(s.input_layer == share.source_input_layer for s in target.shared_weights):
+        raise NetDefError(f"{path}.SourceOutputLayer", f"the weight {owner} is itself shared; "
+                          "a share reuses an unshared matrix (spec 3.14): name the matrix "
+                          "that weight shares")
+    mine = (by_name[share.input_layer].n, layer.n)
+    theirs = (by_name[share.source_input_layer].n, target.n)
+    if share.transposed:
+        theirs = theirs[::-1]
+    if None not in mine + theirs and mine != theirs:  # (sizes "auto" are checked once known)
+        raise NetDefError(f"{path}.SourceOutputLayer", f"the weight {share.input_layer} -> "
+                          f"{layer.name} is {mine[0]} x {mine[1]} units, and {owner}"
+                          f"{' transposed' if share.transposed else ''} is {theirs[0]} x "
+                          f"{theirs[1]}; the dimensions of a shared matrix must match "
+                          "(spec 3.14)")
 
 
 def _check_acyclic(net: NetworkDef, by_name: dict[str, LayerDef]) -> None:

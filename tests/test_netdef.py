@@ -131,12 +131,34 @@ def test_auto_needs_a_width():
 def test_single_layer_object_and_skip_and_shared_weights():
     data = minimal()
     data["Layers"][1]["Name"] = "H"
-    data["Layers"].insert(2, {"Kind": "Hidden", "Name": "H2", "N": 8, "Skip": "H",
-                              "SharedWeights": {"InputLayer": "H", "SourceInputLayer": "H",
+    data["Layers"].insert(2, {"Kind": "Hidden", "Name": "H2", "N": 8, "Skip": "H"})
+    data["Layers"].insert(3, {"Kind": "Hidden", "Name": "H3", "N": 8,
+                              "SharedWeights": {"InputLayer": "H2", "SourceInputLayer": "H",
                                                 "SourceOutputLayer": "H2"}})
     net = load_netdef(data)
     assert net.layer("H2").skips == ("H",)
-    assert net.layer("H2").shared_weights[0].transposed is False
+    assert net.layer("H3").sources == ("H2",)
+    assert net.layer("H3").shared_weights[0].transposed is False
+
+
+@pytest.mark.parametrize("share, message", [
+    ({"InputLayer": "H2", "SourceInputLayer": "H2", "SourceOutputLayer": "H3"},
+     "the weight H2 -> H3 is itself shared; a share reuses an unshared matrix (spec 3.14)"),
+    ({"InputLayer": "H2", "SourceInputLayer": "H", "SourceOutputLayer": "H2", "Transposed": 1},
+     "the weight H2 -> H3 is 8 x 6 units, and H -> H2 transposed is 8 x 8; the dimensions of a "
+     "shared matrix must match (spec 3.14)"),
+])
+def test_a_share_of_a_share_or_of_another_size_is_refused(share, message):
+    """A shared matrix is an unshared one of the same dimensions (spec 3.14); before, such a
+    definition was taken and failed (or trained wrongly) once weights were made."""
+    data = minimal()
+    data["Layers"][1]["Name"] = "H"
+    data["Layers"].insert(2, {"Kind": "Hidden", "Name": "H2", "N": 8})
+    data["Layers"].insert(3, {"Kind": "Hidden", "Name": "H3", "N": 6, "SharedWeights": share})
+    with pytest.raises(NetDefError, match=r"^Layers\[3\]\.SharedWeights\[0\]\."
+                                          r"SourceOutputLayer: ") as raised:
+        load_netdef(data)
+    assert message in str(raised.value)
 
 
 def _with(change):
