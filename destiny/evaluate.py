@@ -221,7 +221,6 @@ def _check_file(path, what: str, flag: str) -> None:
         raise DataFormatError(path, f"is a directory; give the {what} file itself with {flag}.")
 
 
-
 def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: bool):
     """Yield (sample, its first ``keep`` items, its number of items) per line, in file order.
 
