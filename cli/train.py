@@ -90,6 +90,9 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                        mu=mu, mu1=mu1, seed=seed, shuffle=shuffle)
     if ignored_d is not None and not quiet:
         note(NAME, "-d is ignored, as in DSSTNE")
+    if keep_checkpoints and not checkpoint_every and not quiet:
+        note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
+                   "checkpoints")
     progress = _Progress(cfg, quiet, comm.size)
     try:
         report = fit(config_path=config_path, input_path=input_path, output_path=output_path,

@@ -609,6 +609,13 @@ def test_keep_checkpoints_removes_only_this_runs_older_ones(files):
     assert (files / "net.nc5.nc").read_bytes() == earlier
 
 
+def test_keep_checkpoints_without_checkpoints_says_so(files):
+    result = run_train(files, "-e", "1", "--checkpoint-every", "0", "--keep-checkpoints", "2")
+    assert result.exit_code == 0, result.output
+    assert ("--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
+            "checkpoints") in result.output
+
+
 def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, monkeypatch):
     """Never removed: a damaged file named like a checkpoint, an --initial-network named like
     one (refused up front: it would be taken for one), or a copy of one named after a later
