@@ -158,6 +158,20 @@ NETWORK_DAMAGE = [
     ("destiny_input_counts_Input[:2]", -1.5, "the variable 'destiny_input_counts_Input' holds 2 "
                                              "values that are not a count (a whole number, 0 "
                                              "or more), the first -1.5 (float32) for unit 0."),
+    # the ranges a JSON definition allows for the same settings (netdef.py)
+    ("layer1_weightNorm", np.float32(-1), "'layer1_weightNorm' is -1.0 (float32); expected a "
+                                          "number, 0 or more (0: none)"),
+    ("layer2_deltaNorm", np.float32(-0.5), "'layer2_deltaNorm' is -0.5 (float32); expected a "
+                                           "number, 0 or more"),
+    ("sparsenessPenalty_p", np.float32(1.5), "'sparsenessPenalty_p' is 1.5 (float32); expected "
+                                             "a target activation in [0, 1]"),
+    ("layer1_sparsenessPenalty_beta", np.float32(-2), "'layer1_sparsenessPenalty_beta' is -2.0 "
+                                                      "(float32); expected a number, 0 or more"),
+    ("denoising_p", np.float32(1), "'denoising_p' is 1.0 (float32); expected a probability in "
+                                   "[0, 1)"),
+    ("layer0_sources", np.uint32(1), "'layer0_sources' is 1 (uint32); expected 0: an Input "
+                                     "layer takes its values from its dataset"),
+    ("layer2_sources", np.uint32(5), "'layer2_sources' is 5 (uint32); expected at most 4"),
 ]
 
 

@@ -69,10 +69,15 @@ class Getter:
 
     def dropout(self, key) -> float:
         """A layer's pDropout, in [0, 1) as in a JSON definition (netdef_fields.read_dropout)."""
-        value = self.float(key)
-        if not 0.0 <= value < 1.0:
-            raise self.bad(key, "a probability in [0, 1): dropout keeps a unit with "
-                           "probability 1 - pDropout")
+        return self.ranged(key, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1): dropout "
+                           "keeps a unit with probability 1 - pDropout")
+
+    def ranged(self, key, ok, expected: str, default=None) -> float:
+        """A finite number for which ``ok`` holds: the range a JSON definition allows for the
+        same setting (netdef.py), which a file must keep too."""
+        value = self.float(key, default)
+        if not ok(value):
+            raise self.bad(key, expected)
         return value
 
     def text(self, key) -> str:

@@ -29,6 +29,7 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef, check_graph)
+from destiny.netdef_fields import MAX_SOURCES
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
 # an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
@@ -391,15 +392,16 @@ def _read_structure(get: Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
 
 
 def _read_network(get: Getter, layers) -> NetworkDef:
-    glob_penalty = SparsenessPenalty(get.float("sparsenessPenalty_p"),
-                                     get.float("sparsenessPenalty_beta"))
+    glob_penalty = _penalty(get, "")
     return NetworkDef(
         layers=layers, name=get.text("name"), kind=get.enum("kind", NetworkKind),
         version=get.float("version"), error_function=get.enum("errorFunction", ErrorFunction),
         smce=SMCEParams(get.float("SMCE_oneScale"), get.float("SMCE_zeroScale"),
                         get.float("SMCE_oneTarget"), get.float("SMCE_zeroTarget")),
         delta_boost=DeltaBoost(get.float("deltaBoost_one"), get.float("deltaBoost_zero")),
-        sparseness_penalty=glob_penalty, denoising=Denoising(get.float("denoising_p")),
+        sparseness_penalty=glob_penalty,
+        denoising=Denoising(get.ranged("denoising_p", lambda v: 0.0 <= v < 1.0,
+                                       "a probability in [0, 1)")),
         shuffle_indices=bool(get.uint("ShuffleIndices")), decay=get.float("decay", 0.0),
         lrn=LRNParams(get.float("LRN_k"), get.float("LRN_n"), get.float("LRN_alpha"),
                       get.float("LRN_beta")),
@@ -409,23 +411,39 @@ def _read_network(get: Getter, layers) -> NetworkDef:
 def _read_layer(get: Getter, i: int) -> LayerDef:
     p = f"layer{i}_"
     attributes = get.uint(p + "attributes")
+    kind = get.enum(p + "kind", LayerKind)
+    n_sources = get.uint(p + "sources")
+    if n_sources > (0 if kind == LayerKind.Input else MAX_SOURCES):  # (as a JSON definition)
+        raise get.bad(p + "sources", "0: an Input layer takes its values from its dataset"
+                      if kind == LayerKind.Input else
+                      f"at most {MAX_SOURCES}: a layer has at most {MAX_SOURCES} (spec 3.4)")
+    non_negative = "a number, 0 or more (0: none)"
     return LayerDef(
-        name=get.text(p + "name"), kind=get.enum(p + "kind", LayerKind), index=i,
+        name=get.text(p + "name"), kind=kind, index=i,
         n=get.uint(p + "Nx", 1), type=get.enum(p + "type", LayerType),
-        sources=tuple(get.text(f"{p}source{j}") for j in range(get.uint(p + "sources"))),
+        sources=tuple(get.text(f"{p}source{j}") for j in range(n_sources)),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
         dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
         sparse=bool(attributes & 1), p_dropout=get.dropout(p + "pDropout"),
         weight_init=WeightInitDef(get.enum(p + "weightInit", WeightInit),
                                   get.float(p + "weightInitScale"), get.float(p + "biasInit")),
-        weight_norm=get.float(p + "weightNorm"), delta_norm=get.float(p + "deltaNorm"),
+        weight_norm=get.ranged(p + "weightNorm", lambda v: v >= 0.0, non_negative),
+        delta_norm=get.ranged(p + "deltaNorm", lambda v: v >= 0.0, non_negative),
         relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
         selu_lambda=get.float(p + "SELULambda"),
-        # Per-layer values, falling back to the global ones DSSTNE reads (quirk 10.25).
-        sparseness_penalty=SparsenessPenalty(
-            get.float(p + "sparsenessPenalty_p", get.float("sparsenessPenalty_p")),
-            get.float(p + "sparsenessPenalty_beta", get.float("sparsenessPenalty_beta"))),
-        shared_weights=(), denoising=bool(attributes & 2))
+        sparseness_penalty=_penalty(get, p), shared_weights=(), denoising=bool(attributes & 2))
+
+
+def _penalty(get: Getter, p: str) -> SparsenessPenalty:
+    """The sparseness penalty of layer ``p`` (``layer<i>_``: its own values, falling back to
+    the global ones DSSTNE reads, quirk 10.25; "": the global ones), in a JSON definition's
+    ranges."""
+    glob = None if not p else _penalty(get, "")
+    return SparsenessPenalty(
+        get.ranged(p + "sparsenessPenalty_p", lambda v: 0.0 <= v <= 1.0,
+                   "a target activation in [0, 1]", None if glob is None else glob.p),
+        get.ranged(p + "sparsenessPenalty_beta", lambda v: v >= 0.0, "a number, 0 or more",
+                   None if glob is None else glob.beta))
 
 
 def _check_format_version(get: Getter) -> None:
