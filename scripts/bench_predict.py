@@ -175,7 +175,7 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, w
     filt = (records.indptr, records.indices, np.zeros(len(records.indices), np.float32))
     rates, done, started = [], 0, time.perf_counter()
     stream = predictor.recommend(records, topk, filter_csr=filt, batch_size=batch)
-    t = time.perf_counter()
+    t, step = time.perf_counter(), None
     for step in stream:
         lo, got, _ = step
         now = time.perf_counter()
@@ -185,6 +185,8 @@ def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, w
         t = now
         if now - started > seconds:
             break
+    if step is None:
+        raise SystemExit(f"bench_predict: {text} holds no users to predict for.")
     lo, got, best = step  # the last batch scored: its records are the ones timed
     records_ms = time_records(records.labels[lo:lo + len(got)], got, best,
                               predictor.item_labels())
