@@ -365,7 +365,8 @@ def _read_structure(get: Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
     destination) in the order of its ``weight<k>_`` attributes, checked as the JSON parser
     checks a definition: a damaged file is refused here, not met as a failure later."""
     count = get.uint("layers", 2, "a whole number of layers, 2 or more (an Input and an Output)")
-    layers = [_read_layer(get, i) for i in range(count)]
+    glob_penalty = _penalty(get, "")  # (each layer's falls back to it: quirk 10.25)
+    layers = [_read_layer(get, i, glob_penalty) for i in range(count)]
     for layer in layers:  # (DSSTNE's own layers that Destiny does not run: not damage)
         if layer.type != LayerType.FullyConnected or layer.kind == LayerKind.Target:
             what = (f"a {layer.type.name} layer" if layer.type != LayerType.FullyConnected
@@ -388,11 +389,10 @@ def _read_structure(get: Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
             if get.text(f"weight{k}_{key}") != name:
                 raise get.bad(f"weight{k}_{key}", f"{name!r}: weight {k} joins {pair[0]!r} to "
                               f"{pair[1]!r} (the layers' sources, in order)")
-    return _read_network(get, layers), pairs
+    return _read_network(get, layers, glob_penalty), pairs
 
 
-def _read_network(get: Getter, layers) -> NetworkDef:
-    glob_penalty = _penalty(get, "")
+def _read_network(get: Getter, layers, glob_penalty: SparsenessPenalty) -> NetworkDef:
     return NetworkDef(
         layers=layers, name=get.text("name"), kind=get.enum("kind", NetworkKind),
         version=get.float("version"), error_function=get.enum("errorFunction", ErrorFunction),
@@ -408,7 +408,7 @@ def _read_network(get: Getter, layers) -> NetworkDef:
         maxout_k=get.float("maxout_k"))
 
 
-def _read_layer(get: Getter, i: int) -> LayerDef:
+def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDef:
     p = f"layer{i}_"
     attributes = get.uint(p + "attributes")
     kind = get.enum(p + "kind", LayerKind)
@@ -431,14 +431,14 @@ def _read_layer(get: Getter, i: int) -> LayerDef:
         delta_norm=get.ranged(p + "deltaNorm", lambda v: v >= 0.0, non_negative),
         relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
         selu_lambda=get.float(p + "SELULambda"),
-        sparseness_penalty=_penalty(get, p), shared_weights=(), denoising=bool(attributes & 2))
+        sparseness_penalty=_penalty(get, p, glob_penalty), shared_weights=(),
+        denoising=bool(attributes & 2))
 
 
-def _penalty(get: Getter, p: str) -> SparsenessPenalty:
+def _penalty(get: Getter, p: str, glob: SparsenessPenalty | None = None) -> SparsenessPenalty:
     """The sparseness penalty of layer ``p`` (``layer<i>_``: its own values, falling back to
-    the global ones DSSTNE reads, quirk 10.25; "": the global ones), in a JSON definition's
-    ranges."""
-    glob = None if not p else _penalty(get, "")
+    the global ones ``glob`` DSSTNE reads, quirk 10.25; "": the global ones), in a JSON
+    definition's ranges."""
     return SparsenessPenalty(
         get.ranged(p + "sparsenessPenalty_p", lambda v: 0.0 <= v <= 1.0,
                    "a target activation in [0, 1]", None if glob is None else glob.p),
