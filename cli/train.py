@@ -11,7 +11,7 @@ from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note
                                 products_note, run_command, system_failure, tf32_option)
 from destiny.errors import InterruptedAfterOutputs
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
-from destiny.wording import counted
+from destiny.wording import counted, sized
 
 NAME = "train"
 
@@ -197,6 +197,10 @@ class _Progress:
                    f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, "
                    f"{counted(data.examples, 'example')}, batch {self.cfg.batch}, "
                    f"epochs {state.epoch + 1}..{self.cfg.epochs}")
+        if data.streamed:
+            note(NAME, f"the training data takes {sized(data.bytes)} on the device, more than "
+                       f"{sized(data.budget)} (half of the memory free there): it is copied a "
+                       "chunk at a time, in each epoch's order")
         self._new_bar(state.epoch + 1)
 
     def _new_bar(self, epoch: int):

@@ -118,7 +118,16 @@ def system_failure(e: BaseException,
         return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "
                 f"a full disk or quota is the usual cause: free space, then {then}.")
     if isinstance(e, MemoryError):  # NumPy's says how much one array needed
-        what = f"out of memory ({str(e) or 'an allocation failed'})"
+        on_gpu = type(e).__module__.startswith("cupy")  # (CuPy's pool: the device's memory)
+        what = f"out of {'GPU ' if on_gpu else ''}memory ({str(e) or 'an allocation failed'})"
+        if on_gpu:
+            return (f"{what}. The network's weights, their gradients and optimizer state, a "
+                    "batch and its activations must fit in the GPU's memory (the training "
+                    "data need not: it is streamed where it does not fit in half of what is "
+                    "free): use smaller layers or a smaller batch (-b), split the layers over "
+                    "several GPUs with mpiexec (train; predict --split-layers: the README's "
+                    "sections on them), or free the GPU of other processes (nvidia-smi lists "
+                    "them).")
         if not network:
             return (f"{what}; {NOTHING_REPLACED}. Check that the inputs are the files meant, "
                     "then free memory or run on a machine with more.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -117,10 +117,25 @@ def too_narrow(net: Network, layer: str, dataset: str, width: int, path=None) ->
                         f"\"auto\" or an N of at least {width:,}.")
 
 
-class TrainData:
-    """The datasets bound to a network's Input and Output layers (spec 3.4)."""
+# The training data is copied to the device whole when it takes at most this share of the
+# device memory free once the network is there; the rest is left for a batch's arrays, the
+# activations, scratch and cuBLAS. Larger data is streamed: each epoch's examples go to the
+# device in chunks of at most that size, in the epoch's order (``TrainData.batches``).
+DEVICE_DATA_SHARE = 0.5
 
-    def __init__(self, net: Network, datasets: dict[str, SparseDataset]):
+
+class TrainData:
+    """The datasets bound to a network's Input and Output layers (spec 3.4), and the backend's
+    copy of them, from which each minibatch is gathered.
+
+    On the cpu the copy is the arrays themselves. On a GPU the data is copied to the device
+    once, or, where it takes more than ``device_budget`` bytes (by default
+    ``DEVICE_DATA_SHARE`` of the device's free memory), streamed a chunk at a time in each
+    epoch's order (``streamed``).
+    """
+
+    def __init__(self, net: Network, datasets: dict[str, SparseDataset], *,
+                 device_budget: int | None = None):
         net.check_trainable()
         self.inputs: dict[str, SparseDataset] = {}
         self.targets: dict[str, SparseDataset] = {}
@@ -145,44 +160,127 @@ class TrainData:
             raise DestinyError(f"the datasets hold different numbers of examples ({sizes}); "
                                "build them from the same samples (one -s index, same input).")
         self.examples = rows.pop()
-        # The backend's copies of the data (on a GPU: copied once; on the CPU: the arrays).
-        # An autoencoder's input and output datasets usually hold the same entries (DSSTNE's
-        # examples write both from one file): they share one copy, and each batch one gather.
-        self.kernels = net.backend
-        self._held: dict[str, tuple] = {}
+        # The data on the host, by layer. An autoencoder's input and output datasets usually
+        # hold the same entries (DSSTNE's examples write both from one file): they share one
+        # copy on the backend, and each batch one gather.
+        self._host: dict[str, tuple] = {}
         bound = self.inputs | self.targets
         for n, ds in bound.items():
-            twin = next((m for m in self._held if _same_entries(bound[m], ds)), None)
-            self._held[n] = (self._held[twin] if twin is not None
-                             else self._hold((ds.indptr, ds.indices, ds.values)))
-        self._denoised: dict[str, tuple] = {}
+            twin = next((m for m in self._host if _same_entries(bound[m], ds)), None)
+            self._host[n] = (self._host[twin] if twin is not None else
+                             (ds.indptr, ds.indices, _EMPTY if ds.values is None else ds.values))
         self._ignore_zero = frozenset(n for n, ds in self.targets.items() if ds.ignore_zero)
+        self._denoised_host: dict[str, tuple] = {}
+        # Held on the backend whole (copied once), or streamed: see ``DEVICE_DATA_SHARE``.
+        self.kernels = net.backend
+        if device_budget is None:
+            free = self.kernels.free_memory()
+            device_budget = None if free is None else int(free * DEVICE_DATA_SHARE)
+        self.budget = device_budget
+        denoising = [n for n in self.inputs if net.layers[n].denoising]
+        self.bytes = (sum(_nbytes(csr) for csr in _distinct(self._host.values()))
+                      + sum(_nbytes(self._host[n]) for n in denoising))  # (an epoch's copy)
+        self.streamed = self.budget is not None and self.bytes > self.budget
+        self._held = {} if self.streamed else self._hold(self._host)
+        self._denoised: dict[str, tuple] = {}
 
-    def _hold(self, csr) -> tuple:
-        """(host indptr, backend indptr, backend indices, backend values) of a CSR matrix."""
-        indptr, indices, values = csr
-        kb = self.kernels
-        return (indptr, kb.to_device(indptr), kb.to_device(indices),
-                kb.to_device(_EMPTY if values is None else values))
+    def _hold(self, host: dict[str, tuple]) -> dict[str, tuple]:
+        """The backend's copies of CSR matrices by layer (a matrix shared by layers is held
+        once): (host indptr, backend indptr, backend indices, backend values) each."""
+        kb, held = self.kernels, {}
+        for csr in _distinct(host.values()):
+            indptr, indices, values = csr
+            held[id(csr)] = (indptr, kb.to_device(indptr), kb.to_device(indices),
+                             kb.to_device(values))
+        return {n: held[id(csr)] for n, csr in host.items()}
 
     def set_denoised(self, inputs: dict[str, tuple]) -> None:
         """This epoch's denoised input CSR matrices, by input layer (spec 3.9)."""
-        self._denoised = {n: self._hold(csr) for n, csr in inputs.items()}
+        self._denoised = {}  # (last epoch's copies go before this one's are made)
+        self._denoised_host = {n: (indptr, indices, _EMPTY if values is None else values)
+                               for n, (indptr, indices, values) in inputs.items()}
+        if not self.streamed:
+            self._denoised = self._hold(self._denoised_host)
+
+    def _epoch_host(self) -> dict[str, tuple]:
+        """This epoch's CSR matrices on the host, by layer (the denoised inputs instead)."""
+        return self._host | self._denoised_host
 
     def batch(self, rows: np.ndarray) -> Batch:
-        """The minibatch of ``rows``, assembled by the backend from the data it holds."""
-        kb = self.kernels
+        """The minibatch of examples ``rows``, assembled by the backend from the data it holds
+        (streamed data: these rows alone are copied to it)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self.streamed:
+            return self._gather(self._chunk(rows), np.arange(len(rows), dtype=np.int64))
+        return self._gather(self._held | self._denoised, rows)
+
+    def batches(self, order: np.ndarray, size: int) -> Iterator[tuple[int, Batch]]:
+        """The minibatches of ``size`` examples of ``order`` in turn, each with the position of
+        its first example in ``order``.
+
+        Streamed data goes to the backend a chunk at a time: the examples of as many whole
+        batches as fit in the budget, copied in ``order``, so that each batch is gathered from
+        the chunk on the backend as from data held whole (the same batches, bit for bit).
+        """
+        order = np.asarray(order, dtype=np.int64)
+        if not self.streamed:
+            held = self._held | self._denoised
+            for pos in range(0, len(order), size):
+                yield pos, self._gather(held, order[pos:pos + size])
+            return
+        for c0, c1 in self.chunks(order, size):
+            chunk = None  # (the last chunk's memory goes before this one is copied)
+            chunk = self._chunk(order[c0:c1])
+            local = np.arange(c1 - c0, dtype=np.int64)
+            for pos in range(c0, c1, size):
+                yield pos, self._gather(chunk, local[pos - c0:pos - c0 + size])
+
+    def chunks(self, order: np.ndarray, size: int) -> list[tuple[int, int]]:
+        """The ranges [c0, c1) of positions in ``order`` that ``batches`` copies to the
+        backend at a time: whole batches, as many as fit in the budget (at least one)."""
+        starts = np.arange(0, len(order), size)
+        if not self.streamed:
+            return [(0, len(order))] if len(order) else []
+        row_bytes = sum(_row_bytes(csr) for csr in _distinct(self._epoch_host().values()))
+        per_batch = np.add.reduceat(row_bytes[order], starts) if len(order) else row_bytes[:0]
+        ends = np.cumsum(per_batch)  # bytes of batches [0, j] together
+        out, i = [], 0
+        while i < len(starts):
+            below = ends[i - 1] if i else 0
+            j = max(i + 1, int(np.searchsorted(ends, below + self.budget, side="right")))
+            out.append((int(starts[i]), int(starts[j]) if j < len(starts) else len(order)))
+            i = j
+        return out
+
+    def _chunk(self, rows: np.ndarray) -> dict[str, tuple]:
+        """Examples ``rows`` of this epoch's data, in that order, copied to the backend."""
+        from destiny.kernels.cpu.batch import take_rows  # (the host's gather)
+
+        host = {}
+        for csr in _distinct(self._epoch_host().values()):
+            indptr, indices, values = csr
+            out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(indptr[rows + 1] - indptr[rows], out=out_indptr[1:])
+            out_indices = np.empty(int(out_indptr[-1]), dtype=indices.dtype)
+            out_values = np.empty(int(out_indptr[-1]) if len(values) else 0, dtype=values.dtype)
+            take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows)
+            host[id(csr)] = (out_indptr, out_indices, out_values)
+        return self._hold({n: host[id(csr)] for n, csr in self._epoch_host().items()})
+
+    def _gather(self, held: dict[str, tuple], rows: np.ndarray) -> Batch:
+        """The minibatch of rows ``rows`` of the CSR matrices ``held`` on the backend."""
+        kb = self.kernels
         on_backend = kb.to_device(rows)
-        gathered = {}  # id of a held dataset -> its batch (datasets held once are gathered once)
+        gathered = {}  # id of a held matrix -> its batch (matrices held once, gathered once)
 
-        def csr(held):
-            if id(held) not in gathered:
-                gathered[id(held)] = gather(held)
-            return gathered[id(held)]
+        def csr(name):
+            h = held[name]
+            if id(h) not in gathered:
+                gathered[id(h)] = gather(h)
+            return gathered[id(h)]
 
-        def gather(held):
-            host_indptr, indptr, indices, values = held
+        def gather(h):
+            host_indptr, indptr, indices, values = h
             out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
             np.cumsum(host_indptr[rows + 1] - host_indptr[rows], out=out_indptr[1:])
             out_indices = kb.empty(int(out_indptr[-1]), np.int32)
@@ -191,10 +289,24 @@ class TrainData:
             kb.take_rows(out_indices, out_values, out_indptr, indptr, indices, values, on_backend)
             return out_indptr, out_indices, out_values
 
-        return Batch(size=len(rows),
-                     inputs={n: csr(self._denoised.get(n, self._held[n])) for n in self.inputs},
-                     targets={n: csr(self._held[n]) for n in self.targets},
-                     ignore_zero=self._ignore_zero)
+        return Batch(size=len(rows), inputs={n: csr(n) for n in self.inputs},
+                     targets={n: csr(n) for n in self.targets}, ignore_zero=self._ignore_zero)
+
+
+def _distinct(csrs) -> list[tuple]:
+    """The CSR matrices of ``csrs``, each once (matrices shared by layers are one object)."""
+    return list({id(c): c for c in csrs}.values())
+
+
+def _nbytes(csr: tuple) -> int:
+    return sum(a.nbytes for a in csr)
+
+
+def _row_bytes(csr: tuple) -> np.ndarray:
+    """The bytes each row of a CSR matrix takes on the backend: its entries and its offset."""
+    indptr, indices, values = csr
+    per_entry = indices.itemsize + (values.itemsize if len(values) else 0)
+    return np.diff(indptr) * per_entry + indptr.itemsize
 
 
 def _same_entries(a: SparseDataset, b: SparseDataset) -> bool:
@@ -270,9 +382,7 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
     scale = 1.0 / (1.0 - net.netdef.denoising.p)
     total_t, skipped, step = 0.0, 0, cfg.alpha
     moving, init_steps, brake_steps = 0.0, 100, 0  # reset every epoch (spec 5.2)
-    for number, pos in enumerate(range(0, E, cfg.batch)):
-        rows = perm[pos:pos + cfg.batch]
-        batch = data.batch(rows)
+    for number, (pos, batch) in enumerate(data.batches(perm, cfg.batch)):
         denoise = {n: (batch.inputs[n], scale) for n in masks}
         with np.errstate(over="ignore", invalid="ignore"):  # the NaN guard reports it
             net.forward(batch, train=True, denoise=denoise,
@@ -302,7 +412,7 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
             skipped += 1
             net.discard_gradients()
         if on_batch is not None:
-            on_batch(len(rows), err_t)
+            on_batch(batch.size, err_t)
         if stops is not None:
             stops.check()
     bad = net.check_finite()

@@ -1,4 +1,5 @@
-"""Counts and stored values in messages: "1 sample", "12,345 samples", "768.0 (float32)"."""
+"""Counts, sizes and stored values in messages: "1 sample", "12,345 samples", "3.4 MiB",
+"768.0 (float32)"."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` (with thousands separators) and ``noun``, made plural (``noun + 's'`` unless
     ``plural`` is given) for every count but 1."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def sized(nbytes: int) -> str:
+    """A number of bytes as a message shows it: "512 bytes", "3.4 MiB", "1.2 GiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return counted(nbytes, "byte")
 
 
 def shown(value) -> str:

@@ -69,6 +69,28 @@ def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
     assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
 
 
+def test_out_of_gpu_memory_names_the_gpu(monkeypatch):
+    """CuPy's pool (numba.cuda's allocator on a GPU) raises its OutOfMemoryError, a
+    MemoryError: the advice is the GPU's memory, not the machine's."""
+    import destiny.fit
+    from destiny.cli.train import train
+
+    class OutOfMemoryError(MemoryError):  # (as cupy.cuda.memory defines it)
+        pass
+
+    OutOfMemoryError.__module__ = "cupy.cuda.memory"
+
+    def too_large(**_):
+        raise OutOfMemoryError("Out of memory allocating 8,589,934,592 bytes (allocated so "
+                               "far: 79,456,894,976 bytes).")
+
+    monkeypatch.setattr(destiny.fit, "fit", too_large)
+    result = CliRunner().invoke(train, ["-c", "n.json", "-i", "i.nc", "-o", "o.nc", "-n", "x.nc"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of GPU memory (Out of memory allocating 8,589")
+    assert "fit in the GPU's memory" in result.output and "machine's" not in result.output
+
+
 def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
     """generate-netcdf (a binary file given as text, say) has no network to make smaller;
     a MemoryError without a message says what failed."""

@@ -174,6 +174,89 @@ def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once
         np.testing.assert_array_equal(got, expected)
 
 
+def _streaming_case(seed=5):
+    """A network reading an analog input with denoising and a target dataset of other
+    entries, and its two datasets (the cases a chunk must carry: values, two matrices, an
+    epoch's denoised copy)."""
+    rng = np.random.default_rng(seed)
+    inp = random_dataset("gl_input", rows=203, seed=seed)
+    inp = SparseDataset("gl_input", inp.width, inp.indptr, inp.indices,
+                        values=rng.random(inp.nnz).astype(np.float32))
+    out = random_dataset("gl_output", rows=203, seed=seed + 1)
+    nd = parse_netdef(small_netdef(Denoising={"p": 0.3})).resolve(
+        {"gl_input": 128, "gl_output": 128})
+    return nd, {"gl_input": inp, "gl_output": out}
+
+
+def _train_streaming(budget, epochs=2):
+    nd, datasets = _streaming_case()
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(7)
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": 16, "epochs": epochs,
+                         "optimizer": "adam", "alpha": 0.01, "lam": 0.0, "seed": 3,
+                         "shuffle": True})
+    net.init_optimizer(cfg.optimizer_config())
+    data = TrainData(net, datasets, device_budget=budget)
+    state = train_epochs(net, data, cfg, TrainState())
+    return net, data, state
+
+
+@pytest.mark.parametrize("budget", [1, 3000, 8000])
+def test_streamed_data_trains_exactly_as_data_held_whole(budget):
+    """Data larger than the device's budget goes to it a chunk of whole batches at a time, in
+    the epoch's order: the same batches, so the same weights, bit for bit (a budget below one
+    batch makes chunks of one batch)."""
+    whole, held, _ = _train_streaming(None)
+    streamed, data, state = _train_streaming(budget)
+    assert not held.streamed and data.streamed and state.epoch == 2
+    order = np.random.default_rng(0).permutation(data.examples)
+    assert len(data.chunks(order, 16)) > 1
+    for a, b in zip(_parameters(streamed), _parameters(whole), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("budget", [1, 2500, 9000])
+def test_a_chunk_is_whole_batches_within_the_budget(budget):
+    """Chunks cover the epoch's order in turn, start and end on batch boundaries (the last may
+    be short), and take at most the budget on the backend, unless one batch alone is more."""
+    nd, datasets = _streaming_case()
+    net = Network(nd, get_backend("cpu"))
+    data = TrainData(net, datasets, device_budget=budget)
+    inp, out = datasets["gl_input"], datasets["gl_output"]
+    assert data.bytes == 2 * (inp.indptr.nbytes + inp.indices.nbytes + inp.values.nbytes) + (
+        out.indptr.nbytes + out.indices.nbytes)  # (the input, its denoised copy, the target)
+    data.set_denoised({"Input": (inp.indptr[:1].repeat(inp.rows + 1), inp.indices[:0], None)})
+    order = np.random.default_rng(1).permutation(data.examples)
+    chunks = data.chunks(order, 16)
+    assert [c0 for c0, _ in chunks] == [0] + [c1 for _, c1 in chunks[:-1]]
+    assert chunks[-1][1] == len(order) and all(c0 % 16 == 0 for c0, _ in chunks)
+
+    def size(c0, c1):  # this epoch: the denoised input is empty, the target 4 bytes an entry
+        rows = order[c0:c1]
+        return 8 * len(rows) + 8 * len(rows) + 4 * int((out.indptr[rows + 1]
+                                                        - out.indptr[rows]).sum())
+
+    for c0, c1 in chunks:
+        assert size(c0, c1) <= budget or c1 - c0 <= 16
+        if c1 < len(order):  # (the next batch would not have fit)
+            assert size(c0, min(c1 + 16, len(order))) > budget
+    batches = list(data.batches(order, 16))
+    assert [pos for pos, _ in batches] == list(range(0, len(order), 16))
+    for pos, batch in batches:
+        rows = order[pos:pos + 16]
+        expected = np.concatenate([out.indices[out.indptr[r]:out.indptr[r + 1]] for r in rows])
+        np.testing.assert_array_equal(batch.targets["Output"][1], expected)
+        assert batch.inputs["Input"][1].size == 0
+
+
+def test_data_within_the_budget_is_held_whole():
+    nd, datasets = _streaming_case()
+    net = Network(nd, get_backend("cpu"))
+    assert TrainData(net, datasets).budget is None  # (the cpu: the data is where it works)
+    fits = TrainData(net, datasets, device_budget=10**9)
+    assert not fits.streamed and fits.chunks(np.arange(fits.examples), 16) == [(0, 203)]
+
+
 def _train_small(files, backend, optimizer, epochs, *, net=None, state=None):
     from destiny.io.dataset import read_dataset
 

@@ -60,6 +60,40 @@ def test_gpu_trains_what_the_cpu_trains(files, optimizer):
         np.testing.assert_allclose(gpu.biases[k], cpu.biases[k], rtol=1e-4, atol=1e-6)
 
 
+def test_gpu_streams_data_larger_than_its_budget_and_trains_the_same(files, tmp_path,
+                                                                     monkeypatch):
+    """Data above the device's budget (half its free memory; here a device of 600 bytes free)
+    is copied a chunk at a time, which ``train`` says: the weights are those of the data held
+    whole."""
+    from click.testing import CliRunner
+
+    import destiny.kernels.cuda.dense
+    import destiny.train
+    from destiny.cli.train import train
+
+    chunks = []
+    seen = destiny.train.TrainData.chunks
+    monkeypatch.setattr(destiny.train.TrainData, "chunks",
+                        lambda self, *a: chunks.append(seen(self, *a)) or chunks[-1])
+    notes = {}
+    for free in (None, 600):
+        monkeypatch.setattr(destiny.kernels.cuda.dense, "free_memory", lambda f=free: f)
+        with _fast_simulator():
+            result = CliRunner().invoke(train, [
+                "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+                "-o", str(files / "gl_output.nc"), "-n", str(tmp_path / f"{free}.nc"),
+                "-b", "4", "-e", "2", "--backend", "gpu"])
+        assert result.exit_code == 0, result.output
+        notes[free] = "a chunk at a time" in result.output
+    assert notes == {None: False, 600: True}
+    assert "more than 300 bytes (half of the memory free there)" in result.output
+    assert len(chunks) == 2 and all(len(c) > 1 for c in chunks)  # (streamed: both epochs)
+    whole, streamed = read_network(tmp_path / "None.nc"), read_network(tmp_path / "600.nc")
+    for k in whole.weights:
+        np.testing.assert_array_equal(streamed.weights[k], whole.weights[k])
+        np.testing.assert_array_equal(streamed.biases[k], whole.biases[k])
+
+
 @pytest.mark.parametrize("multiply", [False, True])
 def test_gpu_predicts_what_the_cpu_predicts(files, multiply):
     import io

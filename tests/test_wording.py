@@ -1,8 +1,8 @@
-"""``destiny.wording``: counts and stored values in messages."""
+"""``destiny.wording``: counts, sizes and stored values in messages."""
 
 import numpy as np
 
-from destiny.wording import counted, shown
+from destiny.wording import counted, shown, sized
 
 
 def test_counted():
@@ -11,6 +11,14 @@ def test_counted():
     assert counted(12345, "sample") == "12,345 samples"
     assert counted(1, "entry", "entries") == "1 entry"
     assert counted(2, "entry", "entries") == "2 entries"
+
+
+def test_sized():
+    assert sized(1) == "1 byte"
+    assert sized(1023) == "1,023 bytes"
+    assert sized(1024) == "1.0 KiB"
+    assert sized(3_565_158) == "3.4 MiB"
+    assert sized(5 << 30) == "5.0 GiB"
 
 
 def test_shown_gives_the_value_and_its_type():

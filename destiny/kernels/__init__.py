@@ -34,9 +34,9 @@ KERNELS = {
     "topk": ("top_k", "top_k_activated", "multiply_filter"),
     "rng": ("uniform_fill", "denoise_keep"),
     "batch": ("take_rows",),
-    "dense": ("empty", "zeros", "to_device", "to_host", "download", "synchronize", "gemm",
-              "add", "add_bias", "multiply", "scale", "copy", "fill", "column_mean", "zero_rows",
-              "sum_squares", "abs_sum", "all_finite"),
+    "dense": ("empty", "zeros", "free_memory", "to_device", "to_host", "download",
+              "synchronize", "gemm", "add", "add_bias", "multiply", "scale", "copy", "fill",
+              "column_mean", "zero_rows", "sum_squares", "abs_sum", "all_finite"),
 }
 
 

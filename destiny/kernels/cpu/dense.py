@@ -12,7 +12,8 @@ from numba import njit, prange
 
 # Allocation is NumPy's; the reductions run once per epoch, where NumPy's are fast enough.
 from destiny.kernels.reference.dense import (  # noqa: F401
-    abs_sum, all_finite, download, empty, sum_squares, synchronize, to_device, to_host, zeros)
+    abs_sum, all_finite, download, empty, free_memory, sum_squares, synchronize, to_device,
+    to_host, zeros)
 
 
 def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):

@@ -182,6 +182,15 @@ def synchronize():
     cuda.synchronize()
 
 
+def free_memory():
+    """Bytes of device memory the driver has free now; None under the simulator, whose
+    device memory is the host's and has no limit of its own. (Blocks CuPy's pool keeps for
+    reuse are not counted: free in the pool, but not to the driver.)"""
+    if SIMULATED:
+        return None
+    return int(cuda.current_context().get_memory_info().free)
+
+
 def to_host(array):
     """A NumPy array of a device array (host arrays are returned as they are)."""
     if hasattr(array, "copy_to_host"):

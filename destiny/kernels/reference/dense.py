@@ -28,6 +28,13 @@ def synchronize():
     """Wait until the backend's queued work is done (timing; nothing is queued on the CPU)."""
 
 
+def free_memory():
+    """Bytes of the backend's memory free for more arrays, or None where the data a backend
+    works on is already in its memory (the host's, here): nothing is copied, so there is
+    nothing to budget (``destiny.train.TrainData``)."""
+    return None
+
+
 def to_host(array):
     """A NumPy array of a backend array (the array itself on the CPU)."""
     return np.asarray(array)
