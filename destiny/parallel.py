@@ -91,6 +91,9 @@ class Comm:
 
     rank = 0
     size = 1
+    # This process's rank among the job's processes on its machine: it picks the process's
+    # GPU (``destiny.kernels.get_backend``'s ``process``).
+    local_rank = 0
 
     @property
     def is_root(self) -> bool:
@@ -145,9 +148,14 @@ class MPIComm(Comm):
     """Ranks of ``MPI.COMM_WORLD``; objects travel pickled, arrays as buffers."""
 
     def __init__(self, world):
+        from mpi4py import MPI
+
         self._world = world
         self.rank = world.Get_rank()
         self.size = world.Get_size()
+        host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (the ranks sharing this machine)
+        self.local_rank = host.Get_rank()
+        host.Free()
 
     def bcast(self, obj):
         return self._world.bcast(obj, root=0)

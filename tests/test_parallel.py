@@ -353,6 +353,7 @@ MPI_SCRIPT = textwrap.dedent("""
     comm = get_comm()
     assert isinstance(comm, MPIComm) and comm.size == 3, comm
     r = comm.rank
+    assert comm.local_rank == r  # (all three on this machine: each would take its own GPU)
     assert comm.bcast(r + 10) == 10
     assert comm.gather(r + 1) == ([1, 2, 3] if r == 0 else None)
     assert comm.allgather(r + 1) == [1, 2, 3]

@@ -40,7 +40,7 @@ KERNELS = {
 }
 
 
-def _load(package: str, tf32: bool = False) -> types.SimpleNamespace:
+def _load(package: str, tf32: bool = False, process: int = 0) -> types.SimpleNamespace:
     import functools
     import importlib
 
@@ -53,7 +53,12 @@ def _load(package: str, tf32: bool = False) -> types.SimpleNamespace:
     products = "tf32" if tf32 and package in ("cuda", "reference") else "float32"
     if products == "tf32":
         functions["gemm"] = functools.partial(functions["gemm"], tf32=True)
-    return types.SimpleNamespace(name=package, products=products, **functions)
+    device = None
+    if package == "cuda":  # (before any array is made: the device decides where they live)
+        from destiny.kernels.cuda.device import use_device
+
+        device = use_device(process)
+    return types.SimpleNamespace(name=package, products=products, device=device, **functions)
 
 
 def cuda_available() -> bool:
@@ -74,7 +79,8 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamespace:
+def get_backend(name: str = "auto", *, tf32: bool = False,
+                process: int = 0) -> types.SimpleNamespace:
     """The kernels of one backend, chosen once: ``reference``, ``cpu``, ``gpu`` or ``auto``.
 
     ``auto`` takes the GPU when numba.cuda finds one, else the cpu. ``gpu`` where there is
@@ -85,6 +91,11 @@ def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamesp
     PyTorch's ``allow_tf32``): a permission, so the cpu, whose products are float32 anyway,
     takes it without effect. The reference models TF32 by cutting the operands' mantissas.
     The namespace's ``products`` says which arithmetic they use.
+
+    ``process``: this process's rank among the job's processes on its machine
+    (``Comm.local_rank``). The GPU backend binds the process to GPU ``process % count``, so
+    that the ranks of a job each drive their own GPU (``kernels/cuda/device.py``); the
+    namespace's ``device`` says which (None on the cpu and under the simulator).
     """
     if name == "auto":
         name = "gpu" if _gpu_present() else "cpu"
@@ -96,7 +107,7 @@ def get_backend(name: str = "auto", *, tf32: bool = False) -> types.SimpleNamesp
                 "--backend gpu: no NVIDIA GPU is usable here (numba.cuda finds none, or the "
                 "gpu extra is missing: pip install '.[gpu]' in Destiny's directory, which "
                 "brings numba-cuda and CuPy). Use --backend cpu (or auto).")
-        return _load("cuda", tf32)
+        return _load("cuda", tf32, process)
     raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or "
                                   "reference.")
 
