@@ -1,7 +1,9 @@
-"""Counts, sizes and stored values in messages: "1 sample", "12,345 samples", "3.4 MiB",
-"768.0 (float32)"."""
+"""Counts, sizes, stored values and names in messages: "1 sample", "12,345 samples",
+"3.4 MiB", "768.0 (float32)", "x\\xff.txt"."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -39,3 +41,27 @@ def _item(value) -> str:
     if isinstance(value, np.floating):
         return str(value)
     return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+
+# Python holds a byte of a file name or of the command line that is not UTF-8 as a surrogate
+# escape: U+DC80..U+DCFF for the bytes 0x80..0xff (os.fsdecode(b'\xff') is '\udcff').
+_BYTE_ESCAPE = re.compile("[\udc80-\udcff]")
+# The same escape as repr() writes it (an escaped backslash is skipped whole).
+_REPR_BYTE_ESCAPE = re.compile(r"\\\\|\\udc([89a-f][0-9a-f])")
+
+
+def readable(text: str) -> str:
+    """``text`` with each byte that is not UTF-8 (a surrogate escape, '\\udcff') shown as
+    ``\\xff``, as ``os.fsencode(name).decode('utf-8', 'backslashreplace')`` shows a file name,
+    and any other lone surrogate as its escape: a message always writable as UTF-8 (a lone
+    surrogate cannot be encoded: stderr shows it as '\\udcff', a strict stream fails)."""
+    text = _BYTE_ESCAPE.sub(lambda m: f"\\x{ord(m[0]) - 0xdc00:02x}", text)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def quoted(text: str) -> str:
+    """``repr(text)`` for a file name or a command-line value, its bytes that are not UTF-8
+    shown as ``readable`` shows them: ``'a\\xff'``, not repr's ``'a\\udcff'``. (Text read as
+    UTF-8, such as a JSON string holding the escape \\udcff, keeps repr's escape: use repr.)"""
+    return _REPR_BYTE_ESCAPE.sub(lambda m: m[0] if m[1] is None else f"\\x{m[1]}", repr(text))

@@ -1,8 +1,10 @@
-"""``destiny.wording``: counts, sizes and stored values in messages."""
+"""``destiny.wording``: counts, sizes, stored values and names in messages."""
+
+import os
 
 import numpy as np
 
-from destiny.wording import counted, shown, sized
+from destiny.wording import counted, quoted, readable, shown, sized
 
 
 def test_counted():
@@ -35,3 +37,23 @@ def test_shown_cuts_long_values_short():
     assert shown(np.zeros(20, dtype=np.int8)) == "[" + "0, " * 19 + "0] (int8)"
     assert shown(np.zeros(21, dtype=np.int8)) == "[" + "0, " * 18 + "0,... (int8)"
     assert shown(np.arange(100)).endswith("... (int64)")
+
+
+NOT_UTF8 = os.fsdecode(b"a\xff\x80b.txt")  # as Python holds such a file name: 'a\udcff\udc80b.txt'
+
+
+def test_readable_shows_the_bytes_that_are_not_utf8():
+    assert readable(NOT_UTF8) == "a\\xff\\x80b.txt"
+    assert readable(NOT_UTF8) == os.fsencode(NOT_UTF8).decode("utf-8", "backslashreplace")
+    assert readable(f"{NOT_UTF8}: not found").encode("utf-8")  # (a lone surrogate cannot be)
+    assert readable("x\ud800y") == "x\\ud800y"  # (no byte's escape: shown as Python writes it)
+    assert readable("caf\u00e9 \\udcff") == "caf\u00e9 \\udcff"  # UTF-8, and text, unchanged
+
+
+def test_quoted_is_repr_with_the_bytes_shown():
+    assert repr(NOT_UTF8) == "'a\\udcff\\udc80b.txt'"
+    assert quoted(NOT_UTF8) == "'a\\xff\\x80b.txt'"
+    assert quoted("it's\udcff") == '"it\'s\\xff"'
+    assert quoted("a\\udcff") == repr("a\\udcff")  # a backslash in the name: not an escape
+    assert quoted("x\ud800") == repr("x\ud800")
+    assert quoted("caf\u00e9\t") == repr("caf\u00e9\t")
