@@ -18,16 +18,26 @@ import click
 from destiny.errors import (NOTHING_REPLACED, DestinyError, InterruptedAfterOutputs,
                             system_failure)
 from destiny.signals import STOP_SIGNALS
+from destiny.wording import readable
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def library_errors(fn):
     """Turn a ``DestinyError`` into exit code 1 with its message (``DESTINY_DEBUG=1``: traceback);
-    so too an interrupt (Ctrl-C, SIGTERM) and the system's failures (a full disk)."""
+    so too an interrupt (Ctrl-C, SIGTERM) and the system's failures (a full disk). Every
+    message the command ends with passes here, where a byte of a file name that is not UTF-8
+    is shown as \\xff (``wording.readable``): an OSError's file name, an output's path."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        try:
+            return _mapped(*args, **kwargs)
+        except click.ClickException as e:
+            e.message = readable(e.message)
+            raise
+
+    def _mapped(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
         try:
@@ -98,8 +108,9 @@ def products_note(kernels) -> str:
 
 
 def note(command: str, message: str) -> None:
-    """One line of information on stderr (stdout is kept for data)."""
-    click.echo(f"{command}: {message}", err=True)
+    """One line of information on stderr (stdout is kept for data); file names as
+    ``wording.readable`` shows them."""
+    click.echo(f"{command}: {readable(message)}", err=True)
 
 
 def progress_bar(total: int, desc: str):

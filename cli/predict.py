@@ -11,7 +11,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
                                 stdin_for_dash, tf32_option)
-from destiny.wording import counted
+from destiny.wording import counted, quoted
 
 NAME = "predict"
 
@@ -24,7 +24,7 @@ _SCORE_FORMAT = re.compile(r"[-+ #0]*\d*(?:\.\d*)?[hlL]?[eEfFgG]")  # (C's 4.3lf
 def _check_format(ctx, param, fmt: str) -> str:
     # A parse-time check: under mpiexec every rank then agrees on it with the other usage errors.
     if not _SCORE_FORMAT.fullmatch(fmt):
-        raise click.BadParameter(f"{fmt!r} is not a printf conversion for a number, such as "
+        raise click.BadParameter(f"{quoted(fmt)} is not a printf conversion for a number, such as "
                                  "4.3f, 6.5f or .3e (without the %)", param_hint="-p")
     return fmt
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import errno
 
+from destiny.wording import readable
+
 
 class DestinyError(Exception):
-    """Base class: bad input or an impossible request, explained for the user."""
+    """Base class: bad input or an impossible request, explained for the user.
+
+    Its text shows a byte of a file name or of the command line that is not UTF-8 as ``\\xff``
+    (``wording.readable``), whatever the message put in; attributes keep the names as given.
+    """
+
+    def __str__(self) -> str:
+        return readable(super().__str__())
 
 
 class DataFormatError(DestinyError):

@@ -29,6 +29,7 @@ from destiny.network import Batch, Network
 from destiny.parallel import (Comm, ParallelError, all_or_none, end_round, gather_in_order,
                               stop_together)
 from destiny.sparse import column_range, gather_ranges
+from destiny.wording import quoted
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -209,9 +210,9 @@ class Predictor:
         outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
         if layer not in names:
             raise DestinyError(
-                f"{network_path}: the network has no layer named {layer!r}; its output layers "
-                f"are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the layer "
-                "named 'Output' (name it so in the JSON definition), or choose one with -l.")
+                f"{network_path}: the network has no layer named {quoted(layer)}; its output "
+                f"layers are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the "
+                "layer named 'Output' (name it so in the JSON definition), or choose one with -l.")
         kind = nf.netdef.layer(layer).kind
         if kind != LayerKind.Output:
             what = ("the network's input layer, which has no activations to rank" if

@@ -978,3 +978,134 @@ def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatc
     size = (tmp_path / "in.txt").stat().st_size
     assert events == [("update", 3), ("lock taken",), ("reset", size), ("update", 5),
                       ("update", 7)]
+
+
+# Names that are not UTF-8: Python holds a byte of a file name or of the command line that is
+# not UTF-8 as a surrogate escape ('\udcff' for the byte 0xff), which messages showed as such
+# (stderr writes a lone surrogate as '\udcff'; a strict UTF-8 stream could not write it at
+# all). They show the byte, \xff, as the messages on NetCDF names (test_netcdf_names.py) do.
+
+BAD = os.fsdecode(b"\xff")
+
+
+def _named(path, text: str) -> None:
+    """Create the file ``path``, whose name is not UTF-8; skip where the file system refuses
+    such a name."""
+    try:
+        pathlib.Path(path).write_text(text)
+    except OSError as e:  # (one that takes only UTF-8 names: macOS's APFS, some mounts)
+        pytest.skip(f"the file system refuses a name that is not UTF-8 ({e.strerror})")
+
+
+def _datasets() -> None:
+    """i.nc and o.nc, which train reads before the network definition."""
+    import numpy as np
+
+    from destiny.io.dataset import SparseDataset, write_dataset
+
+    for path, name in (("i.nc", "gl_input"), ("o.nc", "gl_output")):
+        write_dataset(path, SparseDataset(name, 8, np.array([0, 1]), np.array([0], np.int32)))
+
+
+def _shows_the_byte(result, *texts, code=1):
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        result.exception  # no traceback
+    for text in texts:
+        assert text in result.stderr, result.stderr
+    # (CliRunner's stderr, as the real one, writes a lone surrogate as '\udcff')
+    assert "\\udc" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("argv, texts, code", [
+    (["generate-netcdf", "-i", f"in{BAD}.txt", "-o", "out.nc", "-d", "gl", "-f", "f", "-s", "s",
+      "-c"], ["Error: in\\xff.txt: the input file does not exist"], 1),
+    (["generate-netcdf", "-i", "in.txt", "-o", "out.nc", "-d", "gl", "-f", f"d{BAD}/f", "-s",
+      "s", "-c"], ["Error: d\\xff/f: the directory '", "/d\\xff' for the feature index"], 1),
+    (["evaluate", "-r", "in.txt", "-t", f"held{BAD}"],
+     ["Error: held\\xff: the held-out file does not exist"], 1),
+    (["train", "-c", f"net{BAD}.json", "-i", "i.nc", "-o", "o.nc", "-n", "n.nc"],
+     ["Error: net\\xff.json: cannot read the network definition"], 1),
+    (["predict", "-n", "n.nc", "-r", "in.txt", "-i", "fi", "-o", "fo", "-s", "r",
+      "-p", f"4.3{BAD}"], ["'4.3\\xff' is not a printf conversion"], 2),
+], ids=["generate-input", "generate-index-directory", "evaluate-held-out", "train-config",
+        "predict-format"])
+def test_a_name_not_utf8_shows_its_bytes(tmp_path, monkeypatch, argv, texts, code):
+    """A path or value from the command line, shown as given (a message's start) or quoted
+    (repr's '\\udcff' too)."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("in.txt").write_text("u1\ta:b\n")
+    _datasets()
+    _shows_the_byte(CliRunner().invoke(cli, argv), *texts, code=code)
+
+
+@pytest.mark.parametrize("argv, text, texts", [
+    (["generate-netcdf", "-i", f"in{BAD}.txt", "-o", "out.nc", "-d", "gl", "-f", "f", "-s", "s",
+      "-c"], "u1 a\n", ["Error: in\\xff.txt, line 1, column 1: the line 'u1 a' has no TAB"]),
+    (["evaluate", "-r", f"in{BAD}.txt", "-t", "held.txt"], "u1 a\n",
+     ["Error: in\\xff.txt, line 1: 'u1 a' has no TAB"]),
+    (["train", "-c", f"in{BAD}.txt", "-i", "i.nc", "-o", "o.nc", "-n", "n.nc"], "{",
+     ["Error: in\\xff.txt: line 1, column 2: invalid JSON"]),
+], ids=["generate", "evaluate", "train"])
+def test_a_file_named_not_utf8_shows_its_bytes_in_its_errors(tmp_path, monkeypatch, argv, text,
+                                                             texts):
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("held.txt").write_text("u1\ta\n")
+    _datasets()
+    _named(f"in{BAD}.txt", text)
+    _shows_the_byte(CliRunner().invoke(cli, argv), *texts)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failing_write_named_not_utf8_shows_its_bytes(tmp_path, monkeypatch):
+    """The system's failure (OSError's file name, errors.system_failure) is worded in cli/."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("recs.txt").write_text("u1\ta,1:\n")
+    try:
+        os.symlink("/dev/full", f"full{BAD}")
+    except OSError as e:
+        pytest.skip(f"the file system refuses a name that is not UTF-8 ({e.strerror})")
+    result = CliRunner().invoke(cli, ["evaluate", "-r", "recs.txt", "-t", "recs.txt",
+                                      "--json-out", f"full{BAD}"])
+    _shows_the_byte(result, "Error: full\\xff: No space left on device")
+
+
+def test_a_message_of_the_command_line_shows_the_bytes(tmp_path, monkeypatch):
+    """The messages cli/ words itself: a note, an interrupt's list of complete outputs."""
+    import destiny.generate
+    from destiny.errors import InterruptedAfterOutputs
+
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("in.txt").write_text("u1\ta:b\n")
+    _named(f"f{BAD}", "")  # (the feature index, which -c writes anew)
+    argv = ["generate-netcdf", "-i", "in.txt", "-o", "out.nc", "-d", "gl", "-f", f"f{BAD}",
+            "-s", "s", "-c"]
+    _shows_the_byte(CliRunner().invoke(cli, argv), "generate-netcdf: wrote out.nc, f\\xff, s:",
+                    code=0)
+
+    def interrupted(**kwargs):
+        raise InterruptedAfterOutputs([f"out{BAD}.nc"])
+
+    monkeypatch.setattr(destiny.generate, "generate_netcdf", interrupted)
+    _shows_the_byte(CliRunner().invoke(cli, argv), "were: out\\xff.nc is complete.")
+
+
+def test_a_name_not_utf8_in_predicts_messages(model, tmp_path):
+    argv = ["predict", "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+            str(model / "features_output"), "-s", str(tmp_path / "recs"), "-q"]
+    _shows_the_byte(CliRunner().invoke(cli, [*argv, "-r", f"in{BAD}"]),
+                    "Error: in\\xff: the input file does not exist")
+    _shows_the_byte(CliRunner().invoke(cli, [*argv, "-r", str(model / "ratings.txt"),
+                                             "-l", f"Out{BAD}"]),
+                    "the network has no layer named 'Out\\xff'")
+
+
+def test_a_name_not_utf8_reaches_stderr_as_its_bytes(tmp_path):
+    """The installed command given the byte 0xff itself (as a shell's $'in\\xff' gives it)."""
+    exe = pathlib.Path(sys.executable).parent / "evaluate"
+    (tmp_path / "held").write_text("u1\ta\n")
+    done = subprocess.run([exe, "-r", b"in\xff", "-t", "held"], cwd=tmp_path,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (b"Error: in\\xff: the recommendation file does not exist; check the "
+                           b"-r path.\n")

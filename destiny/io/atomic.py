@@ -21,6 +21,7 @@ from typing import Callable, TextIO
 from destiny.errors import FREE_SPACE, FULL, InterruptedAfterOutputs, OutputError
 from destiny.io import failures
 from destiny.signals import uninterrupted
+from destiny.wording import quoted
 
 
 def check_outputs(outputs, inputs=()) -> None:
@@ -124,11 +125,11 @@ def check_writable(path, what: str) -> None:
                           "replace it. Give the path of a file.")
     directory = _place(path)[0]
     if not os.path.isdir(directory):
-        raise OutputError(f"{path}: the directory {directory!r} for the {what} does not exist; "
-                          "create it first (mkdir -p) or choose another path.")
+        raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} does not "
+                          "exist; create it first (mkdir -p) or choose another path.")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise OutputError(f"{path}: the directory {directory!r} for the {what} is not writable; "
-                          "check its permissions or choose another path.")
+        raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} is not "
+                          "writable; check its permissions or choose another path.")
     if os.path.isdir(path):
         raise OutputError(f"{path}: is a directory; the {what} must be a file path.")
 
@@ -254,7 +255,7 @@ def _open_lock(path, lock: str) -> int:
         return os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         remedy = _remedy(e, "check the directory's permissions")
-        raise OutputError(f"{path}: cannot create the lock file {lock!r} ({e.strerror}); "
+        raise OutputError(f"{path}: cannot create the lock file {quoted(lock)} ({e.strerror}); "
                           f"{remedy}.") from None
 
 
@@ -276,7 +277,7 @@ def _flock(fd: int, path, lock: str, wait: bool) -> bool | None:
     except OSError as e:
         if e.errno in _NO_FLOCK:
             return None
-        raise OutputError(f"{path}: cannot lock {lock!r} ({e.strerror}).") from None
+        raise OutputError(f"{path}: cannot lock {quoted(lock)} ({e.strerror}).") from None
     return True
 
 
@@ -373,8 +374,8 @@ class OutputSet:
             try:
                 fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
             except OSError as e:  # check_writable passed, but this file system refuses files
-                raise OutputError(f"{final}: cannot create a file in {directory!r} to write it "
-                                  f"({e.strerror}); {_remedy(e, 'choose another path')}."
+                raise OutputError(f"{final}: cannot create a file in {quoted(directory)} to write "
+                                  f"it ({e.strerror}); {_remedy(e, 'choose another path')}."
                                   ) from None
             os.close(fd)
             self._pending.append((tmp, os.path.join(directory, name), final))  # (a link's)
