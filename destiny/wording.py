@@ -43,7 +43,6 @@ def _item(value) -> str:
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
-
 # Python holds a byte of a file name or of the command line that is not UTF-8 as a surrogate
 # escape: U+DC80..U+DCFF for the bytes 0x80..0xff (os.fsdecode(b'\xff') is '\udcff').
 _BYTE_ESCAPE = re.compile("[\udc80-\udcff]")
