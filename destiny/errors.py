@@ -97,6 +97,10 @@ NOTHING_REPLACED = "no output was replaced (each is put in place only once compl
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
+# What mends a NUL byte in text whose labels may hold none (io/text.py, io/ratings.py): a NUL is
+# valid UTF-8, and one after every ASCII character is UTF-16 text.
+NUL_REMEDY = ("remove the NUL bytes (for example with `tr -d '\\000'`). A NUL after every "
+              "character means UTF-16 text: convert it with `iconv -f utf-16 -t utf-8`.")
 
 
 def system_failure(e: BaseException,

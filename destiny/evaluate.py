@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
-from destiny.io.text import line_chunks
+from destiny.io.text import line_chunks, nul_error
 from destiny.metrics import RankingMetrics, ranking_metrics
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
@@ -46,6 +46,11 @@ _REC_FORMAT = ("Each line must be 'NAME<TAB>item,score:item,score:...:' as predi
 # error of the scanner's decimal reading (1e-15 or so), far below two scores printed apart.
 _RISE = 1e-12
 _TEXT_FORMAT = "Each line must be 'NAME<TAB>item[,value]:item[,value]...' (DSSTNE text)"
+# A NUL is valid UTF-8, but no label of predict's output or generate-netcdf's input can hold one:
+# a label holding one matches nothing, and the scores would be silently low.
+_NUL_WHY = ("Labels are matched with those of the other files, which cannot hold one "
+            "(generate-netcdf and predict refuse it), so a label holding one would match nothing "
+            "and silently lower the scores")
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,9 @@ def _diagnose(path, line_no: int, chunk: bytes, start: int, fmt: str, scores: bo
             path, f"the bytes {raw[e.start:e.end]!r} are not valid UTF-8. Destiny reads "
             "text as UTF-8; convert the file first (for example with "
             "`iconv -f latin1 -t utf-8`).", line=line_no, column=column) from None
+    nul = raw.find(b"\0")
+    if nul >= 0:  # (first: a NUL after every character is UTF-16 text, whatever else is wrong)
+        raise nul_error(path, raw, nul, line_no, why=_NUL_WHY, entry="item")
     if "\r" in line:
         raise DataFormatError(path, f"{_quote(line)} holds a carriage return (Windows CRLF "
                               "line ends?); convert the file with `dos2unix` or "
@@ -358,7 +366,7 @@ def _token_error(path, line_no: int, name: str, rest: str, scores: bool) -> Data
 # --- the byte scanner -------------------------------------------------------------------------
 
 _OK, _BAD = 0, 1
-_TAB, _LF, _CR, _COLON, _COMMA = 9, 10, 13, 58, 44
+_NUL, _TAB, _LF, _CR, _COLON, _COMMA = 0, 9, 10, 13, 58, 44
 
 
 @njit(cache=True)
@@ -433,9 +441,9 @@ def _number(buf, p):
 def _scan_lines(buf, keep, scores, out, totals):
     """Check every line of ``buf`` (which ends with LF) and copy its labels to ``out``.
 
-    A line is NAME TAB, then items separated by ':' with an optional ':' after the last one;
-    an item is a label (no TAB, CR, ',' or ':') followed by ',number' (required with
-    ``scores``, and then never rising along the line; optional otherwise). ``out``
+    A line is NAME (no CR or NUL) TAB, then items separated by ':' with an optional ':' after
+    the last one; an item is a label (no TAB, CR, NUL, ',' or ':') followed by ',number'
+    (required with ``scores``, and then never rising along the line; optional otherwise). ``out``
     receives, per line, ``NAME<TAB>item:item...<LF>`` with the first ``keep`` item labels (all
     when ``keep`` < 0) and ``totals`` the line's number of items. Returns (_OK, len(buf),
     bytes of ``out`` used) or (_BAD, a byte of the first bad line, 0).
@@ -447,7 +455,7 @@ def _scan_lines(buf, keep, scores, out, totals):
     while pos < n:
         start = pos
         p = pos
-        while buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR:
+        while buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR and buf[p] != _NUL:
             p += 1
         if buf[p] != _TAB or p == start:
             return _BAD, start, 0
@@ -460,9 +468,9 @@ def _scan_lines(buf, keep, scores, out, totals):
         while buf[p] != _LF:
             s = p
             while (buf[p] != _TAB and buf[p] != _LF and buf[p] != _CR and buf[p] != _COMMA
-                   and buf[p] != _COLON):
+                   and buf[p] != _COLON and buf[p] != _NUL):
                 p += 1
-            if p == s or buf[p] == _TAB or buf[p] == _CR:
+            if p == s or buf[p] == _TAB or buf[p] == _CR or buf[p] == _NUL:
                 return _BAD, start, 0
             e = p
             if buf[p] == _COMMA:

@@ -192,6 +192,17 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("held.txt", "u1\n", "has no TAB"),
     ("train.txt", "u1\ta\nu1\tb\n", "train.txt, line 2: the sample 'u1' has a second line"),
     ("train.txt", "u1\ta,x\n", "is not a number"),
+    # A NUL is valid UTF-8 but in no label predict writes or generate-netcdf reads: it matched
+    # nothing, silently; refused as generate-netcdf refuses it (file, line, column, remedy).
+    ("recs.txt", b"u1\ta,0.9:\nu\x002\tb,0.8:\n", "recs.txt, line 2, column 2: the line "
+     "'u\\x002\\tb,0.8:' holds a NUL byte (\\x00) in its sample name"),
+    ("recs.txt", b"u1\ta,0.9:b\x00,0.8:\n", "line 1, column 11: the item 'b\\x00,0.8' in the "
+     "line 'u1\\ta,0.9:b\\x00,0.8:' holds a NUL byte (\\x00). Labels are matched"),
+    ("recs.txt", b"u1\ta,0.9\x00:\n", "line 1, column 9: the item 'a,0.9\\x00'"),
+    ("recs.txt", b"u1\ta,0.9:\x00\n", "line 1, column 10: the item '\\x00'"),
+    ("held.txt", b"u1\tb:c\x00d\n", "line 1, column 7: the item 'c\\x00d'"),
+    ("held.txt", "u1\tb\n".encode("utf-16-le"), "line 1, column 2: the line 'u\\x001\\x00\\t"
+     "\\x00b\\x00' holds a NUL byte (\\x00) in its sample name"),
     # a byte-order mark became part of the first sample's name: scores silently wrong
     ("recs.txt", "\ufeff" + RECS, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("held.txt", "\ufeff" + HELD, "line 1, column 1: the file starts with a UTF-8 byte-order"),
@@ -385,3 +396,16 @@ def test_an_input_failing_as_it_is_read_is_named():
     result = invoke(["-r", "/proc/self/mem", "-t", "held.txt"])
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("Error: /proc/self/mem: Input/output error; "), result.stderr
+
+
+@pytest.mark.parametrize("flag", ["-r", "-t"])
+def test_a_nul_is_refused_with_generate_netcdfs_remedy(flag):
+    from destiny.errors import NUL_REMEDY
+
+    write("bad.txt", b"u1\ta\x00,0.9:\n")
+    args = {"-r": "recs.txt", "-t": "held.txt", flag: "bad.txt"}
+    result = invoke(["-r", args["-r"], "-t", args["-t"]])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: bad.txt, line 1, column 5: ")
+    assert result.stderr.endswith(f"; {NUL_REMEDY}\n")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from numba import get_num_threads
 
-from destiny.errors import DataFormatError
+from destiny.errors import NUL_REMEDY, DataFormatError
 from destiny.io import textscan
 from destiny.io.index import LabelTable
 
@@ -365,7 +365,7 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
             "`iconv -f latin1 -t utf-8`).", line=line, column=column)
     token = _token_at(chunk, pos)
     if status == textscan.NUL_BYTE:
-        return DataFormatError(path, _nul_message(chunk, pos, quote), line=line, column=column)
+        return nul_error(path, chunk, pos, first_line)
     messages = {
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
@@ -397,14 +397,23 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     return DataFormatError(path, messages[status], line=line, column=column)
 
 
-def _nul_message(chunk: bytes, pos: int, quote: str) -> str:
+# Why generate-netcdf and predict refuse a NUL in a label (the default of ``nul_error``).
+NUL_IN_OUTPUTS = ("Labels go into the index files and the outputs, text read line by line, "
+                  "which a NUL breaks")
+
+
+def nul_error(path, chunk: bytes, pos: int, first_line: int, *, why: str = NUL_IN_OUTPUTS,
+              entry: str = "feature") -> DataFormatError:
+    """The refusal of the NUL byte at ``pos`` of ``chunk`` (whose first line is numbered
+    ``first_line``): its line, column and label, ``why`` no label may hold one, and the
+    remedies (``tr -d``; ``iconv`` for UTF-16 text, a NUL after every ASCII character). Every
+    reader of DSSTNE text gives this one message; ``entry`` names what follows the TAB
+    (``feature``; ``item`` in evaluate's files)."""
+    line, column, quote = _locate(chunk, pos, first_line)
     line_start = chunk.rfind(b"\n", 0, pos) + 1
     if chunk.find(b"\t", line_start, pos) < 0:
         where = f"{quote} holds a NUL byte (\\x00) in its sample name"
     else:
-        where = (f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in {quote} holds a "
-                 "NUL byte (\\x00)")
-    return (f"{where}. Labels go into the index files and the outputs, text read line by line, "
-            "which a NUL breaks; remove the NUL bytes (for example with `tr -d '\\000'`). A NUL "
-            "after every character means UTF-16 text: convert it with "
-            "`iconv -f utf-16 -t utf-8`.")
+        where = (f"the {entry} {_token_at(chunk, _token_start(chunk, pos))!r} in {quote} holds "
+                 "a NUL byte (\\x00)")
+    return DataFormatError(path, f"{where}. {why}; {NUL_REMEDY}", line=line, column=column)
