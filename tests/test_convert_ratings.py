@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from destiny import synthetic
-from destiny.errors import DataFormatError
+from destiny.errors import NUL_REMEDY, DataFormatError
 from destiny.io import ratings as ratings_mod
 from destiny.io.ratings import convert_ratings
 
@@ -171,6 +171,19 @@ def test_chunk_boundaries(rows, tmp_path, monkeypatch):
         convert(path)
 
 
+def test_a_nul_in_a_later_chunk_is_refused(rows, tmp_path, monkeypatch):
+    """Chunks before the NUL's are clean (the fast path, no row checked one by one); the
+    NUL's chunk is not, and the row is named."""
+    bad = rows[:500]
+    bad[300] = [bad[300][0], bad[300][1] + "\0", *bad[300][2:]]
+    path = write_rows(tmp_path / "r.csv", bad, ",", HEADER.strip())
+    monkeypatch.setattr(ratings_mod, "CHUNK_CHARS", 37)
+    with pytest.raises(DataFormatError) as info:
+        convert(path)
+    assert (info.value.line, info.value.column) == (302, len(bad[300][0]) + len(bad[300][1]) + 1)
+    assert "in its item field" in str(info.value)
+
+
 def test_last_line_without_newline(tmp_path):
     path = tmp_path / "r.csv"
     path.write_text(HEADER + "1,10,4.0,100\n1,11,3.5,101\n2,10,5.0,102")
@@ -238,6 +251,28 @@ ERRORS = [
     ("value of 39 digits", "1::10::4::" + "9" * 39 + "\n", [],
      f"line 1: the timestamp '{'9' * 39}' is not a number within float32's range"),
     ("format", "1 10 4 100\n", [], "line 1: cannot tell the ratings format"),
+    # A NUL is valid UTF-8; copied into the DSSTNE text, generate-netcdf refused it there.
+    ("nul in item", HEADER + "1,10,4.0,100\n1,1\x001,4.0,101\n", [],
+     "line 3, column 4: the line '1,1\\x001,4.0,101' holds a NUL byte (\\x00) in its item field. "
+     "No MovieLens field holds one"),
+    ("nul in user", "1\x00::10::4::100\n", [], "line 1, column 2: the line '1\\x00::10::4::100' "
+     "holds a NUL byte (\\x00) in its user field"),
+    ("nul in value", "1\t10\t4\t100\x00\n", ["--value", "timestamp"],
+     "line 1, column 11: the line '1\\t10\\t4\\t100\\x00' holds a NUL byte (\\x00) in its "
+     "timestamp field"),
+    ("nul in a field not written", "1\t10\t\x004\t100\n", [],
+     "line 1, column 6: the line '1\\t10\\t\\x004\\t100' holds a NUL byte (\\x00) in its rating"),
+    ("nul in header", "userId,movie\x00Id,rating,timestamp\n1,10,4.0,100\n", [],
+     "line 1, column 13: the line 'userId,movie\\x00Id,rating,timestamp' holds a NUL byte"),
+    # (a row that the chunk's scan cannot show clean: its rows are checked one by one)
+    ("nul after an empty rating", HEADER + "1,10,,100\n1,11,4.0,10\x001\n", [],
+     "line 3, column 12: the line '1,11,4.0,10\\x001' holds a NUL byte (\\x00) in its timestamp"),
+    ("utf-16", (HEADER + "1,10,4.0,100\n").encode("utf-16-le"), [],
+     "line 1, column 2: the line 'u\\x00s\\x00e\\x00r"),
+    ("utf-16 crlf", (HEADER + "1,10,4.0,100\n").replace("\n", "\r\n").encode("utf-16-le"), [],
+     "line 1, column 2: "),
+    ("utf-16 rows", "1,10,4.0,100\n".encode("utf-16-le"), [], "line 1, column 2: the line "
+     "'1\\x00,\\x001\\x000\\x00,"),
     ("wrong format", HEADER + "1,10,4.0,100\n", ["--format", "dat"], "line 1: found 1 field"),
 ]
 
@@ -282,6 +317,8 @@ def test_errors(tmp_path, name, content, args, message):
     assert message in result.stderr
     if name.startswith("cr"):
         assert "dos2unix" in result.stderr
+    if "nul" in name or "utf-16" in name:
+        assert result.stderr.endswith(f"; {NUL_REMEDY}\n")  # (generate-netcdf's remedy)
     assert result.stderr.count("\n") == 1  # one paragraph, no traceback
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
 

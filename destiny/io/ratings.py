@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
-from destiny.errors import DataFormatError
+from destiny.errors import NUL_REMEDY, DataFormatError
 
 FORMATS = ("auto", "csv", "udata", "dat")
 VALUES = ("timestamp", "rating", "none")
@@ -97,11 +97,13 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
         raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
                               "'user item rating timestamp' row a line.", line=1)
     first = text.split("\n", 1)[0]
-    if "\r" in first:
+    if "\r" in first and "\0" not in first:  # (UTF-16 text, CRLF or not: the NUL says so)
         raise _cr_error(path, 1)
     if fmt == "auto":
         fmt = _detect(first, path)
     sep = _SEPARATORS[fmt]
+    if "\0" in first:  # (a header too: the rows are checked below, the header is not)
+        raise _nul_error(first, sep, path, 1)
     header = fmt == "csv" and _is_header(first)
 
     value_index = {"timestamp": 3, "rating": 2, "none": None}[value]
@@ -123,6 +125,8 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
             start, header = 2, False
         clean = _clean(text, fmt)
         for lineno, line in enumerate(lines, start):
+            if not clean and "\0" in line:  # (before the fields: UTF-16 text splits oddly)
+                raise _nul_error(line, sep, path, lineno)
             fields = line.split(sep)
             if len(fields) != 4:
                 raise _field_count_error(line, fields, path, lineno, fmt)
@@ -168,14 +172,16 @@ def _read_chunk(f) -> str:
 
 
 def _clean(text: str, fmt: str) -> bool:
-    """Whether no row of ``text`` can hold an empty field, a CR or a character with a meaning
-    in DSSTNE text (TAB, ':', ','), so that its rows need no checks one by one.
+    """Whether no row of ``text`` can hold an empty field, a CR, a NUL or a character with a
+    meaning in DSSTNE text (TAB, ':', ','), so that its rows need no checks one by one.
 
     A few scans of the whole chunk in C are much cheaper than tests on every row; a false
     alarm only costs speed, as the rows are then checked one by one.
     """
     sep = _SEPARATORS[fmt]
-    if "\r" in text or text.startswith(sep) or text.endswith(sep) or sep + sep in text:
+    if "\r" in text or "\0" in text or sep + sep in text:
+        return False
+    if text.startswith(sep) or text.endswith(sep):
         return False
     if f"\n{sep}" in text or f"{sep}\n" in text:
         return False
@@ -282,6 +288,20 @@ def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFo
     return DataFormatError(path, f"found {found}; expected 4 fields, {_LAYOUTS[fmt]}. Fix or "
                            "remove the line, or give the right --format if the file is another "
                            "of the MovieLens layouts.", line=lineno)
+
+
+def _nul_error(line: str, sep: str, path, lineno: int) -> DataFormatError:
+    """The refusal of a NUL byte in ``line``, in generate-netcdf's words: a NUL is valid UTF-8,
+    but copied into the DSSTNE text written it would be refused there, naming that file's line
+    instead of this one."""
+    at = line.index("\0")
+    field = line[:at].count(sep)
+    names = ("user", "item", "rating", "timestamp")
+    where = f" in its {names[field]} field" if field < len(names) else ""
+    return DataFormatError(path, f"the line {_show(line)} holds a NUL byte (\\x00){where}. "
+                           "No MovieLens field holds one, and the DSSTNE text written cannot "
+                           f"(generate-netcdf refuses it); {NUL_REMEDY}", line=lineno,
+                           column=at + 1)
 
 
 def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
