@@ -53,31 +53,34 @@ class SampleSplit:
 
 
 def prepare_split(ratings_csv, work, *, fraction: float = 0.2, seed: int = 1) -> SampleSplit:
-    """Ratings CSV -> DSSTNE text -> held-out split -> gl_input.nc / gl_output.nc in ``work``."""
+    """Ratings CSV -> DSSTNE text -> held-out split -> gl_input.nc / gl_output.nc in ``work``.
+
+    Every work file is written atomically (io/atomic.py), as the commands write theirs: a run
+    stopped part-way leaves each one whole or absent, never a partial file that would pass for
+    a whole one.
+    """
     import os
 
     from destiny.generate import generate_netcdf
-    from destiny.io.dataset import read_dataset
+    from destiny.io.atomic import atomic_outputs, text_output
+    from destiny.io.dataset import SparseDataset, read_dataset, write_dataset
+    from destiny.io.index import read_index
     from destiny.io.ratings import convert_ratings
 
     text = os.path.join(work, "ratings.txt")
-    with open(text, "w", encoding="utf-8") as out:
+    with text_output(text) as out:
         convert_ratings(ratings_csv, out)
     common = dict(input_path=text, feature_index=os.path.join(work, "features"),
                   sample_index=os.path.join(work, "samples"))
     generate_netcdf(output=os.path.join(work, "all.nc"), dataset_name="all", create=True, **common)
     full = read_dataset(os.path.join(work, "all.nc"))
     indptr, indices, held = split_holdout(full.indptr, full.indices, fraction, seed)
-    from destiny.io.dataset import SparseDataset, write_dataset
-
-    paths = []
-    for name in ("gl_input", "gl_output"):
-        path = os.path.join(work, f"{name}.nc")
-        write_dataset(path, SparseDataset(name=name, width=full.width, indptr=indptr,
-                                          indices=indices))
-        paths.append(path)
-    from destiny.io.index import read_index
-
+    names = ("gl_input", "gl_output")
+    paths = [os.path.join(work, f"{name}.nc") for name in names]
+    with atomic_outputs() as outputs:  # (both or neither)
+        for name, path in zip(names, paths, strict=True):
+            write_dataset(outputs.path(path), SparseDataset(
+                name=name, width=full.width, indptr=indptr, indices=indices))
     n_items = len(read_index(common["feature_index"])[0])
     return SampleSplit(work, paths[0], paths[1], n_items, indptr, indices, held)
 

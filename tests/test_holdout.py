@@ -1,0 +1,66 @@
+"""destiny.holdout.prepare_split: the work files of a held-out split are written atomically."""
+
+from __future__ import annotations
+
+import pytest
+
+from destiny import synthetic
+from destiny.holdout import prepare_split
+from destiny.io import dataset, ratings
+
+WORK_FILES = {"ratings.txt", "features", "samples", "all.nc", "gl_input.nc", "gl_output.nc"}
+
+
+@pytest.fixture
+def csv(tmp_path):
+    path = tmp_path / "ratings.csv"
+    synthetic.write_ratings_csv(path, synthetic.generate_ratings(users=60, items=40,
+                                                                 mean_per_user=8, seed=2))
+    return path
+
+
+def listed(work) -> set[str]:
+    return {p.name for p in work.iterdir()}
+
+
+def test_the_split_writes_its_work_files_and_nothing_else(csv, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    split = prepare_split(csv, work, fraction=0.2, seed=1)
+    assert listed(work) == WORK_FILES  # (no temporary file left)
+    assert dataset.read_dataset(split.input_nc).indptr.tolist() == split.train_indptr.tolist()
+
+
+def test_a_run_stopped_while_it_writes_the_text_leaves_no_text(csv, tmp_path, monkeypatch):
+    """A partial ratings.txt used to stay, looking like a whole one (a stop, a full disk)."""
+    convert = ratings.convert_ratings
+
+    def stopped(src, out, **options):
+        convert(src, out, **options)  # (all of it written, not yet in place)
+        out.flush()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ratings, "convert_ratings", stopped)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        prepare_split(csv, work)
+    assert listed(work) == set()
+
+
+def test_a_run_stopped_while_it_writes_the_datasets_leaves_neither(csv, tmp_path, monkeypatch):
+    """gl_input.nc and gl_output.nc go into place together, once both are whole: a stop as the
+    second is written used to leave the first, and the second cut short."""
+    write = dataset.write_dataset
+
+    def stopped(path, ds, *args, **kwargs):
+        write(path, ds, *args, **kwargs)
+        if ds.name == "gl_output":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(dataset, "write_dataset", stopped)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        prepare_split(csv, work)
+    assert listed(work) == WORK_FILES - {"gl_input.nc", "gl_output.nc"}
