@@ -13,11 +13,20 @@ that leaves stdout's pipe early (| head) stops it as it would cat (SIGPIPE, stat
 
 from __future__ import annotations
 
-import click
+import signal
 
-from destiny.cli.common import FiniteRange, library_errors, run_program, stdin_for_dash
-from destiny.io.atomic import check_outputs, is_stream, text_output
-from destiny.io.ratings import FORMATS, VALUES, convert_ratings
+# Ctrl-C's default action while the modules load, as the installed commands have it
+# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
+# its own handlers in place as it starts (library_errors).
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+import click  # noqa: E402
+
+from destiny.cli.common import (  # noqa: E402
+    FiniteRange, library_errors, run_program, stdin_for_dash)
+from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
+from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -7,11 +7,19 @@ Example:
 
 from __future__ import annotations
 
-import click
+import signal
 
-from destiny.cli.common import library_errors, run_program
-from destiny.io.dataset import dataset_names, read_dataset
-from destiny.io.netcdf_names import check_netcdf_names
+# Ctrl-C's default action while the modules load, as the installed commands have it
+# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
+# its own handlers in place as it starts (library_errors).
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+import click  # noqa: E402
+
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.io.dataset import dataset_names, read_dataset  # noqa: E402
+from destiny.io.netcdf_names import check_netcdf_names  # noqa: E402
 
 
 def describe(path: str) -> str:

@@ -16,14 +16,24 @@ products (each operand's mantissa cut to 10 bits), so the same recipes compare e
 
 from __future__ import annotations
 
-import io
-import json
-import tempfile
-import time
+import signal
 
-import click
+# Ctrl-C's default action while the modules load, as the installed commands have it
+# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
+# its own handlers in place as it starts (library_errors).
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-from destiny.holdout import evaluate_recipe, prepare_split
+import io  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import click  # noqa: E402
+
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
+from destiny.io.atomic import text_output  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,6 +53,7 @@ from destiny.holdout import evaluate_recipe, prepare_split
               help="Train and score every recipe with each: tf32 as --tf32 (modelled on the "
                    "reference backend, no effect on the cpu).")
 @click.option("--json", "json_path", default=None)
+@library_errors
 def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, json_path):
     """Compare training recipes with popularity on held-out items."""
     with tempfile.TemporaryDirectory() as work:
@@ -62,9 +73,9 @@ def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, js
         out.write(f"{name:<{w}} {m.precision:7.4f} {m.recall:7.4f} {m.ndcg:7.4f} {m.map:7.4f}\n")
     print(out.getvalue(), end="")
     if json_path:
-        with open(json_path, "w") as f:
+        with text_output(json_path) as f:  # (as every output: whole or not at all)
             json.dump({name: m.as_dict() for name, m in rows}, f, indent=2)
 
 
 if __name__ == "__main__":
-    main()
+    run_program(main, "quality_sample.py")

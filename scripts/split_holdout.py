@@ -17,14 +17,23 @@ Example:
 
 from __future__ import annotations
 
-import os
+import signal
 
-import click
-import numpy as np
+# Ctrl-C's default action while the modules load, as the installed commands have it
+# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
+# its own handlers in place as it starts (library_errors).
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-from destiny.cli.common import SEED, FiniteRange, library_errors, run_program, stdin_for_dash
-from destiny.errors import DataFormatError
-from destiny.io.atomic import atomic_outputs, check_outputs
+import os  # noqa: E402
+
+import click  # noqa: E402
+import numpy as np  # noqa: E402
+
+from destiny.cli.common import (  # noqa: E402
+    SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
+from destiny.errors import DataFormatError  # noqa: E402
+from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 

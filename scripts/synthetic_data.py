@@ -15,11 +15,19 @@ Example:
 
 from __future__ import annotations
 
-import click
+import signal
 
-from destiny import synthetic
-from destiny.cli.common import SEED, library_errors, run_program
-from destiny.io.atomic import check_outputs, is_stream, text_output
+# Ctrl-C's default action while the modules load, as the installed commands have it
+# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
+# its own handlers in place as it starts (library_errors).
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+import click  # noqa: E402
+
+from destiny import synthetic  # noqa: E402
+from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
+from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

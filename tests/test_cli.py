@@ -366,6 +366,78 @@ def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     assert (result.returncode, result.stdout, result.stderr) == (-2, "", "")
 
 
+# A Ctrl-C as the script loads its first module beyond the standard library's (click, in
+# each): deterministic, where a timed signal lands anywhere in the half second of imports.
+_CTRL_C_AS_CLICK_LOADS = """
+import os, runpy, signal, sys, time
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        return None
+
+assert "click" not in sys.modules
+sys.meta_path.insert(0, CtrlC())
+sys.argv = [sys.argv[1], "--help"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", ["convert_ratings.py", "synthetic_data.py",
+                                    "quality_sample.py", "split_holdout.py",
+                                    "describe_dataset.py"])
+def test_ctrl_c_while_a_script_loads_stops_it_without_a_traceback(script):
+    """The scripts load with Ctrl-C's default action, as the installed commands do: a Ctrl-C
+    in their first half second used to print Python's traceback from inside an import."""
+    result = subprocess.run([sys.executable, "-c", _CTRL_C_AS_CLICK_LOADS,
+                             str(ROOT / "scripts" / script)], capture_output=True, text=True,
+                            timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (-2, "", "")
+
+
+def test_a_script_loaded_as_a_module_keeps_the_ctrl_c_handler():
+    """Only a script run as a program changes Ctrl-C's action (tests load them as modules)."""
+    import importlib.util
+    import signal
+
+    spec = importlib.util.spec_from_file_location("convert_script",
+                                                  ROOT / "scripts" / "convert_ratings.py")
+    # (Python's own handler, which the script replaces when run: earlier tests set another)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_quality_sample_stops_as_the_commands_do(tmp_path):
+    """Its handlers are the commands' once it starts (library_errors): a stop signal removes
+    its work directory and gives a message, no traceback, and the exit status of the signal."""
+    import signal
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "quality_sample.py"),
+                             "--ratings", str(ROOT / "data" / "ratings.csv"), "--config",
+                             str(ROOT / "netdefs" / "movielens.json"), "--epochs", "50"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not any((p / "gl_input.nc").exists() for p in tmp_path.iterdir()):  # training
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGINT, stderr
+    # (or "interrupted as the outputs were put in place", where it lands in the split's commit)
+    assert stderr.startswith("Error: interrupted") and stderr.count("\n") == 1, stderr
+    assert stdout == "" and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("script, header, line, outputs", [
     ("convert_ratings.py", "userId,movieId,rating,timestamp\n", "{n},2,3.0,4\n", ["-o", "out.txt"]),
     ("split_holdout.py", "", "{n}\t2:3:4\n", ["--train", "t.txt", "--heldout", "h.txt"]),
