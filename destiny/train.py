@@ -129,9 +129,9 @@ class TrainData:
     copy of them, from which each minibatch is gathered.
 
     On the cpu the copy is the arrays themselves. On a GPU the data is copied to the device
-    once, or, where it takes more than ``device_budget`` bytes (by default
-    ``DEVICE_DATA_SHARE`` of the device's free memory), streamed a chunk at a time in each
-    epoch's order (``streamed``).
+    once, when first used, or, where it takes more than ``device_budget`` bytes (by default
+    ``DEVICE_DATA_SHARE`` of the device's memory free at that time), streamed a chunk at a
+    time in each epoch's order (``streamed``).
     """
 
     def __init__(self, net: Network, datasets: dict[str, SparseDataset], *,
@@ -171,18 +171,43 @@ class TrainData:
                              (ds.indptr, ds.indices, _EMPTY if ds.values is None else ds.values))
         self._ignore_zero = frozenset(n for n, ds in self.targets.items() if ds.ignore_zero)
         self._denoised_host: dict[str, tuple] = {}
-        # Held on the backend whole (copied once), or streamed: see ``DEVICE_DATA_SHARE``.
         self.kernels = net.backend
-        if device_budget is None:
-            free = self.kernels.free_memory()
-            device_budget = None if free is None else int(free * DEVICE_DATA_SHARE)
-        self.budget = device_budget
         denoising = [n for n in self.inputs if net.layers[n].denoising]
+        # The bytes the data takes on the backend held whole (with an epoch's denoised copy).
         self.bytes = (sum(_nbytes(csr) for csr in _distinct(self._host.values()))
-                      + sum(_nbytes(self._host[n]) for n in denoising))  # (an epoch's copy)
-        self.streamed = self.budget is not None and self.bytes > self.budget
-        self._held = {} if self.streamed else self._hold(self._host)
+                      + sum(_nbytes(self._host[n]) for n in denoising))
+        self._device_budget = device_budget
+        self._placed = False  # (``_place``: when first used)
+        self._held: dict[str, tuple] = {}
         self._denoised: dict[str, tuple] = {}
+
+    def _place(self) -> None:
+        """Decide, once, whether the data is held on the backend whole (copied now) or
+        streamed (``DEVICE_DATA_SHARE``). Done when the data is first used, not when it is
+        bound: by then the network's weights, gradients and optimizer state are on the device,
+        and the budget is what they leave free."""
+        if self._placed:
+            return
+        budget = self._device_budget
+        if budget is None:
+            free = self.kernels.free_memory()
+            budget = None if free is None else int(free * DEVICE_DATA_SHARE)
+        self._budget = budget
+        self._streamed = budget is not None and self.bytes > budget
+        self._held = {} if self._streamed else self._hold(self._host)
+        self._placed = True
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the data goes to the backend a chunk at a time (``batches``)."""
+        self._place()
+        return self._streamed
+
+    @property
+    def budget(self) -> int | None:
+        """The bytes the data may take on the backend (None: no limit, the cpu's case)."""
+        self._place()
+        return self._budget
 
     def _hold(self, host: dict[str, tuple]) -> dict[str, tuple]:
         """The backend's copies of CSR matrices by layer (a matrix shared by layers is held
@@ -196,6 +221,7 @@ class TrainData:
 
     def set_denoised(self, inputs: dict[str, tuple]) -> None:
         """This epoch's denoised input CSR matrices, by input layer (spec 3.9)."""
+        self._place()
         self._denoised = {}  # (last epoch's copies go before this one's are made)
         self._denoised_host = {n: (indptr, indices, _EMPTY if values is None else values)
                                for n, (indptr, indices, values) in inputs.items()}

@@ -153,8 +153,8 @@ def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once
     nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
     net = Network(nd, get_backend("cpu"))
     data = TrainData(net, datasets)
-    assert data._held["Input"] is data._held["Output"]
     batch = data.batch(np.arange(10, 20))
+    assert data._held["Input"] is data._held["Output"]
     assert batch.inputs["Input"] is batch.targets["Output"]
 
     same = datasets["gl_input"]
@@ -162,8 +162,8 @@ def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once
                     SparseDataset("gl_output", same.width, same.indptr, same.indices,
                                   values=np.ones(same.nnz, np.float32))):
         apart = TrainData(net, {"gl_input": same, "gl_output": changed})
-        assert apart._held["Input"] is not apart._held["Output"]
         batch = apart.batch(np.arange(10, 20))
+        assert apart._held["Input"] is not apart._held["Output"]
         np.testing.assert_array_equal(batch.targets["Output"][1], changed.indices[
             same.indptr[10]:same.indptr[20]])
 
@@ -247,6 +247,26 @@ def test_a_chunk_is_whole_batches_within_the_budget(budget):
         expected = np.concatenate([out.indices[out.indptr[r]:out.indptr[r + 1]] for r in rows])
         np.testing.assert_array_equal(batch.targets["Output"][1], expected)
         assert batch.inputs["Input"][1].size == 0
+
+
+def test_the_budget_is_what_the_network_and_its_optimizer_leave_free(files, monkeypatch):
+    """The device's free memory is asked when the data is first used, once the weights,
+    gradients and optimizer state are there (they were made after the data was bound)."""
+    import destiny.kernels.cpu.dense
+    import destiny.network
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    events = []
+    made = destiny.network.Network.init_optimizer
+    monkeypatch.setattr(destiny.network.Network, "init_optimizer",
+                        lambda self, opt: events.append("optimizer state") or made(self, opt))
+    monkeypatch.setattr(destiny.kernels.cpu.dense, "free_memory",
+                        lambda: events.append("free memory asked"))
+    fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+        output_path=files / "gl_output.nc", network_path=files / "n.nc",
+        cfg=train_config(batch=64, epochs=1), backend="cpu", checkpoint_every=0)
+    assert events == ["optimizer state", "free memory asked"]
 
 
 def test_data_within_the_budget_is_held_whole():
