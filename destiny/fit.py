@@ -94,7 +94,8 @@ def fit(
                                        (input_path, "input dataset file (-i)"),
                                        (output_path, "output dataset file (-o)")))
             # (fail fast, before reading the data; each rank on a machine takes its own GPU)
-            kernels = get_backend(backend, tf32=tf32, process=comm.local_rank)
+            kernels = get_backend(backend, tf32=tf32, process=comm.local_rank,
+                                  processes=comm.local_size)
             pool = dataset_pool([input_path, output_path])
             netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
             with open(config_path, encoding="utf-8") as f:

@@ -91,9 +91,10 @@ class Comm:
 
     rank = 0
     size = 1
-    # This process's rank among the job's processes on its machine: it picks the process's
-    # GPU (``destiny.kernels.get_backend``'s ``process``).
+    # This process's rank among the job's processes on its machine, and their number: they
+    # pick the process's GPU (``destiny.kernels.get_backend``'s ``process``, ``processes``).
     local_rank = 0
+    local_size = 1
 
     @property
     def is_root(self) -> bool:
@@ -154,7 +155,7 @@ class MPIComm(Comm):
         self.rank = world.Get_rank()
         self.size = world.Get_size()
         host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (the ranks sharing this machine)
-        self.local_rank = host.Get_rank()
+        self.local_rank, self.local_size = host.Get_rank(), host.Get_size()
         host.Free()
 
     def bcast(self, obj):

@@ -40,7 +40,8 @@ KERNELS = {
 }
 
 
-def _load(package: str, tf32: bool = False, process: int = 0) -> types.SimpleNamespace:
+def _load(package: str, tf32: bool = False, process: int = 0,
+          processes: int = 1) -> types.SimpleNamespace:
     import functools
     import importlib
 
@@ -57,7 +58,11 @@ def _load(package: str, tf32: bool = False, process: int = 0) -> types.SimpleNam
     if package == "cuda":  # (before any array is made: the device decides where they live)
         from destiny.kernels.cuda.device import use_device
 
-        device = use_device(process)
+        device, shared_by = use_device(process, processes)
+        if shared_by > 1:  # the processes on one GPU each count on a share of its memory
+            free_memory = functions["free_memory"]
+            functions["free_memory"] = lambda: (None if (free := free_memory()) is None
+                                                else free // shared_by)
     return types.SimpleNamespace(name=package, products=products, device=device, **functions)
 
 
@@ -79,8 +84,8 @@ def cuda_available() -> bool:
         return False
 
 
-def get_backend(name: str = "auto", *, tf32: bool = False,
-                process: int = 0) -> types.SimpleNamespace:
+def get_backend(name: str = "auto", *, tf32: bool = False, process: int = 0,
+                processes: int = 1) -> types.SimpleNamespace:
     """The kernels of one backend, chosen once: ``reference``, ``cpu``, ``gpu`` or ``auto``.
 
     ``auto`` takes the GPU when numba.cuda finds one, else the cpu. ``gpu`` where there is
@@ -92,10 +97,11 @@ def get_backend(name: str = "auto", *, tf32: bool = False,
     takes it without effect. The reference models TF32 by cutting the operands' mantissas.
     The namespace's ``products`` says which arithmetic they use.
 
-    ``process``: this process's rank among the job's processes on its machine
-    (``Comm.local_rank``). The GPU backend binds the process to GPU ``process % count``, so
-    that the ranks of a job each drive their own GPU (``kernels/cuda/device.py``); the
-    namespace's ``device`` says which (None on the cpu and under the simulator).
+    ``process``: this process's rank among the job's ``processes`` on its machine
+    (``Comm.local_rank``, ``Comm.local_size``). The GPU backend binds the process to GPU
+    ``process % count``, so that the ranks of a job each drive their own GPU
+    (``kernels/cuda/device.py``; the namespace's ``device`` says which: None on the cpu and
+    under the simulator), and its ``free_memory`` is this process's share of that GPU's.
     """
     if name == "auto":
         name = "gpu" if _gpu_present() else "cpu"
@@ -107,7 +113,7 @@ def get_backend(name: str = "auto", *, tf32: bool = False,
                 "--backend gpu: no NVIDIA GPU is usable here (numba.cuda finds none, or the "
                 "gpu extra is missing: pip install '.[gpu]' in Destiny's directory, which "
                 "brings numba-cuda and CuPy). Use --backend cpu (or auto).")
-        return _load("cuda", tf32, process)
+        return _load("cuda", tf32, process, processes)
     raise BackendUnavailableError(f"unknown backend {name!r}; expected auto, cpu, gpu or "
                                   "reference.")
 

@@ -48,6 +48,11 @@ def cublas_available() -> bool:
     return _cublas() is not None
 
 
+def cupy_module():
+    """CuPy, where ``cublas_available()``."""
+    return _cublas()[0]
+
+
 def _op_shape(x, trans):
     return (x.shape[1], x.shape[0]) if trans else (x.shape[0], x.shape[1])
 
