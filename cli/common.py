@@ -63,7 +63,7 @@ def library_errors(fn):
                 raise
             raise click.ClickException(f"interrupted; {NOTHING_REPLACED}. Run the command "
                                        "again to start afresh.") from None
-        except (OSError, RuntimeError, MemoryError) as e:
+        except Exception as e:  # the system's failures (anything else: None, its traceback)
             # (the advice on memory is the network's size only where there is one)
             message = system_failure(e, network=fn.__name__ in ("train", "predict"))
             if os.environ.get("DESTINY_DEBUG") or message is None:

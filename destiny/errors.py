@@ -130,22 +130,33 @@ def system_failure(e: BaseException,
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "
                 f"a full disk or quota is the usual cause: free space, then {then}.")
-    if isinstance(e, MemoryError):  # NumPy's says how much one array needed
-        on_gpu = type(e).__module__.startswith("cupy")  # (CuPy's pool: the device's memory)
-        what = f"out of {'GPU ' if on_gpu else ''}memory ({str(e) or 'an allocation failed'})"
+    on_gpu = _out_of_gpu_memory(e)
+    if isinstance(e, MemoryError) or on_gpu:  # NumPy's says how much one array needed
+        said = str(e).rstrip(".") or "an allocation failed"  # (CuPy's ends in a full stop)
+        what = f"out of {'GPU ' if on_gpu else ''}memory ({said})"
         if on_gpu:
-            return (f"{what}. The network's weights, their gradients and optimizer state, a "
-                    "batch and its activations must fit in the GPU's memory (the training "
-                    "data need not: it is streamed where it does not fit in half of what is "
-                    "free): use smaller layers or a smaller batch (-b), split the layers over "
-                    "several GPUs with mpiexec (train; predict --split-layers: the README's "
-                    "sections on them), or free the GPU of other processes (nvidia-smi lists "
-                    "them).")
+            return (f"{what}. The network's weights (in training, with their gradients and "
+                    "optimizer state) and a batch's activations must fit in the GPU's memory "
+                    "(the training data need not: it is streamed where it takes more than half "
+                    "of what they leave free): use smaller layers or a smaller batch (-b), "
+                    "split the layers over several GPUs with mpiexec (train; predict "
+                    "--split-layers: the README's sections on them), or free the GPU of other "
+                    "processes (nvidia-smi lists them).")
         if not network:
             return (f"{what}; {NOTHING_REPLACED}. Check that the inputs are the files meant, "
                     "then free memory or run on a machine with more.")
-        return (f"{what}. The network's weights, their gradients and optimizer state, the "
-                "data and a batch must fit in this machine's memory: use smaller layers or a "
-                "smaller batch (-b), or split the layers over several processes or machines "
-                "with mpiexec (train; predict --split-layers: the README's sections on them).")
+        return (f"{what}. The network's weights (in training, with their gradients and "
+                "optimizer state), the data and a batch must fit in this machine's memory: use "
+                "smaller layers or a smaller batch (-b), or split the layers over several "
+                "processes or machines with mpiexec (train; predict --split-layers: the "
+                "README's sections on them).")
     return None
+
+
+def _out_of_gpu_memory(e: BaseException) -> bool:
+    """Whether ``e`` is a GPU allocation that failed: CuPy's pool's OutOfMemoryError (a
+    MemoryError; numba's arrays come from that pool), or numba's own allocator's
+    CUDA_ERROR_OUT_OF_MEMORY where CuPy's pool is not used (``kernels/cuda/memory.py``)."""
+    if isinstance(e, MemoryError):
+        return type(e).__module__.startswith("cupy")
+    return type(e).__name__ == "CudaAPIError" and "CUDA_ERROR_OUT_OF_MEMORY" in str(e)

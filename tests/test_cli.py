@@ -69,26 +69,52 @@ def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
     assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
 
 
-def test_out_of_gpu_memory_names_the_gpu(monkeypatch):
+class OutOfMemoryError(MemoryError):  # (as cupy.cuda.memory defines it)
+    pass
+
+
+class CudaAPIError(Exception):  # (as numba.cuda.cudadrv.driver defines it)
+    pass
+
+
+OutOfMemoryError.__module__ = "cupy.cuda.memory"
+
+
+@pytest.mark.parametrize("failure, shown", [
+    (OutOfMemoryError("Out of memory allocating 8,589,934,592 bytes (allocated so far: "
+                      "79,456,894,976 bytes)."),
+     "(Out of memory allocating 8,589,934,592 bytes (allocated so far: 79,456,894,976 bytes))"),
+    (CudaAPIError("[2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"),
+     "([2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY)")])
+def test_out_of_gpu_memory_names_the_gpu(monkeypatch, failure, shown):
     """CuPy's pool (numba.cuda's allocator on a GPU) raises its OutOfMemoryError, a
-    MemoryError: the advice is the GPU's memory, not the machine's."""
+    MemoryError; numba's own allocator (without CuPy's pool) its CudaAPIError: the advice is
+    the GPU's memory, not the machine's, and no traceback."""
     import destiny.fit
     from destiny.cli.train import train
 
-    class OutOfMemoryError(MemoryError):  # (as cupy.cuda.memory defines it)
-        pass
-
-    OutOfMemoryError.__module__ = "cupy.cuda.memory"
-
     def too_large(**_):
-        raise OutOfMemoryError("Out of memory allocating 8,589,934,592 bytes (allocated so "
-                               "far: 79,456,894,976 bytes).")
+        raise failure
 
     monkeypatch.setattr(destiny.fit, "fit", too_large)
     result = CliRunner().invoke(train, ["-c", "n.json", "-i", "i.nc", "-o", "o.nc", "-n", "x.nc"])
     assert result.exit_code == 1, result.output
-    assert result.output.startswith("Error: out of GPU memory (Out of memory allocating 8,589")
+    assert result.output.startswith(f"Error: out of GPU memory {shown}")
+    assert ")). " not in result.output and "). The network's weights (in" in result.output
     assert "fit in the GPU's memory" in result.output and "machine's" not in result.output
+
+
+def test_another_failure_of_the_gpu_keeps_its_traceback(monkeypatch):
+    """A driver error that is not the memory's is a fault to report as it is."""
+    import destiny.fit
+    from destiny.cli.train import train
+
+    def fails(**_):
+        raise CudaAPIError("[700] Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    monkeypatch.setattr(destiny.fit, "fit", fails)
+    result = CliRunner().invoke(train, ["-c", "n.json", "-i", "i.nc", "-o", "o.nc", "-n", "x.nc"])
+    assert isinstance(result.exception, CudaAPIError)
 
 
 def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
