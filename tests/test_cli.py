@@ -100,7 +100,7 @@ def test_out_of_gpu_memory_names_the_gpu(monkeypatch, failure, shown):
     result = CliRunner().invoke(train, ["-c", "n.json", "-i", "i.nc", "-o", "o.nc", "-n", "x.nc"])
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: out of GPU memory {shown}")
-    assert ")). " not in result.output and "). The network's weights (in" in result.output
+    assert ".)." not in result.output and "). The network's weights (in" in result.output
     assert "fit in the GPU's memory" in result.output and "machine's" not in result.output
 
 
