@@ -233,8 +233,11 @@ class TrainData:
         return self._host | self._denoised_host
 
     def batch(self, rows: np.ndarray) -> Batch:
-        """The minibatch of examples ``rows``, assembled by the backend from the data it holds
-        (streamed data: these rows alone are copied to it)."""
+        """The minibatch of examples ``rows``, assembled by the backend from the data it holds.
+
+        For tools that take batches one at a time (benchmarks, profiles): where the data is
+        streamed, each call gathers its rows on the host and copies them, where ``batches``
+        copies a chunk of many batches at once."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.streamed:
             return self._gather(self._chunk(rows), np.arange(len(rows), dtype=np.int64))
@@ -285,8 +288,8 @@ class TrainData:
         host = {}
         for csr in _distinct(self._epoch_host().values()):
             indptr, indices, values = csr
-            out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(indptr[rows + 1] - indptr[rows], out=out_indptr[1:])
+            # (not sparse.take_rows, which lists every entry's position first: 8 bytes each)
+            out_indptr = _row_offsets(indptr, rows)
             out_indices = np.empty(int(out_indptr[-1]), dtype=indices.dtype)
             out_values = np.empty(int(out_indptr[-1]) if len(values) else 0, dtype=values.dtype)
             take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows)
@@ -307,8 +310,7 @@ class TrainData:
 
         def gather(h):
             host_indptr, indptr, indices, values = h
-            out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(host_indptr[rows + 1] - host_indptr[rows], out=out_indptr[1:])
+            out_indptr = _row_offsets(host_indptr, rows)
             out_indices = kb.empty(int(out_indptr[-1]), np.int32)
             out_values = kb.empty(int(out_indptr[-1]) if len(values) else 0, np.float32)
             out_indptr = kb.to_device(out_indptr)
@@ -317,6 +319,13 @@ class TrainData:
 
         return Batch(size=len(rows), inputs={n: csr(n) for n in self.inputs},
                      targets={n: csr(n) for n in self.targets}, ignore_zero=self._ignore_zero)
+
+
+def _row_offsets(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The row offsets (B + 1) of rows ``rows`` of a CSR matrix taken in that order."""
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(indptr[rows + 1] - indptr[rows], out=out[1:])
+    return out
 
 
 def _distinct(csrs) -> list[tuple]:

@@ -269,6 +269,26 @@ def test_the_budget_is_what_the_network_and_its_optimizer_leave_free(files, monk
     assert events == ["optimizer state", "free memory asked"]
 
 
+def test_a_batch_of_streamed_data_is_the_batch_of_data_held_whole():
+    """``batch`` (the benchmarks') copies its rows alone where the data is streamed: the same
+    arrays, the denoised input's included."""
+    nd, datasets = _streaming_case()
+    net = Network(nd, get_backend("cpu"))
+    inp = datasets["gl_input"]
+    half = (inp.indptr // 2, inp.indices[: inp.nnz // 2], inp.values[: inp.nnz // 2])
+    rows = np.array([7, 3, 200, 3, 51])
+    got = []
+    for budget in (None, 1):
+        data = TrainData(net, datasets, device_budget=budget)
+        data.set_denoised({"Input": half})
+        got.append(data.batch(rows))
+    assert got[1].size == got[0].size == 5
+    for name in ("inputs", "targets"):
+        for layer, csr in getattr(got[0], name).items():
+            for a, b in zip(csr, getattr(got[1], name)[layer], strict=True):
+                np.testing.assert_array_equal(a, b)
+
+
 def test_data_within_the_budget_is_held_whole():
     nd, datasets = _streaming_case()
     net = Network(nd, get_backend("cpu"))
