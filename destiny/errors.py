@@ -103,6 +103,18 @@ NUL_REMEDY = ("remove the NUL bytes (for example with `tr -d '\\000'`). A NUL af
               "character means UTF-16 text: convert it with `iconv -f utf-16 -t utf-8`.")
 
 
+def utf16_bom_error(path, head: bytes) -> DataFormatError | None:
+    """The refusal of a file whose first bytes ``head`` are a UTF-16 byte-order mark, or None.
+    Its first byte (FF or FE) is never UTF-8, so the readers' own message would name that byte
+    and suggest converting from latin1, which turns UTF-16 into garbage."""
+    if not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return None
+    return DataFormatError(path, f"the file starts with the bytes {head[0]:02X} {head[1]:02X}, a "
+                           "UTF-16 byte-order mark: it is UTF-16 text, and Destiny reads UTF-8 "
+                           "(or ASCII). Convert it, for example with `iconv -f utf-16 -t utf-8`.",
+                           line=1, column=1)
+
+
 def system_failure(e: BaseException,
                    then: str = "run the command again, or write the outputs elsewhere", *,
                    network: bool = True) -> str | None:

@@ -273,7 +273,15 @@ ERRORS = [
      "line 1, column 2: "),
     ("utf-16 rows", "1,10,4.0,100\n".encode("utf-16-le"), [], "line 1, column 2: the line "
      "'1\\x00,\\x001\\x000\\x00,"),
+    # UTF-16 MovieLens .dat: '::' reads as ':\0:', so no separator is found; the NUL says why.
+    ("utf-16 dat", "1::1193::5::978300760\n".encode("utf-16-le"), [], "line 1, column 2: the "
+     "line '1\\x00:\\x00:\\x001"),
     ("wrong format", HEADER + "1,10,4.0,100\n", ["--format", "dat"], "line 1: found 1 field"),
+    # A byte-order mark's FF or FE is never UTF-8: not 'convert from latin1', which garbles it.
+    ("bom utf-16le", "1::1193::5::978300760\n".encode("utf-16"), [],
+     "line 1, column 1: the file starts with the bytes FF FE, a UTF-16 byte-order mark"),
+    ("bom utf-16be", b"\xfe\xff" + "1,10,4.0,100\n".encode("utf-16-be"), [],
+     "line 1, column 1: the file starts with the bytes FE FF, a UTF-16 byte-order mark"),
 ]
 
 
@@ -317,8 +325,10 @@ def test_errors(tmp_path, name, content, args, message):
     assert message in result.stderr
     if name.startswith("cr"):
         assert "dos2unix" in result.stderr
-    if "nul" in name or "utf-16" in name:
+    if "nul" in name or name.startswith("utf-16"):
         assert result.stderr.endswith(f"; {NUL_REMEDY}\n")  # (generate-netcdf's remedy)
+    if name.startswith("bom"):
+        assert "iconv -f utf-16 -t utf-8" in result.stderr and "latin1" not in result.stderr
     assert result.stderr.count("\n") == 1  # one paragraph, no traceback
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
 

@@ -207,6 +207,8 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("recs.txt", "\ufeff" + RECS, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("held.txt", "\ufeff" + HELD, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("train.txt", "\ufeff" + TRAIN, "line 1, column 1: the file starts with a UTF-8 byte-order"),
+    ("held.txt", HELD.encode("utf-16"), "line 1, column 1: the file starts with the bytes FF FE, "
+     "a UTF-16 byte-order mark: it is UTF-16 text"),
 ])
 def test_bad_input(which, content, expected):
     write(which, content)

@@ -164,6 +164,15 @@ def test_byte_order_mark():
     assert "sed -i" in message
 
 
+def test_utf16_byte_order_mark():
+    """FF FE is never UTF-8: the message said so and suggested `iconv -f latin1`, which
+    garbles UTF-16 text."""
+    message = fails_on("1\t2:4\n".encode("utf-16"), "-c")
+    assert message.startswith("Error: in.txt, line 1, column 1: the file starts with the bytes "
+                              "FF FE, a UTF-16 byte-order mark"), message
+    assert "iconv -f utf-16 -t utf-8" in message and "latin1" not in message
+
+
 def test_empty_file():
     message = fails_on("", "-c")
     assert message.startswith("Error: in.txt: ") and "no records" in message

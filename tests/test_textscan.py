@@ -342,3 +342,7 @@ def test_an_index_with_a_byte_order_mark_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"features, line 1, column 1: the file starts "
                                               r"with a UTF-8 byte-order mark"):
         index.read_index(path)
+    path.write_bytes("a\t0\n".encode("utf-16"))
+    with pytest.raises(DataFormatError, match=r"line 1, column 1: the file starts with the bytes "
+                                              r"FF FE, a UTF-16 byte-order mark"):
+        index.read_index(path)

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
-from destiny.errors import NUL_REMEDY, DataFormatError
+from destiny.errors import NUL_REMEDY, DataFormatError, utf16_bom_error
 
 FORMATS = ("auto", "csv", "udata", "dat")
 VALUES = ("timestamp", "rating", "none")
@@ -100,7 +100,14 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
     if "\r" in first and "\0" not in first:  # (UTF-16 text, CRLF or not: the NUL says so)
         raise _cr_error(path, 1)
     if fmt == "auto":
-        fmt = _detect(first, path)
+        try:
+            fmt = _detect(first, path)
+        except DataFormatError:
+            # UTF-16 text ('::' read as ':\0:') has no separator to detect: its NUL bytes,
+            # not "cannot tell the format", say what is wrong and how to mend it.
+            if "\0" in first:
+                raise _nul_error(first, None, path, 1) from None
+            raise
     sep = _SEPARATORS[fmt]
     if "\0" in first:  # (a header too: the rows are checked below, the header is not)
         raise _nul_error(first, sep, path, 1)
@@ -290,14 +297,14 @@ def _field_count_error(line: str, fields, path, lineno: int, fmt: str) -> DataFo
                            "of the MovieLens layouts.", line=lineno)
 
 
-def _nul_error(line: str, sep: str, path, lineno: int) -> DataFormatError:
+def _nul_error(line: str, sep: str | None, path, lineno: int) -> DataFormatError:
     """The refusal of a NUL byte in ``line``, in generate-netcdf's words: a NUL is valid UTF-8,
     but copied into the DSSTNE text written it would be refused there, naming that file's line
-    instead of this one."""
+    instead of this one. ``sep`` None: the separator is unknown, so no field is named."""
     at = line.index("\0")
-    field = line[:at].count(sep)
+    field = line[:at].count(sep) if sep is not None else None
     names = ("user", "item", "rating", "timestamp")
-    where = f" in its {names[field]} field" if field < len(names) else ""
+    where = f" in its {names[field]} field" if field is not None and field < len(names) else ""
     return DataFormatError(path, f"the line {_show(line)} holds a NUL byte (\\x00){where}. "
                            "No MovieLens field holds one, and the DSSTNE text written cannot "
                            f"(generate-netcdf refuses it); {NUL_REMEDY}", line=lineno,
@@ -331,6 +338,8 @@ def _decode_error(path) -> DataFormatError:
     """Find the line and byte of the first invalid UTF-8 (text mode only says 'somewhere')."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
+            if lineno == 1 and (error := utf16_bom_error(path, raw)):
+                return error
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
