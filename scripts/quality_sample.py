@@ -32,8 +32,9 @@ import time  # noqa: E402
 import click  # noqa: E402
 
 from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.errors import InterruptedAfterOutputs  # noqa: E402
 from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
-from destiny.io.atomic import text_output  # noqa: E402
+from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,16 +57,26 @@ from destiny.io.atomic import text_output  # noqa: E402
 @library_errors
 def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, json_path):
     """Compare training recipes with popularity on held-out items."""
-    with tempfile.TemporaryDirectory() as work:
-        split = prepare_split(ratings, work, fraction=0.2, seed=seed)
-        rows = [("popularity", split.popularity(k))]
-        for recipe in recipes:
-            for arithmetic in products:
-                started = time.perf_counter()
-                metrics = evaluate_recipe(split, config, recipe, epochs=epochs, batch=batch,
-                                          k=k, backend=backend, tf32=arithmetic == "tf32")
-                name = recipe if products == ("float32",) else f"{recipe} [{arithmetic}]"
-                rows.append((f"{name} ({time.perf_counter() - started:.0f} s)", metrics))
+    # Before the work, which takes hours: a mistyped directory fails now, not at the end.
+    if json_path and not is_stream(json_path):  # (stdout, a pipe: written in place)
+        check_outputs([(json_path, "metrics file (--json)")],
+                      inputs=[(ratings, "ratings file (--ratings)"),
+                              (config, "network definition (--config)")])
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            split = prepare_split(ratings, work, fraction=0.2, seed=seed)
+            rows = [("popularity", split.popularity(k))]
+            for recipe in recipes:
+                for arithmetic in products:
+                    started = time.perf_counter()
+                    metrics = evaluate_recipe(split, config, recipe, epochs=epochs, batch=batch,
+                                              k=k, backend=backend, tf32=arithmetic == "tf32")
+                    name = recipe if products == ("float32",) else f"{recipe} [{arithmetic}]"
+                    rows.append((f"{name} ({time.perf_counter() - started:.0f} s)", metrics))
+    except InterruptedAfterOutputs:
+        # Its outputs were in the work directory, now removed: the message that calls them
+        # complete would name files that no longer exist. An interrupt is all it was.
+        raise KeyboardInterrupt from None
     out = io.StringIO()
     w = max(40, *(len(name) for name, _ in rows))
     out.write(f"{'recipe':<{w}} {'P@k':>7} {'R@k':>7} {'NDCG@k':>7} {'MAP@k':>7}   (k={k})\n")

@@ -464,6 +464,51 @@ def test_quality_sample_stops_as_the_commands_do(tmp_path):
     assert stdout == "" and list(tmp_path.iterdir()) == []
 
 
+def _quality_sample():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("quality_sample_script",
+                                                  ROOT / "scripts" / "quality_sample.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quality_sample_checks_its_json_path_before_the_work(tmp_path, monkeypatch):
+    """A mistyped --json directory failed only once every recipe had trained (hours)."""
+    script = _quality_sample()
+
+    def split(*_, **__):
+        raise AssertionError("the work started before the output was checked")
+
+    monkeypatch.setattr(script, "prepare_split", split)
+    result = CliRunner().invoke(script.main, [
+        "--ratings", str(ROOT / "data" / "ratings.csv"), "--json",
+        str(tmp_path / "no-such-dir" / "m.json")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: ") and "no-such-dir" in result.output, result.output
+    assert "metrics file (--json)" in result.output and result.output.count("\n") == 1
+
+
+def test_quality_sample_interrupted_as_its_work_files_are_put_in_place(tmp_path, monkeypatch):
+    """Those files are in its work directory, removed as it stops: the message called them
+    complete. It is the ordinary interrupt's."""
+    from destiny.errors import InterruptedAfterOutputs
+
+    script = _quality_sample()
+    made = []
+
+    def split(ratings, work, **_):
+        made.append(work)
+        raise InterruptedAfterOutputs([f"{work}/gl_input.nc"])
+
+    monkeypatch.setattr(script, "prepare_split", split)
+    result = CliRunner().invoke(script.main, ["--ratings", str(ROOT / "data" / "ratings.csv")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: interrupted; no output was replaced"), result.output
+    assert "is complete" not in result.output and not os.path.exists(made[0])
+
+
 @pytest.mark.parametrize("script, header, line, outputs", [
     ("convert_ratings.py", "userId,movieId,rating,timestamp\n", "{n},2,3.0,4\n", ["-o", "out.txt"]),
     ("split_holdout.py", "", "{n}\t2:3:4\n", ["--train", "t.txt", "--heldout", "h.txt"]),
