@@ -14,9 +14,16 @@ import importlib
 import signal
 
 
-def _main(module: str):
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not SIG_IGN: kept)
+def default_ctrl_c_while_loading() -> None:
+    """Give Ctrl-C its default action until the command installs its handlers: called first by
+    the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
+    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _main(module: str):
+    default_ctrl_c_while_loading()
     return importlib.import_module(module).main()
 
 

@@ -17,13 +17,12 @@ Example:
 
 from __future__ import annotations
 
-import signal
+# Before the imports below (up to a second, numba): Ctrl-C's default action while they load,
+# as the installed commands have it. Only when run: tests load the scripts as modules.
+if __name__ == "__main__":
+    from destiny.cli.entry import default_ctrl_c_while_loading
 
-# Ctrl-C's default action while the modules load, as the installed commands have it
-# (cli/entry.py): Python's handler printed a traceback from inside an import. The command puts
-# its own handlers in place as it starts (library_errors).
-if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    default_ctrl_c_while_loading()
 
 import os  # noqa: E402
 
