@@ -221,7 +221,6 @@ class TrainData:
 
     def set_denoised(self, inputs: dict[str, tuple]) -> None:
         """This epoch's denoised input CSR matrices, by input layer (spec 3.9)."""
-        self._place()
         self._denoised = {}  # (last epoch's copies go before this one's are made)
         self._denoised_host = {n: (indptr, indices, _EMPTY if values is None else values)
                                for n, (indptr, indices, values) in inputs.items()}
@@ -282,18 +281,13 @@ class TrainData:
         return out
 
     def _chunk(self, rows: np.ndarray) -> dict[str, tuple]:
-        """Examples ``rows`` of this epoch's data, in that order, copied to the backend."""
-        from destiny.kernels.cpu.batch import take_rows  # (the host's gather)
+        """Examples ``rows`` of this epoch's data, in that order, copied to the backend: the
+        host gathers them as a batch is gathered (the cpu's ``take_rows``), then one copy."""
+        from destiny.kernels import get_backend
 
-        host = {}
+        host_kernels, host = get_backend("cpu"), {}
         for csr in _distinct(self._epoch_host().values()):
-            indptr, indices, values = csr
-            # (not sparse.take_rows, which lists every entry's position first: 8 bytes each)
-            out_indptr = _row_offsets(indptr, rows)
-            out_indices = np.empty(int(out_indptr[-1]), dtype=indices.dtype)
-            out_values = np.empty(int(out_indptr[-1]) if len(values) else 0, dtype=values.dtype)
-            take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows)
-            host[id(csr)] = (out_indptr, out_indices, out_values)
+            host[id(csr)] = _take(host_kernels, (csr[0], *csr), rows, rows)
         return self._hold({n: host[id(csr)] for n, csr in self._epoch_host().items()})
 
     def _gather(self, held: dict[str, tuple], rows: np.ndarray) -> Batch:
@@ -305,27 +299,25 @@ class TrainData:
         def csr(name):
             h = held[name]
             if id(h) not in gathered:
-                gathered[id(h)] = gather(h)
+                gathered[id(h)] = _take(kb, h, rows, on_backend)
             return gathered[id(h)]
-
-        def gather(h):
-            host_indptr, indptr, indices, values = h
-            out_indptr = _row_offsets(host_indptr, rows)
-            out_indices = kb.empty(int(out_indptr[-1]), np.int32)
-            out_values = kb.empty(int(out_indptr[-1]) if len(values) else 0, np.float32)
-            out_indptr = kb.to_device(out_indptr)
-            kb.take_rows(out_indices, out_values, out_indptr, indptr, indices, values, on_backend)
-            return out_indptr, out_indices, out_values
 
         return Batch(size=len(rows), inputs={n: csr(n) for n in self.inputs},
                      targets={n: csr(n) for n in self.targets}, ignore_zero=self._ignore_zero)
 
 
-def _row_offsets(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The row offsets (B + 1) of rows ``rows`` of a CSR matrix taken in that order."""
-    out = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(indptr[rows + 1] - indptr[rows], out=out[1:])
-    return out
+def _take(kb, held: tuple, rows: np.ndarray, rows_on_kb) -> tuple:
+    """Rows ``rows`` (``rows_on_kb``: the same, on the backend ``kb``) of a CSR matrix held by
+    ``kb`` as (host indptr, indptr, indices, values), in that order: a CSR matrix on ``kb``.
+    (Not ``sparse.take_rows``, which lists every entry's position first: 8 bytes each.)"""
+    host_indptr, indptr, indices, values = held
+    out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(host_indptr[rows + 1] - host_indptr[rows], out=out_indptr[1:])
+    out_indices = kb.empty(int(out_indptr[-1]), np.int32)
+    out_values = kb.empty(int(out_indptr[-1]) if len(values) else 0, np.float32)
+    out_indptr = kb.to_device(out_indptr)
+    kb.take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows_on_kb)
+    return out_indptr, out_indices, out_values
 
 
 def _distinct(csrs) -> list[tuple]:
