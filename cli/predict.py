@@ -104,7 +104,7 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
             predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
                                   layer=layer, backend=backend, tf32=tf32,
                                   comm=comm if split_layers else None,
-                                  process=comm.local_rank)  # (each rank: its own GPU)
+                                  job=comm)  # (each rank on a machine: its own GPU)
         if split_layers and comm.size == 1 and not quiet:
             note(NAME, "--split-layers has nothing to split without mpiexec: this one process "
                        "holds every layer")

@@ -178,21 +178,21 @@ class Predictor:
     """A trained network with its output labels, ready to score DSSTNE text.
 
     ``comm``: the ranks the layers are split across (None: this process holds them all).
-    ``process``: this process's rank on its machine, which picks its GPU (by default
-    ``comm``'s; ranks that each score their share of the samples pass theirs).
+    ``job``: the job's processes (by default ``comm``; ranks that each score their share of
+    the samples pass theirs): this process's rank among them on its machine picks its GPU.
     """
 
     def __init__(self, network_path, input_index, output_index, *, dataset: str | None,
                  layer: str = "Output", backend: str = "auto", tf32: bool = False,
-                 comm: Comm | None = None, process: int | None = None):
+                 comm: Comm | None = None, job: Comm | None = None):
         from destiny.io.checkpoint import load_weights
         from destiny.io.network_file import read_network
         from destiny.kernels import get_backend
 
         check_netcdf_names(inputs=[(network_path, "network file (-n)")])
-        if process is None:
-            process = 0 if comm is None else comm.local_rank
-        self.kernels = get_backend(backend, tf32=tf32, process=process)
+        job = job or comm or Comm()
+        self.kernels = get_backend(backend, tf32=tf32, process=job.local_rank,
+                                   processes=job.local_size)
         # Mapped, not read: a cold start does not copy hundreds of MB of weights. A rank of a
         # split network reads only its blocks of them (load_weights); none reads a
         # checkpoint's optimizer state, only the counts below.

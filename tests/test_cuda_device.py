@@ -130,4 +130,4 @@ def test_train_and_predict_bind_each_process_to_its_gpu(files, monkeypatch):
             "-o", str(files / "features_output"), "-r", str(files / "ratings.txt"),
             "-s", str(files / "recs.txt"), "-k", "3", "--backend", "gpu"])
     assert predicted.exit_code == 0, predicted.output
-    assert processes == [(1, 3), (1, 1)]  # (predict reads no training data: no share)
+    assert processes == [(1, 3), (1, 3)]
