@@ -30,7 +30,8 @@ def operands(rng, m, n, k, trans_a, trans_b, dtype=np.float32):
 @pytest.mark.parametrize("trans_a, trans_b", list(itertools.product([False, True], repeat=2)))
 def test_gemm_matches_numpy(trans_a, trans_b):
     rng = np.random.default_rng(2 * trans_a + trans_b)
-    m, n, k = (5, 3, 7) if tiny("cuda") else (70, 45, 130)  # not multiples of the tile
+    # Not multiples of the tile, and more than one tile along each.
+    m, n, k = (11, 9, 19) if tiny("cuda") else (70, 45, 130)
     a, b, product = operands(rng, m, n, k, trans_a, trans_b)
     out = np.full((m, n), np.nan, dtype=np.float32)  # beta = 0 never reads out
     gemm(out, a, b, trans_a, trans_b)
@@ -41,16 +42,18 @@ def test_gemm_matches_numpy(trans_a, trans_b):
     np.testing.assert_allclose(out, -0.5 * product + 2.0 * c, rtol=1e-5, atol=1e-5)
 
 
-def test_tiled_gemm_rows_beyond_the_grid(monkeypatch):
+def test_tiled_gemm_tiles_beyond_the_grid(monkeypatch):
     """More row tiles than the grid's y holds (65,535 on a GPU: a catalogue-wide layer's
-    gradient has millions of rows): the blocks stride over the rest."""
+    gradient has millions of rows), and more column tiles than its x is given (the
+    simulator's 2): the blocks stride over the rest."""
+    monkeypatch.setattr(matmul, "MAX_GRID_X", 2)
     monkeypatch.setattr(matmul, "MAX_GRID_Y", 2)
     rng = np.random.default_rng(9)
-    m = 5 * matmul.TILE + 1
-    for trans_a in (False, True):
-        a, b, product = operands(rng, m, 3, 4, trans_a, False)
-        out = np.full((m, 3), np.nan, dtype=np.float32)
-        tiled_gemm(out, a, b, trans_a, False)
+    m, n = 5 * matmul.TILE + 1, 3 * matmul.TILE + 1
+    for trans_a, trans_b in itertools.product([False, True], repeat=2):
+        a, b, product = operands(rng, m, n, matmul.TILE + 3, trans_a, trans_b)
+        out = np.full((m, n), np.nan, dtype=np.float32)
+        tiled_gemm(out, a, b, trans_a, trans_b)
         np.testing.assert_allclose(out, product, rtol=1e-5, atol=1e-5)
 
 
