@@ -57,7 +57,13 @@ NAME = "train"
               metavar="K", help="Remove this run's older checkpoints as new ones are written, "
                                 "keeping the K newest (0: keep all, as DSSTNE).")
 @click.option("--resume", is_flag=True,
-              help="Continue from the newest checkpoint NET.nc<epoch>.nc, if there is one.")
+              help="Continue from the newest checkpoint NET.nc<epoch>.nc, if there is one; "
+                   "one of other data, definition or flags (but -e), or at -e already, is "
+                   "refused.")
+@click.option("--resume-or-restart", "restart", is_flag=True,
+              help="As --resume, but train afresh, with a note, where --resume would refuse "
+                   "the checkpoint: for make rules and cron jobs, which run again when their "
+                   "data changes.")
 @click.option("--metrics", "metrics_path", metavar="FILE",
               help="Write one JSON line per epoch: epoch, loss, seconds, learning_rate, ... "
                    "(with --resume: kept up to the checkpoint's epoch, then appended).")
@@ -72,7 +78,7 @@ NAME = "train"
 @library_errors
 def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
           mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, keep_checkpoints,
-          resume, metrics_path, initial_network, force, ignored_d, quiet):
+          resume, restart, metrics_path, initial_network, force, ignored_d, quiet):
     """Train a network (DSSTNE JSON definition) on datasets made by generate-netcdf.
 
     \b
@@ -94,14 +100,21 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
                    "checkpoints")
     progress = _Progress(cfg, quiet, comm.size)
+
+    def restarted(path, why):
+        if not quiet:
+            note(NAME, f"the newest checkpoint, {path}, is {why}: --resume-or-restart trains "
+                       "afresh (that run's checkpoints stay until this run's of the same "
+                       "epochs replace them)")
+
     try:
         report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
                      network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
                      checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
-                     resume=resume, force=force, metrics_path=metrics_path,
-                     initial_network=initial_network,
+                     resume=resume or restart, restart=restart, force=force,
+                     metrics_path=metrics_path, initial_network=initial_network,
                      on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
-                     on_checkpoint=progress.checkpointed, comm=comm)
+                     on_checkpoint=progress.checkpointed, on_restart=restarted, comm=comm)
     except KeyboardInterrupt as e:  # Ctrl-C: say what is kept and how to go on
         progress.close()
         if isinstance(e, InterruptedAfterOutputs):  # just as a file was put in place

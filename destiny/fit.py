@@ -63,6 +63,7 @@ def fit(
     checkpoint_every: int = 10,
     keep_checkpoints: int = 0,
     resume: bool = False,
+    restart: bool = False,
     force: bool = False,
     metrics_path=None,
     initial_network=None,
@@ -70,6 +71,7 @@ def fit(
     on_batch: Callable[[int, float], None] | None = None,
     on_epoch: Callable[[EpochRecord], None] | None = None,
     on_checkpoint: Callable[[str, int], None] | None = None,
+    on_restart: Callable[[str, str], None] | None = None,
     comm: Comm | None = None,
 ) -> FitReport:
     """Train the network of ``config_path`` on the two dataset files and write ``network_path``.
@@ -77,6 +79,12 @@ def fit(
     ``keep_checkpoints``: after each checkpoint, remove this run's older ones but that many
     (0 keeps all, as DSSTNE). ``on_checkpoint(path, epoch)`` hears of the checkpoint resumed
     from and of each written.
+
+    ``resume``: continue from the newest checkpoint, which must be of this run (the same data,
+    definition and settings but ``cfg.epochs``) and short of ``cfg.epochs``. With ``restart``
+    too, a newest checkpoint of another run, or at ``cfg.epochs`` already, is passed over and
+    the run starts afresh (``on_restart(path, why)``): for make rules and cron jobs, which run
+    again when their inputs change. A run that starts afresh writes ``initial_network``.
     """
     comm = comm or Comm()
     with contextlib.ExitStack() as held:  # the network file's lock, held to the end
@@ -85,11 +93,9 @@ def fit(
                 inputs=((input_path, "input dataset file (-i)"),
                         (output_path, "output dataset file (-o)")),
                 outputs=((network_path, "network file (-n)"),
-                         (None if resume else initial_network,
-                          "initial network (--initial-network)")))
+                         (initial_network, "initial network (--initial-network)")))
             if comm.is_root:
-                _claim_outputs(held, network_path, metrics_path,
-                               None if resume else initial_network, force,
+                _claim_outputs(held, network_path, metrics_path, initial_network, force,
                                inputs=((config_path, "network definition (-c)"),
                                        (input_path, "input dataset file (-i)"),
                                        (output_path, "output dataset file (-o)")))
@@ -118,9 +124,16 @@ def fit(
             settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples,
                         "entries": {name: s.entries for name, s in summaries.items()},
                         "indexes": run.get("indexes", "")}
-            state, resumed_from = TrainState(), None
+            state, resumed_from, passed_over = TrainState(), None, None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
-        found = comm.bcast(found)  # (no collective inside all_or_none: a failed rank skips it)
+            if found is not None and restart:
+                why = _not_this_run(found[0], settings, cfg.epochs)
+                if why is not None:
+                    found, passed_over = None, (found[0], why)
+        # (no collective inside all_or_none: a failed rank skips it)
+        found, passed_over = comm.bcast((found, passed_over))
+        if passed_over is not None and on_restart is not None:
+            on_restart(*passed_over)
         # When this run started, in every checkpoint: --resume goes on with the run started
         # last (latest_checkpoint). A resumed run is the same run, and keeps the time.
         run["run_started"] = comm.bcast(time.time() if comm.is_root else None)
@@ -131,7 +144,7 @@ def fit(
                 run["run_started"] = started
             if on_checkpoint is not None:
                 on_checkpoint(resumed_from, state.epoch)
-        elif initial_network and not resume:
+        elif initial_network:  # (a run that starts afresh)
             with stop_together(comm) as stops:  # (the ranks write it together)
                 save_network(initial_network, net, destiny=_extras(kernels, cfg, state, run))
                 stops.check()
@@ -238,7 +251,7 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
             raise DestinyError(
                 f"{path}: --resume found this checkpoint at epoch {int(extras['epoch'])}, and "
                 f"-e {epochs} asks for no more. Give a larger -e to train on from it, or start "
-                "afresh without --resume.")
+                "afresh without --resume (--resume-or-restart does so by itself).")
     started = extras.get("run_started")
     return (TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"])),
             None if started is None else float(started))
@@ -396,6 +409,17 @@ def trained_indexes(netdef, summaries) -> dict:
 
 def _check_same_run(path, extras: dict, settings: dict) -> None:
     """Refuse a checkpoint made with other settings; only the number of epochs may change."""
+    differences = _other_settings(extras, settings)
+    if differences:
+        raise DestinyError(f"{path}: this checkpoint was made with other settings ("
+                           + "; ".join(differences) + "); resuming from it would not continue "
+                           "the same run. Use the original flags and data, or start afresh "
+                           "without --resume (--resume-or-restart does so by itself).")
+
+
+def _other_settings(extras: dict, settings: dict) -> list[str]:
+    """How the settings of a checkpoint (its ``destiny_`` attributes ``extras``) differ from
+    this run's, in the user's terms; empty where only the number of epochs does."""
     def key(d: dict) -> dict:
         d = json.loads(json.dumps(d))  # the same types as the saved copy
         d["config"] = {k: v for k, v in d.get("config", {}).items() if k != "epochs"}
@@ -404,11 +428,26 @@ def _check_same_run(path, extras: dict, settings: dict) -> None:
     saved = key(json.loads(extras.get("settings", "{}")))
     # (checkpoints of earlier versions recorded fewer settings: those they have must agree)
     now = {k: v for k, v in key(settings).items() if k in saved}
-    if saved != now:
-        raise DestinyError(f"{path}: this checkpoint was made with other settings ("
-                           + "; ".join(_differences(saved, now)) + "); resuming from it would "
-                           "not continue the same run. Use the original flags and data, or "
-                           "start afresh without --resume.")
+    return [] if saved == now else _differences(saved, now)
+
+
+def _not_this_run(path, settings: dict, epochs: int) -> str | None:
+    """Why ``restart`` passes over the checkpoint ``path`` rather than resume from it: made
+    with other settings, or at ``epochs`` already. None where it resumes, and where it cannot
+    be read: ``_resume`` then says it is damaged (a damaged file is not another run)."""
+    attrs = destiny_attributes(path)
+    if attrs is None or "epoch" not in attrs:
+        return None
+    try:
+        differences = _other_settings(attrs, settings)
+        epoch = int(attrs["epoch"])
+    except (ValueError, TypeError):  # (unreadable settings: _resume's message)
+        return None
+    if differences:
+        return "made with other settings (" + "; ".join(differences) + ")"
+    if epoch >= epochs:
+        return f"at epoch {epoch} already, and -e {epochs} asks for no more"
+    return None
 
 
 # TrainConfig's fields as train's flags, for the resume refusal.

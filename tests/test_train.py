@@ -544,7 +544,8 @@ def test_train_refuses_to_overwrite(files):
 def test_an_existing_initial_network_is_kept_without_force(files):
     """--initial-network named a trained network by mistake: it used to be overwritten with
     an untrained one, without a word. An earlier run's initial network is replaced (a stopped
-    run is run again as it was); on --resume none is written, so none is refused."""
+    run is run again as it was). --resume with no checkpoint starts afresh, so it writes one
+    (it used to skip it without a word), and refuses this one alike."""
     (files / "init.nc").write_bytes(b"a trained network")
     result = run_train(files, "-e", "1", "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -552,8 +553,9 @@ def test_an_existing_initial_network_is_kept_without_force(files):
             "exists") in result.output and "--force" in result.output
     assert (files / "init.nc").read_bytes() == b"a trained network"
     assert not (files / "net.nc").exists()
-    assert run_train(files, "-e", "1", "--resume", "--checkpoint-every", "1",
-                     "--initial-network", str(files / "init.nc")).exit_code == 0
+    result = run_train(files, "-e", "1", "--resume", "--checkpoint-every", "1",
+                       "--initial-network", str(files / "init.nc"))
+    assert result.exit_code == 1 and "is not an earlier run's initial network" in result.output
     assert (files / "init.nc").read_bytes() == b"a trained network"
     result = run_train(files, "-e", "1", "--force", "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 0, result.output
@@ -1003,6 +1005,40 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
     result = run_train(files, "-b", "64", "-e", "3", "--checkpoint-every", "1", "--resume")
     assert result.exit_code == 1 and "made with other settings (dataset gl_input: " in result.output
     assert "entries in the checkpoint's data" in result.output
+
+
+def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
+    """A make rule or cron job that passes --resume-or-restart every time: it resumes its own
+    interrupted run, and where --resume would refuse the newest checkpoint (new data, or a run
+    already at -e) it trains afresh with a note, as one without --resume would."""
+    args = ("-b", "64", "--checkpoint-every", "1", "--force", "--resume-or-restart")
+    first = run_train(files, "-e", "1", *args)
+    assert first.exit_code == 0 and "resumed from" not in first.output, first.output
+    resumed = run_train(files, "-e", "2", *args)  # (as a run stopped after epoch 1)
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resumed from {files / 'net.nc1.nc'}" in resumed.output
+    fresh = run_train(files, "-e", "2", *args, "--metrics", str(files / "m.jsonl"))
+    assert fresh.exit_code == 0, fresh.output
+    assert (f"the newest checkpoint, {files / 'net.nc2.nc'}, is at epoch 2 already, and -e 2 "
+            "asks for no more: --resume-or-restart trains afresh") in fresh.output
+    assert "resumed from" not in fresh.output and "(2 epochs in this run)" in fresh.output
+    assert [json.loads(line)["epoch"] for line in open(files / "m.jsonl")] == [1, 2]
+    np.testing.assert_array_equal(weights_of(files / "net.nc")[0],
+                                  weights_of(files / "net.nc2.nc")[0])
+    other = random_dataset("x", seed=5)  # cron's new day: as many examples, other entries
+    for name in ("gl_input", "gl_output"):
+        write_dataset(files / f"{name}.nc",
+                      SparseDataset(name, other.width, other.indptr, other.indices))
+    result = run_train(files, "-e", "3", *args, "--initial-network", str(files / "init.nc"))
+    assert result.exit_code == 0, result.output
+    assert (f"the newest checkpoint, {files / 'net.nc2.nc'}, is made with other settings "
+            "(dataset gl_input: ") in result.output and "resumed from" not in result.output
+    assert read_network(files / "init.nc").destiny["epoch"] == 0  # (a run started afresh)
+    (files / "net.nc3.nc").write_bytes(b"damaged")  # not another run: said, not passed over
+    result = run_train(files, "-e", "4", *args)
+    assert result.exit_code == 1 and "--resume takes the newest checkpoint" in result.output
+    (files / "net.nc3.nc").unlink()
+    assert run_train(files, "-e", "2", *args, "-q").output == ""  # (a restart; -q: no note)
 
 
 def test_metrics_to_stdout_append_to_the_log_that_stdout_is(files):
