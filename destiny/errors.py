@@ -115,6 +115,22 @@ def utf16_bom_error(path, head: bytes) -> DataFormatError | None:
                            line=1, column=1)
 
 
+# The first bytes of a NetCDF file: classic (CDF 1, 2, 5) or netCDF-4, which is HDF5's.
+NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
+
+
+def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
+    """The refusal of a file whose first bytes ``head`` are a NetCDF file's, where text is
+    read, or None. A dataset or network given for a text or index file (flags swapped, a
+    path from another step) would otherwise be reported as text that is not UTF-8, with
+    advice to convert it from latin1."""
+    if not head.startswith(NETCDF_MAGIC):
+        return None
+    return DataFormatError(path, "is a NetCDF file (a dataset written by generate-netcdf, or a "
+                           "network written by train), not text; check that the file flags "
+                           "are not swapped and that this path is the text or index file meant.")
+
+
 def system_failure(e: BaseException,
                    then: str = "run the command again, or write the outputs elsewhere", *,
                    network: bool = True) -> str | None:

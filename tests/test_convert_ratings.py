@@ -282,6 +282,9 @@ ERRORS = [
      "line 1, column 1: the file starts with the bytes FF FE, a UTF-16 byte-order mark"),
     ("bom utf-16be", b"\xfe\xff" + "1,10,4.0,100\n".encode("utf-16-be"), [],
      "line 1, column 1: the file starts with the bytes FE FF, a UTF-16 byte-order mark"),
+    # A dataset or network given for the ratings: not 'convert from latin1'.
+    ("netcdf4", b"\x89HDF\r\n\x1a\n\x00\x00\x00\x00", [],
+     ": is a NetCDF file (a dataset written by generate-netcdf, or a network written by train)"),
 ]
 
 
@@ -329,6 +332,8 @@ def test_errors(tmp_path, name, content, args, message):
         assert result.stderr.endswith(f"; {NUL_REMEDY}\n")  # (generate-netcdf's remedy)
     if name.startswith("bom"):
         assert "iconv -f utf-16 -t utf-8" in result.stderr and "latin1" not in result.stderr
+    if name.startswith("netcdf"):
+        assert "iconv" not in result.stderr
     assert result.stderr.count("\n") == 1  # one paragraph, no traceback
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
 

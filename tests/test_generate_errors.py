@@ -173,6 +173,26 @@ def test_utf16_byte_order_mark():
     assert "iconv -f utf-16 -t utf-8" in message and "latin1" not in message
 
 
+@pytest.mark.parametrize("flag,mode", [("-i", ["-c"]), ("-f", []), ("-f", ["-m"]),
+                                       ("-s", ["-c"])],
+                         ids=["input", "feature-index", "merged-index", "sample-index"])
+def test_a_netcdf_file_where_text_is_read(flag, mode):
+    """A dataset (or network) given for the text or an index, the flags swapped: the message
+    said its first byte was not UTF-8 and to convert the file from latin1 with iconv (or, for
+    an index, to regenerate it with -c, which would have replaced the dataset)."""
+    with open("out.nc", "rb") as f:
+        write("other.nc", f.read())
+    write("in.txt", "u1\tg_a:g_b\n")
+    args = {"-i": "in.txt", "-o": "new.nc", "-d": "ds", "-f": "features.idx",
+            "-s": "samples.idx"}
+    args[flag] = "other.nc"
+    message = fails([a for pair in args.items() for a in pair] + mode)
+    assert message.startswith("Error: other.nc: is a NetCDF file (a dataset written by "
+                              "generate-netcdf, or a network written by train), not text; check "
+                              "that the file flags are not swapped"), message
+    assert "iconv" not in message and "-c" not in message
+
+
 def test_empty_file():
     message = fails_on("", "-c")
     assert message.startswith("Error: in.txt: ") and "no records" in message

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
-from destiny.errors import NUL_REMEDY, DataFormatError, utf16_bom_error
+from destiny.errors import NUL_REMEDY, DataFormatError, netcdf_text_error, utf16_bom_error
 
 FORMATS = ("auto", "csv", "udata", "dat")
 VALUES = ("timestamp", "rating", "none")
@@ -337,6 +337,9 @@ def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
 def _decode_error(path) -> DataFormatError:
     """Find the line and byte of the first invalid UTF-8 (text mode only says 'somewhere')."""
     with open(path, "rb") as f:
+        if error := netcdf_text_error(path, f.read(8)):  # (HDF5's signature holds a newline)
+            return error
+        f.seek(0)
         for lineno, raw in enumerate(f, 1):
             if lineno == 1 and (error := utf16_bom_error(path, raw)):
                 return error

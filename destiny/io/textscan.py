@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from destiny.errors import DataFormatError, utf16_bom_error
+from destiny.errors import DataFormatError, netcdf_text_error, utf16_bom_error
 
 BOM = b"\xef\xbb\xbf"
 
@@ -24,8 +24,9 @@ BOM = b"\xef\xbb\xbf"
 def check_no_bom(path, head: bytes) -> None:
     """Refuse a file whose first bytes ``head`` are a UTF-8 byte-order mark: it would become
     part of the first line's label, silently (a sample that matches nothing, a feature
-    dropped). A UTF-16 one is refused as UTF-16 text, which its bytes (never UTF-8) are."""
-    if error := utf16_bom_error(path, head):
+    dropped). A UTF-16 one is refused as UTF-16 text, which its bytes (never UTF-8) are, and
+    a NetCDF file's first bytes as a NetCDF file (a dataset or network where text is read)."""
+    if error := utf16_bom_error(path, head) or netcdf_text_error(path, head):
         raise error
     if head.startswith(BOM):
         raise DataFormatError(path, "the file starts with a UTF-8 byte-order mark (bytes "
