@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError
+from destiny.errors import NETCDF_MAGIC, DataFormatError, DestinyError
 from destiny.io import atomic
 from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
@@ -79,6 +79,8 @@ def generate_netcdf(
     check_netcdf_names(outputs=[dataset_out], names=[(dataset_name, "dataset name (-d)")])
     atomic.check_outputs((dataset_out, features_out, samples_out),
                          inputs=[(input_path, "input text (-i)")])
+    if create:
+        _check_not_netcdf(feature_index)
     files = input_files(input_path)
     # The index files are read, extended and written back, so runs sharing one (make -j
     # converting the input and the output data with one -s, as DSSTNE's example does) would
@@ -186,6 +188,22 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
         for path in kept:
             os.utime(path, ns=(os.stat(path).st_atime_ns, written))
     return report
+
+
+def _check_not_netcdf(feature_index) -> None:
+    """Refuse -c where the -f path is a NetCDF file (a dataset or a trained network, -f and -o
+    swapped): -c does not read -f, and would replace that file with the new index."""
+    try:
+        with open(feature_index, "rb") as f:
+            head = f.read(8)
+    except OSError:  # (absent, or unreadable: writing it reports the rest)
+        return
+    if head.startswith(NETCDF_MAGIC):
+        raise DataFormatError(feature_index, "is a NetCDF file (a dataset written by "
+                              "generate-netcdf, or a network written by train), and -c would "
+                              "replace it with the new feature index; -f names the feature "
+                              "index (text), -o the dataset. Check that -f and -o are not "
+                              "swapped; nothing was written.")
 
 
 def _load_samples(sample_index) -> dict[str, int]:

@@ -193,6 +193,20 @@ def test_a_netcdf_file_where_text_is_read(flag, mode):
     assert "iconv" not in message and "-c" not in message
 
 
+def test_create_does_not_replace_a_netcdf_file_given_as_the_feature_index():
+    """-c does not read -f: given a dataset or a trained network there (-f and -o swapped), it
+    replaced that file with the new index, silently."""
+    with open("out.nc", "rb") as f:
+        write("gl.nc", f.read())
+    write("in.txt", "u1\tg_a:g_b\n")
+    message = fails(["-i", "in.txt", "-o", "new.idx", "-d", "ds", "-f", "gl.nc",
+                     "-s", "samples.idx", "-c"])
+    assert message.startswith("Error: gl.nc: is a NetCDF file (a dataset written by "
+                              "generate-netcdf, or a network written by train), and -c would "
+                              "replace it with the new feature index"), message
+    assert "-f and -o are not swapped" in message
+
+
 def test_empty_file():
     message = fails_on("", "-c")
     assert message.startswith("Error: in.txt: ") and "no records" in message
