@@ -189,6 +189,30 @@ def test_predict_refuses_a_damaged_network_file(model, tmp_path, attribute, valu
         read_network(net)
 
 
+def test_a_dataset_given_as_the_network_and_a_network_as_a_dataset_are_named(model, tmp_path):
+    """-n and -i swapped: predict said the dataset was a damaged network file, and train that
+    the network 'lacks the global attribute datasets'; each now names the kind of file it is."""
+    out = tmp_path / "recs.txt"
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl_input.nc"), "-i", str(model / "features_input"),
+        "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), "-k", "5",
+        "-s", str(out)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output == (f"Error: {model / 'gl_input.nc'}: is a dataset file (written by "
+                             "generate-netcdf), not a network; give the network file train wrote "
+                             "(its -n), and check that the flags are not swapped.\n")
+    assert not out.exists()
+    (tmp_path / "net.json").write_text(json.dumps(small_netdef()))
+    result = CliRunner().invoke(train, [
+        "-c", str(tmp_path / "net.json"), "-i", str(model / "gl.nc"),
+        "-o", str(model / "gl_output.nc"), "-n", str(tmp_path / "new.nc"), "-e", "1"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output == (f"Error: {model / 'gl.nc'}: is a network file (written by train), "
+                             "not a dataset; give the dataset files generate-netcdf wrote "
+                             "(train's -i and -o), and check that the flags are not swapped.\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json"]
+
+
 def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_path):
     """The embedded definition is read with today's parser: one it refuses may be an earlier
     Destiny's, not damage, and the message says which Destiny wrote the file."""

@@ -373,6 +373,10 @@ def _count(nc, path) -> int:
 
 def _attr(nc, path, name):
     if name not in nc.ncattrs():
+        if "layers" in nc.ncattrs():  # (a network's attribute: -n and -i swapped, say)
+            raise DataFormatError(path, "is a network file (written by train), not a dataset; "
+                                  "give the dataset files generate-netcdf wrote (train's -i and "
+                                  "-o), and check that the flags are not swapped.")
         raise DataFormatError(path, f"lacks the global attribute {name!r}, which every DSSTNE "
                               "dataset file has; is it a dataset written by generate-netcdf?")
     return nc.getncattr(name)

@@ -220,6 +220,10 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     with nc:
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
+        if "layers" not in attrs and "datasets" in attrs:  # (-n and -i swapped, say)
+            raise DataFormatError(path, "is a dataset file (written by generate-netcdf), not a "
+                                  "network; give the network file train wrote (its -n), and "
+                                  "check that the flags are not swapped.")
         get = Getter(path, attrs)
         try:
             _check_format_version(get)
