@@ -82,6 +82,12 @@ class FiniteRange(click.FloatRange):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
+    def _describe_range(self) -> str:
+        # (click's shows an unbounded range as '[x<=None]' in --help)
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 # A seed: NumPy's generators take no negative seed, and the network file stores it as a 64-bit
 # integer (a larger one failed only as the trained network was written).

@@ -119,6 +119,13 @@ def test_a_min_rating_that_is_not_a_number_is_a_usage_error(csv_path, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_help_shows_no_range_for_min_rating():
+    """--min-rating has no bounds: its help ended in '[x<=None]'."""
+    done = run_script("--help")
+    assert done.returncode == 0, done.stderr
+    assert "None" not in done.stdout and "Keep only ratings at least this high" in done.stdout
+
+
 def test_stdout(csv_path):
     result = run_script(csv_path)
     assert result.returncode == 0, result.stderr
