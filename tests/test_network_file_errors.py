@@ -213,6 +213,19 @@ def test_a_dataset_given_as_the_network_and_a_network_as_a_dataset_are_named(mod
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json"]
 
 
+def test_a_network_file_cut_short_says_what_to_do(model, tmp_path):
+    """A network file cut short (a copy that did not finish) is not one netCDF can open: the
+    message gave netCDF's 'HDF error' and nothing to do."""
+    net, out = tmp_path / "cut.nc", tmp_path / "recs.txt"
+    net.write_bytes((model / "gl.nc").read_bytes()[:20000])
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    refused(result, net, "is not a readable NetCDF network file")
+    assert "cut short" in result.output and result.output.count("\n") == 1
+    assert not out.exists()
+
+
 def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_path):
     """The embedded definition is read with today's parser: one it refuses may be an earlier
     Destiny's, not damage, and the message says which Destiny wrote the file."""

@@ -216,7 +216,9 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     except FileNotFoundError:
         raise DataFormatError(path, "the network file does not exist; train one first.") from None
     except OSError as e:
-        raise DataFormatError(path, f"is not a readable NetCDF network file ({e}).") from None
+        raise DataFormatError(path, f"is not a readable NetCDF network file ({e}); it may be "
+                              f"cut short (a copy or a write that did not finish). {DAMAGED}"
+                              ) from None
     with nc:
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
