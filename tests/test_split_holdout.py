@@ -99,6 +99,8 @@ BAD_INPUT = [
     ("empty feature", "u1\ta::b\n", "line 1", "empty feature"),
     ("trailing colon", "u1\ta:b:\n", "line 1", "empty feature"),
     ("empty file", "", "line 1", "the file is empty"),
+    # copied into the training part, it became part of the first sample's name
+    ("byte-order mark", b"\xef\xbb\xbfu1\ta:b\n", "line 1, column 1", "UTF-8 byte-order mark"),
 ]
 
 
@@ -119,6 +121,17 @@ def test_bad_input(work, name, content, line, text):
     result = run("bad.txt", "--train", "t.txt", "--heldout", "h.txt")
     assert_refused(result, f"bad.txt, {line}: ", text)
     assert [p.name for p in work.iterdir()] == ["bad.txt"]  # no output, no temporary
+
+
+def test_a_netcdf_file_is_named_as_one(work):
+    """A dataset or network given as the text: the message said its first byte was not UTF-8
+    and to convert the file from latin1 with iconv."""
+    write("gl.nc", b"\x89HDF\r\n\x1a\n" + bytes(100))
+    result = run("gl.nc", "--train", "t.txt", "--heldout", "h.txt")
+    message = assert_refused(result, "gl.nc: is a NetCDF file (a dataset written by "
+                             "generate-netcdf, or a network written by train), not text")
+    assert "iconv" not in message
+    assert [p.name for p in work.iterdir()] == ["gl.nc"]
 
 
 @pytest.mark.parametrize("make", [None, os.mkdir], ids=["missing", "directory"])
