@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 from destiny.cli.common import (  # noqa: E402
     SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
-from destiny.io.textscan import check_no_bom  # noqa: E402
+from destiny.io.textscan import check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
@@ -69,7 +69,7 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
     line_no = 0
     with src:
         try:
-            check_no_bom(path, src.peek(8)[:8])  # (a NetCDF file, a byte-order mark)
+            check_text_start(path, src.peek(8)[:8])  # (a NetCDF file, a byte-order mark)
             for line_no, raw in enumerate(src, 1):
                 name, tokens = _parse(path, raw, line_no)
                 n_out = int(round(len(tokens) * fraction)) if len(tokens) >= 2 else 0

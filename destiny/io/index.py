@@ -105,7 +105,7 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
             data = f.read()
     except OSError as e:
         raise DataFormatError(path, f"cannot read the index file ({e.strerror}).") from None
-    textscan.check_no_bom(path, data)
+    textscan.check_text_start(path, data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -283,7 +283,7 @@ def line_chunks(f, path):
         if not chunk:
             return
         if first:
-            textscan.check_no_bom(path, chunk)
+            textscan.check_text_start(path, chunk)
             first = False
         if not chunk.endswith(b"\n"):
             chunk += b"\n"

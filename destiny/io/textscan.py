@@ -21,7 +21,7 @@ from destiny.errors import DataFormatError, netcdf_text_error, utf16_bom_error
 BOM = b"\xef\xbb\xbf"
 
 
-def check_no_bom(path, head: bytes) -> None:
+def check_text_start(path, head: bytes) -> None:
     """Refuse a file whose first bytes ``head`` are a UTF-8 byte-order mark: it would become
     part of the first line's label, silently (a sample that matches nothing, a feature
     dropped). A UTF-16 one is refused as UTF-16 text, which its bytes (never UTF-8) are, and
