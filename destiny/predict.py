@@ -35,11 +35,12 @@ _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
-def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int = 1024,
+def score_batches(net: Network, indptr, indices, *, batch_size: int = 1024,
                   output: str | None = None,
                   activate: bool = True) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (first row, scores [rows, N]) for each minibatch of the CSR input; with
-    ``activate=False`` the output layer's pre-activations z instead (see ``fused_activation``).
+    """Yield (first row, scores [rows, N]) for each minibatch of the CSR input (its features
+    are indicators: predict's text input carries no values); with ``activate=False`` the
+    output layer's pre-activations z instead (see ``fused_activation``).
     """
     (input_name,) = net.inputs
     output = output or net.outputs[0]
@@ -48,8 +49,7 @@ def score_batches(net: Network, indptr, indices, values=None, *, batch_size: int
     for lo in range(0, rows, batch_size):
         hi = min(lo + batch_size, rows)
         start, end = indptr[lo], indptr[hi]
-        sub = (indptr[lo:hi + 1] - start, indices[start:end],
-               _EMPTY if values is None or len(values) == 0 else values[start:end])
+        sub = (indptr[lo:hi + 1] - start, indices[start:end], _EMPTY)
         if columns != (0, net.layers[input_name].n):
             sub = column_range(*sub, *columns)
         sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
