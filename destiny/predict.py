@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import io
 import json
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, TextIO
+from dataclasses import dataclass
+from typing import Iterator, TextIO
 
 import numpy as np
 
@@ -148,7 +148,6 @@ class PredictReport:
     lines_with_drops: int
     no_known_feature: int   # samples scored from the biases alone
     filtered: int           # filter entries applied
-    notes: list[str] = field(default_factory=list)
 
 
 def check_trained_index(path, labels, values, trained, which: str, layer: str,
@@ -401,8 +400,7 @@ def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.
 
 def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int,
                  filter_path=None, multiply: bool = False, batch_size: int = 1024,
-                 score_format: str = "4.3f", progress: Callable[[int], None] | None = None,
-                 comm: Comm | None = None) -> PredictReport:
+                 score_format: str = "4.3f", comm: Comm | None = None) -> PredictReport:
     """Score every sample of ``input_path`` and write its top-k record to ``out``.
 
     With a ``comm`` of several MPI ranks, each rank scores its share of the batches and rank 0
@@ -412,11 +410,11 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
     if predictor.split:
         return _predict_split(predictor, input_path, out, k=k, filter_path=filter_path,
                               multiply=multiply, batch_size=batch_size,
-                              score_format=score_format, progress=progress)
+                              score_format=score_format)
     if comm is not None and comm.size > 1:
         return _predict_ranks(predictor, input_path, out, comm, k=k, filter_path=filter_path,
                               multiply=multiply, batch_size=batch_size,
-                              score_format=score_format, progress=progress)
+                              score_format=score_format)
     records = predictor.read_input(input_path)
     filter_csr = None if filter_path is None else predictor.read_filter(
         filter_path, records, input_path=input_path, values=multiply)
@@ -425,14 +423,12 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
         hi = lo + len(items)
         write_records(out, records.labels[lo:hi], items, scores, predictor.item_labels(),
                       score_format)
-        if progress is not None:
-            progress(hi - lo)
     return _report(records, filter_csr)
 
 
 def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: Comm, *, k: int,
-                   filter_path, multiply: bool, batch_size: int, score_format: str,
-                   progress) -> PredictReport:
+                   filter_path, multiply: bool, batch_size: int,
+                   score_format: str) -> PredictReport:
     """``predict_file`` on MPI ranks; every rank reads the whole input (it is small).
 
     The batches are exactly those of a single process (rows ``[j*b, (j+1)*b)``), shared out one
@@ -445,26 +441,21 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
             filter_path, records, input_path=input_path, values=multiply)
     _check_same_input(comm, records, filter_csr)
 
-    def produce(lo: int, hi: int) -> tuple[int, str]:
+    def produce(lo: int, hi: int) -> str:
         sub, sub_filter = _rows(records, filter_csr, lo, hi)
         ((_, items, scores),) = predictor.recommend(sub, k, filter_csr=sub_filter,
                                                     multiply=multiply, batch_size=hi - lo)
         text = io.StringIO()
         write_records(text, sub.labels, items, scores, predictor.item_labels(), score_format)
-        return hi - lo, text.getvalue()
+        return text.getvalue()
 
-    def consume(part: tuple[int, str]) -> None:
-        out.write(part[1])
-        if progress is not None:
-            progress(part[0])
-
-    gather_in_order(comm, len(records.labels), batch_size, produce, consume)
+    gather_in_order(comm, len(records.labels), batch_size, produce,
+                    lambda text: out.write(text))  # (rank 0 alone consumes, and has ``out``)
     return _report(records, filter_csr)
 
 
 def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: int, filter_path,
-                   multiply: bool, batch_size: int, score_format: str,
-                   progress) -> PredictReport:
+                   multiply: bool, batch_size: int, score_format: str) -> PredictReport:
     """``predict_file`` with the layers split across MPI ranks (``Predictor(comm=)``).
 
     Every rank reads the whole input and takes every batch through its part of the network
@@ -485,8 +476,6 @@ def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: i
         hi = lo + len(items)
         write_records(out, records.labels[lo:hi], items, best, predictor.item_labels(),
                       score_format)
-        if progress is not None:
-            progress(hi - lo)
 
     with stop_together(comm) as stops:
         for lo, items, best in predictor.recommend(records, k, filter_csr=filter_csr,
