@@ -369,10 +369,7 @@ class Predictor:
             hi = lo + len(scores)
             exclude_ptr = exclude_idx = None
             if filter_csr is not None:
-                fptr, fidx, fval = filter_csr
-                sub_ptr = fptr[lo:hi + 1] - fptr[lo]
-                sub_idx = fidx[fptr[lo]:fptr[hi]]
-                sub_val = fval[fptr[lo]:fptr[hi]]
+                sub_ptr, sub_idx, sub_val = _csr_rows(filter_csr, lo, hi)
                 if self.split:  # this rank's units only
                     sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val,
                                                              *self.own_units)
@@ -415,9 +412,7 @@ def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int
         return _predict_ranks(predictor, input_path, out, comm, k=k, filter_path=filter_path,
                               multiply=multiply, batch_size=batch_size,
                               score_format=score_format)
-    records = predictor.read_input(input_path)
-    filter_csr = None if filter_path is None else predictor.read_filter(
-        filter_path, records, input_path=input_path, values=multiply)
+    records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
     for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
                                                  multiply=multiply, batch_size=batch_size):
         hi = lo + len(items)
@@ -436,9 +431,7 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
     and the output is the same byte for byte, and rank 0 holds one round of records at a time.
     """
     with all_or_none(comm):
-        records = predictor.read_input(input_path)
-        filter_csr = None if filter_path is None else predictor.read_filter(
-            filter_path, records, input_path=input_path, values=multiply)
+        records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
     _check_same_input(comm, records, filter_csr)
 
     def produce(lo: int, hi: int) -> str:
@@ -467,9 +460,7 @@ def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: i
     """
     comm = predictor.net.comm
     with all_or_none(comm):
-        records = predictor.read_input(input_path)
-        filter_csr = None if filter_path is None else predictor.read_filter(
-            filter_path, records, input_path=input_path, values=multiply)
+        records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
     _check_same_input(comm, records, filter_csr)
     def write(lo: int, parts: list) -> None:
         items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
@@ -497,15 +488,27 @@ def merge_top_k(items: list[np.ndarray], scores: list[np.ndarray], k: int
             np.take_along_axis(all_scores, order, axis=1))
 
 
+def _read_inputs(predictor: Predictor, input_path, filter_path, multiply: bool):
+    """The samples of ``input_path`` and the filter as CSR rows aligned with them (None
+    without one); the filter's values are kept only to ``multiply`` by them."""
+    records = predictor.read_input(input_path)
+    filter_csr = None if filter_path is None else predictor.read_filter(
+        filter_path, records, input_path=input_path, values=multiply)
+    return records, filter_csr
+
+
 def _rows(records: Records, filter_csr, lo: int, hi: int):
     """Rows ``[lo, hi)`` of the input and of the filter, as their own CSR arrays."""
     ptr = records.indptr
     sub = Records(labels=records.labels[lo:hi], indptr=ptr[lo:hi + 1] - ptr[lo],
                   indices=records.indices[ptr[lo]:ptr[hi]])
-    if filter_csr is None:
-        return sub, None
-    fptr, fidx, fval = filter_csr
-    return sub, (fptr[lo:hi + 1] - fptr[lo], fidx[fptr[lo]:fptr[hi]], fval[fptr[lo]:fptr[hi]])
+    return sub, None if filter_csr is None else _csr_rows(filter_csr, lo, hi)
+
+
+def _csr_rows(csr: tuple, lo: int, hi: int) -> tuple:
+    """Rows ``[lo, hi)`` of the CSR triple ``csr``, as their own CSR arrays."""
+    ptr, idx, val = csr
+    return ptr[lo:hi + 1] - ptr[lo], idx[ptr[lo]:ptr[hi]], val[ptr[lo]:ptr[hi]]
 
 
 def _check_same_input(comm: Comm, records: Records, filter_csr) -> None:
