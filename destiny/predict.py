@@ -305,10 +305,12 @@ class Predictor:
         """The filter as CSR rows aligned with ``records`` (spec 8.3: samples by label).
 
         ``predict -r X -f X`` (leave out each sample's own items) is the usual filter: where
-        ``path`` is ``input_path``, the two indices map alike and the filter's ``values`` are
-        not wanted (they scale scores only with ``--filter-mode multiply``), the filter is
-        ``records``' own entries, row for row (its labels are unique), and the file is not
-        parsed again; its values are then zeros.
+        ``path`` is ``input_path``, the two indices map alike, no input feature was left out
+        as untrained (``features_left_out``: the filter still removes those items, so
+        ``records`` lacks some of its entries) and the filter's ``values`` are not wanted (they
+        scale scores only with ``--filter-mode multiply``), the filter is ``records``' own
+        entries, row for row (its labels are unique), and the file is not parsed again; its
+        values are then zeros.
         """
         if (not values and input_path is not None and self.indices_alike
                 and not self.features_left_out and same_file(path, input_path)):
