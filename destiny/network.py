@@ -94,10 +94,6 @@ class Connection:
     def shared(self) -> bool:
         return self.owner is not self
 
-    def matrix(self) -> np.ndarray:
-        """The [n_in, n_out] matrix this connection multiplies by (a view when transposed)."""
-        return self.owner.W.T if self.transposed else self.owner.W
-
 
 class Network:
     """A network built from a resolved ``NetworkDef`` (every N known), on one backend."""
@@ -356,7 +352,7 @@ class Network:
             if c.transposed:
                 raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed shared "
                                   "matrix cannot read a sparse input layer.")
-            self.backend.sparse_fc_forward(out, indptr, indices, values, c.matrix(), c.b)
+            self.backend.sparse_fc_forward(out, indptr, indices, values, c.owner.W, c.b)
             if q != 1.0 and len(values) == 0:
                 self.backend.scale(out, q)  # DSSTNE's boolean fast path scales the bias too
                 #                             (quirk 10.18)
@@ -529,8 +525,9 @@ class Network:
             X = self._source_activation(c, B)
             # G (+)= scale * X.T @ delta, or its transpose for a transposed shared matrix;
             # BLAS writes G directly: no temporary of the matrix's size.
-            a, b, ta = (delta, X, True) if c.transposed else (X, delta, True)
-            kb.gemm(owner.G, a, b, trans_a=ta, alpha=scale, beta=1.0 if owner._grad_fresh else 0.0)
+            a, b = (delta, X) if c.transposed else (X, delta)
+            kb.gemm(owner.G, a, b, trans_a=True, alpha=scale,
+                    beta=1.0 if owner._grad_fresh else 0.0)
             owner._grad_fresh = True
 
     # -- update ---------------------------------------------------------------------------
