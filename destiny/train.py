@@ -1,4 +1,4 @@
-"""The training loop: epochs, shuffling, denoising masks, the divergence brake, checkpoints.
+"""The training loop: epochs, shuffling, denoising masks, the divergence brake, the NaN guard.
 
 One readable loop in nanoGPT's order (spec 5.2): per epoch draw the permutation and the
 denoising mask, then per minibatch forward -> loss -> backward -> step size -> brake -> update.
@@ -7,7 +7,8 @@ seeded with them, the denoising and dropout masks from counter-based draws keyed
 (``kernels/counter_rng.py``). A run resumed from the checkpoint of epoch e therefore reaches the
 same weights as an uninterrupted one, and a run split across MPI ranks draws the same masks as
 one process. Under MPI every rank runs this loop on its shard; the loss is summed over ranks
-inside ``Network.backward``, so every rank takes the same brake and NaN decisions.
+inside ``Network.backward``, so every rank takes the same brake and NaN decisions. Checkpoints
+are the caller's, written from ``on_epoch`` (``fit.py``).
 """
 
 from __future__ import annotations
