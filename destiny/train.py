@@ -395,8 +395,8 @@ def train_epochs(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
 
 
 def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainState, *,
-                 on_batch: Callable[[int, float], None] | None = None,
-                 stops: StopCheck | None = None) -> EpochRecord:
+                 on_batch: Callable[[int, float], None] | None,
+                 stops: StopCheck) -> EpochRecord:
     """Train epoch ``state.epoch + 1`` and count it in ``state``; ``stops.check()`` after each
     update."""
     opt = cfg.optimizer_config()
@@ -441,8 +441,7 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
             net.discard_gradients()
         if on_batch is not None:
             on_batch(batch.size, err_t)
-        if stops is not None:
-            stops.check()
+        stops.check()
     bad = net.check_finite()
     if bad is not None:
         raise TrainingDivergedError(
