@@ -205,20 +205,7 @@ class Predictor:
         # (an autoencoder's, written from one file), a filter that is the input file itself
         # is the input's own parse (read_filter).
         self.indices_alike = in_labels == labels and np.array_equal(in_values, values)
-        names = [lay.name for lay in nf.netdef.layers]
-        outputs = [lay.name for lay in nf.netdef.layers if lay.kind == LayerKind.Output]
-        if layer not in names:
-            raise DestinyError(
-                f"{network_path}: the network has no layer named {quoted(layer)}; its output "
-                f"layers are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the "
-                "layer named 'Output' (name it so in the JSON definition), or choose one with -l.")
-        kind = nf.netdef.layer(layer).kind
-        if kind != LayerKind.Output:
-            what = ("the network's input layer, which has no activations to rank" if
-                    kind == LayerKind.Input else "a hidden layer, whose units are not items")
-            raise DestinyError(
-                f"-l {layer}: is {what}; -l names the layer whose units are the output index's "
-                f"items: an output layer ({', '.join(map(repr, outputs))}).")
+        _check_layer(nf.netdef, layer, network_path)
         # With a ``comm`` of several ranks, every layer is split across them as in training
         # (spec 7): each rank scores its share of the output units (``own_units``).
         try:
@@ -250,17 +237,9 @@ class Predictor:
                                   f"network's input layer has {input_layer.n:,} units; it is not "
                                   "the index this network was trained with.")
         whole = table_of(in_labels, in_values)
-        self.features: LabelTable = whole
-        self.features_left_out = 0
-        seen_in = nf.arrays.get(f"input_counts_{input_layer.name}")
-        if seen_in is not None and len(seen_in) == input_layer.n and len(in_values):
-            keep = in_values < input_layer.n
-            keep[keep] = seen_in[in_values[keep]] > 0
-            self.features_left_out = int(np.count_nonzero(~keep))
-            if self.features_left_out:
-                self.features = table_of([label for label, kept
-                                          in zip(in_labels, keep.tolist(), strict=True) if kept],
-                                         in_values[keep])
+        self.features, self.features_left_out = _trained_features(
+            in_labels, in_values, whole, input_layer.n,
+            nf.arrays.get(f"input_counts_{input_layer.name}"))
         load_weights(self.net, network_path, gradients=False, nf=nf)
         n_out = self.net.layers[layer].n
         if len(values) and int(values.max()) >= n_out:
@@ -271,13 +250,8 @@ class Predictor:
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None
         self.targets = whole if self.indices_alike else table_of(labels, values)
-        # Units without a label are padding; units never a training target are left out too.
-        allowed = np.zeros(n_out, dtype=np.uint8)
-        allowed[values] = 1
-        seen = nf.arrays.get(f"target_counts_{layer}")
-        if seen is not None:  # (read_network checked its length)
-            allowed &= (seen > 0).astype(np.uint8)
-        allowed = np.ascontiguousarray(allowed[self.own_units[0]:self.own_units[1]])
+        allowed = _recommendable(values, n_out, nf.arrays.get(f"target_counts_{layer}"),
+                                 self.own_units)
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 
@@ -389,6 +363,51 @@ class Predictor:
                                       allowed=self.allowed, kernels=self.kernels,
                                       activation=activation)
             yield lo, items, best
+
+
+def _check_layer(netdef, layer: str, network_path) -> None:
+    """Refuse a ``-l`` that names no layer of the network, or one that is not an output."""
+    outputs = [lay.name for lay in netdef.layers if lay.kind == LayerKind.Output]
+    if layer not in [lay.name for lay in netdef.layers]:
+        raise DestinyError(
+            f"{network_path}: the network has no layer named {quoted(layer)}; its output "
+            f"layers are {', '.join(map(repr, outputs))}. DSSTNE's predict always read the "
+            "layer named 'Output' (name it so in the JSON definition), or choose one with -l.")
+    kind = netdef.layer(layer).kind
+    if kind != LayerKind.Output:
+        what = ("the network's input layer, which has no activations to rank" if
+                kind == LayerKind.Input else "a hidden layer, whose units are not items")
+        raise DestinyError(
+            f"-l {layer}: is {what}; -l names the layer whose units are the output index's "
+            f"items: an output layer ({', '.join(map(repr, outputs))}).")
+
+
+def _trained_features(labels: list[str], values: np.ndarray, whole: LabelTable, n: int,
+                      seen) -> tuple[LabelTable, int]:
+    """The input index ``whole`` (``labels``, ``values``) without the features no training
+    example had, and how many it left out. ``seen``: the input layer's ``input_counts_`` of
+    its ``n`` units, None in a network that did not record them (all are kept)."""
+    if seen is None or len(seen) != n or not len(values):
+        return whole, 0
+    keep = values < n
+    keep[keep] = seen[values[keep]] > 0
+    left_out = int(np.count_nonzero(~keep))
+    if not left_out:
+        return whole, 0
+    return table_of([label for label, kept in zip(labels, keep.tolist(), strict=True) if kept],
+                    values[keep]), left_out
+
+
+def _recommendable(values: np.ndarray, n_out: int, seen, units: tuple[int, int]) -> np.ndarray:
+    """Flags (uint8, C-contiguous) of the output units ``units`` (this rank's) that may be
+    recommended: units without a label in the output index (``values``) are padding, and units
+    never a training target (``seen``: ``target_counts_``, None where not recorded) are left
+    out too."""
+    allowed = np.zeros(n_out, dtype=np.uint8)
+    allowed[values] = 1
+    if seen is not None:  # (read_network checked its length)
+        allowed &= (seen > 0).astype(np.uint8)
+    return np.ascontiguousarray(allowed[units[0]:units[1]])
 
 
 def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.ndarray,
