@@ -373,20 +373,19 @@ def read_training_datasets(pool: dict[str, tuple[str, int]], net: Network) -> di
     """The datasets of ``pool`` (``dataset_pool``) the network's layers read, by name. A rank of
     a split network reads only the feature columns its layers need (spec 7); a dataset no
     layer reads is not read at all."""
-    where = {name: path for name, (path, _) in pool.items()}
     needed: dict[str, tuple[int, int]] = {}
     for name in net.inputs + net.outputs:
         layer = net.layers[name]
         lo, hi = (net.input_columns(name) if layer.kind == LayerKind.Input else net.units[name])
-        if layer.dataset not in where:
-            raise unknown_dataset(name, layer.dataset, where)
+        if layer.dataset not in pool:
+            raise unknown_dataset(name, layer.dataset, pool)
         path, width = pool[layer.dataset]
         if width > layer.n:  # before reading it (TrainData checks again, for library callers)
             raise too_narrow(net, name, layer.dataset, width, path)
         if layer.dataset in needed:
             lo, hi = min(lo, needed[layer.dataset][0]), max(hi, needed[layer.dataset][1])
         needed[layer.dataset] = (lo, hi)
-    return {name: read_dataset(where[name], name,
+    return {name: read_dataset(pool[name][0], name,
                                columns=None if net.comm.size == 1 else needed[name])
             for name in needed}
 
