@@ -77,8 +77,9 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     """Write the top-k items for every sample, in input order, as DSSTNE does.
 
     Each line is NAME<TAB>item,score:item,score:...: with scores in descending order.
-    Filtered items and items the network never saw as a training target are never
-    recommended; samples whose features are all unknown still get a line.
+    Filtered items (unless --filter-mode multiply) and items the network never saw as a
+    training target are never recommended; samples whose features are all unknown still get
+    a line.
 
     \b
     Example:
