@@ -8,8 +8,8 @@ import sys
 import click
 
 from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note,
-                                products_note, run_command, system_failure, tf32_option)
-from destiny.errors import InterruptedAfterOutputs
+                                products_note, run_command, tf32_option)
+from destiny.errors import InterruptedAfterOutputs, system_failure
 from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
 from destiny.wording import counted, sized
 
