@@ -269,8 +269,10 @@ class Predictor:
     def read_input(self, path) -> Records:
         # (an input with no records gets no recommendations: a cron job's list of the day's
         # active users may be empty, as a file or as an empty directory of parts)
+        # Values are checked, not kept: the input is scored as indicators, as DSSTNE's predict
+        # writes it (spec 8.2).
         records = read_records(input_files(path, "-r", allow_empty=True), self.features,
-                               update=False, flag="-r", allow_empty=True)
+                               update=False, flag="-r", keep_values=False, allow_empty=True)
         records.check_unique()
         return records
 
