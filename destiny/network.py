@@ -625,7 +625,8 @@ class Network:
         return self.comm.allreduce_sum(total)
 
     def check_finite(self) -> str | None:
-        """The name of the first layer whose incoming weights hold NaN or inf, or None."""
+        """The name of the first layer whose incoming weights or biases hold NaN or inf, or
+        None."""
         kb = self.backend
         bad = next((k for k, c in enumerate(self.connections)
                     if (not c.shared and not kb.all_finite(c.W)) or not kb.all_finite(c.b)), None)

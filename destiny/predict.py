@@ -4,8 +4,8 @@
 sample with a forward pass (no dropout, no denoising), removes each sample's filtered items
 inside the top-k kernel (never a dense filter matrix), and writes one record per sample in
 input order: ``NAME<TAB>item,score:item,score:...:`` with ``%4.3f`` scores, as DSSTNE does.
-Padding units and output units that never had a positive target in training are never
-recommended.
+Padding units and output units no training example listed as a target (``target_counts``,
+whatever the listed value) are never recommended.
 """
 
 from __future__ import annotations
