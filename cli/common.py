@@ -40,8 +40,11 @@ def library_errors(fn):
     def _mapped(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
+        _finished(False)  # (a test runs many commands in one process)
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            _finished(True)
+            return result
         except DestinyError as e:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
@@ -165,6 +168,8 @@ def _catch_stop_signals():
 def _interrupt(signum, frame):
     global _deferred_since
     _stopped(signum)
+    if _completed:  # nothing left to stop: run_program ends the process by it, with a word
+        return
     now = time.monotonic()
     if _importing(frame) and now - (_deferred_since or now) < _DEFER_LIMIT_S:
         # An exception raised while a compiled module initializes can be lost: Cython's module
@@ -222,6 +227,24 @@ def _stopped(signum: int):
     _stopped_by = signum
 
 
+_completed = False  # the command returned: its work done, its outputs in place
+
+
+def _finished(completed: bool):
+    global _completed
+    _completed = completed
+
+
+def _say_finished(name: str) -> None:
+    """The message of a stop signal that came once the command had completed: without it, an
+    exit status of 130 or 143 and no word (a cron log, `timeout` at the wrong moment) reads as
+    a run that was cut short."""
+    if _completed and _stopped_by is not None:
+        with contextlib.suppress(OSError, ValueError):  # (stderr gone with SIGHUP)
+            click.echo(f"{name}: {signal.Signals(_stopped_by).name} came as the command "
+                       "finished, after its work was complete: its outputs are whole.", err=True)
+
+
 def run_program(command: click.Command, name: str):
     """Run a click command as one process's program. A command stopped by a signal says so,
     cleans up, then dies by that signal (exit status 128 + its number: 130 for Ctrl-C, 143 for
@@ -233,6 +256,7 @@ def run_program(command: click.Command, name: str):
         # (also after a success: a signal that came too late to stop the command, or that
         # was lost, still ends it as the signal would)
         if _stopped_by is not None:
+            _say_finished(name)
             _die_by(_stopped_by)
         raise
 
@@ -281,6 +305,8 @@ def _run_ranks(command: click.Command, name: str, comm):
     except Exception:  # noqa: BLE001 - a bug, or a failure after the ranks agreed
         traceback.print_exc()
         comm.abort(1)
+    if comm.is_root:
+        _say_finished(name)
     sys.exit(_rank_status(0))  # (not 0 after a signal too late to stop the command)
 
 

@@ -376,6 +376,33 @@ def test_a_signal_deferred_at_the_end_still_ends_the_command_by_it(tmp_path):
     assert result.returncode == -15, result.stdout + result.stderr
 
 
+_SIGNAL_AS_IT_FINISHES = """
+import signal
+import click
+from destiny.cli.common import library_errors, run_program
+
+@click.command()
+@library_errors
+def command():
+    print("done", flush=True)
+    # (as the context closes, once the command has returned: `timeout` at the last moment)
+    click.get_current_context().call_on_close(lambda: signal.raise_signal(signal.SIGTERM))
+
+run_program(command, "command")
+"""
+
+
+def test_a_signal_as_the_command_finishes_says_its_work_was_complete():
+    """A stop signal once the command had returned still ends it by the signal, now with a
+    word that its outputs are whole: a cron log used to show exit status 143 and nothing else,
+    which reads as a run cut short."""
+    result = subprocess.run([sys.executable, "-c", _SIGNAL_AS_IT_FINISHES],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == -15 and result.stdout == "done\n", result.stderr
+    assert ("command: SIGTERM came as the command finished, after its work was complete: its "
+            "outputs are whole.") in result.stderr
+
+
 def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     """The installed commands load with Ctrl-C's default action (cli/entry.py): a Ctrl-C in
     the half second numba takes to load used to print Python's traceback."""
