@@ -22,7 +22,7 @@ NAME = "evaluate"
               callback=stdin_for_dash,
               help="Held-out interactions in DSSTNE text: NAME<TAB>item[,value]:... "
                    "(values ignored; '-' reads stdin).")
-@click.option("-k", "--k", "k", type=click.IntRange(1, 2**62), default=10, show_default=True,
+@click.option("-k", "--k", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Score the first k recommendations of every user.")
 @click.option("--popularity", "train_path", metavar="TRAIN.txt", callback=stdin_for_dash,
               help="Also score a popularity baseline built from this training file (DSSTNE "
@@ -57,7 +57,8 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
                 (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
                 (train_path, "training text (--popularity)")))
             held.enter_context(exclusive(json_out, what))  # (overlapping cron runs, as predict)
-        result = run(recs_path, held_out_path, k, popularity_train=train_path)
+        # (a k past every list scores as the longest list does; NumPy's int64 holds 2^62)
+        result = run(recs_path, held_out_path, min(k, 2**62), popularity_train=train_path)
         payload = json.dumps(result.as_dict())
         if json_out is not None:
             with text_output(json_out) as f:

@@ -17,14 +17,15 @@ from destiny.sparse import keep_entries
 def split_holdout(indptr, indices, fraction: float, seed: int):
     """(train indptr, train indices, held-out sets): ``fraction`` of each row held out.
 
-    Rows with fewer than 2 items keep them all for training.
+    Rows with fewer than 2 items keep them all for training, and every row keeps at least
+    one (a row with none would be a user with nothing to recommend from).
     """
     rng = np.random.default_rng(seed)
     keep = np.ones(len(indices), dtype=bool)
     held = []
     for r in range(len(indptr) - 1):
         lo, hi = indptr[r], indptr[r + 1]
-        n_out = int(round((hi - lo) * fraction)) if hi - lo >= 2 else 0
+        n_out = min(int(round((hi - lo) * fraction)), hi - lo - 1) if hi - lo >= 2 else 0
         out = lo + rng.choice(hi - lo, size=n_out, replace=False)
         keep[out] = False
         held.append(set(indices[out].tolist()))

@@ -51,7 +51,7 @@ def main(ratings, output, fmt, value, min_rating):
     if min_rating is not None:
         skipped = f", {report.skipped_below_min} below --min-rating left out"
     where = "stdout" if output == "-" else output
-    click.echo(f"convert_ratings: {report.users} users, {report.ratings} ratings "
+    click.echo(f"convert_ratings: {report.users:,} users, {report.ratings:,} ratings "
                f"({report.fmt} input{skipped}) written to {where}", err=True)
 
 

@@ -40,14 +40,21 @@ _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("text", type=click.Path(), callback=stdin_for_dash)
-@click.option("--train", "train_path", required=True, help="Training part to write.")
-@click.option("--heldout", "heldout_path", required=True, help="Held-out part to write.")
+@click.option("--train", "train_path", required=True, metavar="FILE",
+              help="Training part to write (DSSTNE text).")
+@click.option("--heldout", "heldout_path", required=True, metavar="FILE",
+              help="Held-out part to write (DSSTNE text; samples with none held out are "
+                   "left out).")
 @click.option("--fraction", type=FiniteRange(0.0, 1.0, max_open=True), default=0.2,
-              show_default=True)
-@click.option("--seed", type=SEED, default=1, show_default=True)
+              show_default=True,
+              help="Share of each sample's features held out, rounded; each sample keeps at "
+                   "least one for training.")
+@click.option("--seed", type=SEED, default=1, show_default=True,
+              help="Seed of the draw: the same seed, the same split.")
 @library_errors
 def main(text, train_path, heldout_path, fraction, seed):
-    """Hold out a fraction of each sample's features."""
+    """Hold out a fraction of each sample's features of the DSSTNE text file TEXT ('-':
+    stdin)."""
     outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
     check_outputs(outputs, [(text, "input text")])
     with atomic_outputs() as out, out.open(train_path) as train, \
@@ -72,7 +79,9 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
             check_text_start(path, src.peek(8)[:8])  # (a NetCDF file, a byte-order mark)
             for line_no, raw in enumerate(src, 1):
                 name, tokens = _parse(path, raw, line_no)
-                n_out = int(round(len(tokens) * fraction)) if len(tokens) >= 2 else 0
+                # (at least one feature stays: a sample with none has nothing to predict from)
+                n_out = (min(int(round(len(tokens) * fraction)), len(tokens) - 1)
+                         if len(tokens) >= 2 else 0)
                 chosen = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
                 train.write(name + "\t" + ":".join(t for i, t in enumerate(tokens)
                                                    if i not in chosen) + "\n")

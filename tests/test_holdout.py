@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from destiny import synthetic
-from destiny.holdout import prepare_split
+from destiny.holdout import prepare_split, split_holdout
 from destiny.io import dataset, ratings
 
 WORK_FILES = {"ratings.txt", "features", "samples", "all.nc", "gl_input.nc", "gl_output.nc"}
@@ -64,3 +65,19 @@ def test_a_run_stopped_while_it_writes_the_datasets_leaves_neither(csv, tmp_path
     with pytest.raises(KeyboardInterrupt):
         prepare_split(csv, work)
     assert listed(work) == WORK_FILES - {"gl_input.nc", "gl_output.nc"}
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.9])
+def test_every_row_keeps_an_item_for_training(fraction):
+    """A row of two items at fraction 0.9 (round(1.8) = 2) used to give both to the held-out
+    set, leaving a user with nothing to recommend from; a row of one keeps it."""
+    indptr = np.array([0, 2, 3, 13])
+    indices = np.arange(13)
+    train_indptr, train_indices, held = split_holdout(indptr, indices, fraction, seed=4)
+    kept = np.diff(train_indptr)
+    assert kept.min() >= 1 and kept[1] == 1 and held[1] == set()
+    assert [len(h) for h in held] == [min(round(n * fraction), n - 1) if n >= 2 else 0
+                                      for n in np.diff(indptr)]
+    for r, h in enumerate(held):  # each item in exactly one part
+        row = set(train_indices[train_indptr[r]:train_indptr[r + 1]].tolist())
+        assert row.isdisjoint(h) and row | h == set(indices[indptr[r]:indptr[r + 1]].tolist())

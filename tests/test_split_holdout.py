@@ -46,7 +46,7 @@ def expected_split(text: str, fraction: float, seed: int) -> tuple[str, str]:
     for line in text.splitlines():
         name, rest = line.split("\t")
         tokens = rest.split(":") if rest else []
-        n_out = round(len(tokens) * fraction) if len(tokens) >= 2 else 0
+        n_out = min(round(len(tokens) * fraction), len(tokens) - 1) if len(tokens) >= 2 else 0
         out = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
         train.append(f"{name}\t{':'.join(t for i, t in enumerate(tokens) if i not in out)}\n")
         if out:
@@ -56,8 +56,9 @@ def expected_split(text: str, fraction: float, seed: int) -> tuple[str, str]:
 
 # --- valid input ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fraction, seed", [(0.2, 1), (0.5, 7)])
+@pytest.mark.parametrize("fraction, seed", [(0.2, 1), (0.5, 7), (0.9, 3)])
 def test_split(work, fraction, seed):
+    """0.9: every sample keeps a feature (u4's two used to go to --heldout, leaving 'u4<TAB>')."""
     write("in.txt", GOOD)
     result = run("in.txt", "--train", "train.txt", "--heldout", "held.txt",
                  "--fraction", fraction, "--seed", seed)
@@ -67,6 +68,7 @@ def test_split(work, fraction, seed):
     assert sorted(p.name for p in work.iterdir()) == ["held.txt", "in.txt", "train.txt"]
     rows = dict(line.split("\t") for line in train.splitlines())
     assert rows["u2"] == "7" and rows["u3"] == "" and len(rows) == 6  # < 2 features: all kept
+    assert all(features for name, features in rows.items() if name != "u3")
     held_rows = dict(line.split("\t") for line in held.splitlines())
     assert len(held_rows["u5"].split(":")) == round(40 * fraction)
     for name, features in held_rows.items():  # each feature in exactly one part
