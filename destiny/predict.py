@@ -352,10 +352,11 @@ class Predictor:
                     sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val,
                                                              *self.own_units)
                 if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
+                    # In place: the scores are the network's output buffer (float32), which
+                    # only this batch's top-k reads before the next batch's forward pass
+                    # writes it anew; on a GPU that pass is queued after this top-k on the one
+                    # stream, as the remove mode's top-k reads the buffer itself too.
                     kb = self.kernels
-                    copied = kb.empty(scores.shape, np.float32)
-                    kb.copy(copied, scores)
-                    scores = copied
                     kb.multiply_filter(scores, kb.to_device(sub_ptr), kb.to_device(sub_idx),
                                        kb.to_device(np.ascontiguousarray(sub_val)))
                 else:
