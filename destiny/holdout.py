@@ -124,7 +124,7 @@ def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
     fused = fused_activation(net, net.outputs[0], k, split.n_items)
     recommended = []
     for lo, scores in score_batches(net, split.train_indptr, split.train_indices,
-                                    activate=fused is None):
+                                    pre_activations=fused is not None):
         hi = lo + len(scores)
         sub = split.train_indptr[lo:hi + 1]
         items, _ = top_k(scores, k, exclude_indptr=sub - sub[0],

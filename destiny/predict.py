@@ -37,9 +37,9 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 def score_batches(net: Network, indptr, indices, *, batch_size: int = 1024,
                   output: str | None = None,
-                  activate: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+                  pre_activations: bool = False) -> Iterator[tuple[int, np.ndarray]]:
     """Yield (first row, scores [rows, N]) for each minibatch of the CSR input (its features
-    are indicators: predict's text input carries no values); with ``activate=False`` the
+    are indicators: predict's text input carries no values); with ``pre_activations`` the
     output layer's pre-activations z instead (see ``fused_activation``).
     """
     (input_name,) = net.inputs
@@ -54,13 +54,14 @@ def score_batches(net: Network, indptr, indices, *, batch_size: int = 1024,
             sub = column_range(*sub, *columns)
         sub = tuple(net.backend.to_device(np.ascontiguousarray(x)) for x in sub)
         yield lo, forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
-                                 fused=not activate)
+                                 pre_activations)
 
 
-def forward_scores(net: Network, batch: Batch, output: str, fused: bool) -> np.ndarray:
-    """Run ``batch`` forward; the output layer's activations, or with ``fused`` its
-    pre-activations, for ``top_k(..., activation=fused_activation(...))``."""
-    if fused:
+def forward_scores(net: Network, batch: Batch, output: str,
+                   pre_activations: bool = False) -> np.ndarray:
+    """Run ``batch`` forward; the output layer's activations, or with ``pre_activations``
+    its pre-activations z, for ``top_k(..., activation=fused_activation(...))``."""
+    if pre_activations:
         net.forward(batch, pre_activation=output)
         return net.pre_activations(output, batch.size)
     net.forward(batch)
@@ -343,7 +344,7 @@ class Predictor:
                                                             self.n_not_allowed)
         for lo, scores in score_batches(self.net, records.indptr, records.indices,
                                         batch_size=batch_size, output=self.layer,
-                                        activate=activation is None):
+                                        pre_activations=activation is not None):
             hi = lo + len(scores)
             exclude_ptr = exclude_idx = None
             if filter_csr is not None:

@@ -239,7 +239,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
             sub_idx = indices[indptr[lo]:indptr[hi]]
             sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
             scores = forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
-                                    fused=with_top_k and fused is not None)
+                                    pre_activations=with_top_k and fused is not None)
             if with_top_k:
                 ahead = queue_top_k(scores, topk, exclude_indptr=sub_ptr,
                                     exclude_indices=sub_idx, n_items=n_items, allowed=None,

@@ -204,7 +204,7 @@ def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rm
         idx = indices[indptr[lo]:indptr[lo + batch]]
         sub = tuple(kb.to_device(x) for x in (ptr, idx, np.zeros(0, np.float32)))
         scores = forward_scores(net, Batch(size=batch, inputs={inputs: sub}), output,
-                                fused=fused is not None)
+                                pre_activations=fused is not None)
         top_k(scores, top, exclude_indptr=ptr, exclude_indices=idx, kernels=kb,
               activation=fused)
 

@@ -92,7 +92,7 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
         idx = seen.indices[seen.indptr[lo]:seen.indptr[lo + batch]]
         sub = tuple(kb.to_device(x) for x in (ptr, idx, np.zeros(0, np.float32)))
         scores = forward_scores(net, Batch(size=batch, inputs={inputs: sub}), output,
-                                fused=fused is not None)
+                                pre_activations=fused is not None)
         top_k(scores, topk, exclude_indptr=ptr, exclude_indices=idx, kernels=kb,
               activation=fused)
 

@@ -517,7 +517,7 @@ def test_top_k_of_pre_activations_equals_top_k_after_the_activation():
     for k in (1, 20):
         activation = fused_activation(net, "Output", k, 3000)
         assert activation is not None
-        (_, z), = score_batches(net, indptr, indices, batch_size=64, activate=False)
+        (_, z), = score_batches(net, indptr, indices, batch_size=64, pre_activations=True)
         z = z.copy()
         fused = top_k(z, k, exclude_indptr=exclude[0], exclude_indices=exclude[1],
                       activation=activation)
