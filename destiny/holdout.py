@@ -118,19 +118,18 @@ def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int
 
 def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
     """Top-k of every user from their training items, seen items removed, against held-out."""
-    from destiny.predict import fused_activation, score_batches
+    from destiny.predict import queue_recommendations
 
-    # As predict does: top-k from the pre-activations where that is exact and pays.
-    fused = fused_activation(net, net.outputs[0], k, split.n_items)
+    # As ``predict -r X -f X`` scores X (predict's own loop: top-k from the pre-activations
+    # where that is exact and pays): each user's training items are the filter. The output
+    # units past the index's items are padding.
+    seen = (split.train_indptr, split.train_indices,
+            np.zeros(len(split.train_indices), np.float32))
     recommended = []
-    for lo, scores in score_batches(net, split.train_indptr, split.train_indices,
-                                    pre_activations=fused is not None):
-        hi = lo + len(scores)
-        sub = split.train_indptr[lo:hi + 1]
-        items, _ = top_k(scores, k, exclude_indptr=sub - sub[0],
-                         exclude_indices=split.train_indices[sub[0]:sub[-1]],
-                         n_items=split.n_items, activation=fused)
-        recommended.extend(items.tolist())
+    for _, items, _ in queue_recommendations(net, split.train_indptr, split.train_indices, k,
+                                             layer=net.outputs[0], filter_csr=seen,
+                                             n_items=split.n_items):
+        recommended.extend(items.get().tolist())
     return ranking_metrics(recommended, split.held, k)
 
 

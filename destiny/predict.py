@@ -142,6 +142,46 @@ def queue_top_k(scores, k: int, *, exclude_indptr, exclude_indices, n_items, all
     return kb.download(items), kb.download(best)
 
 
+def queue_recommendations(net: Network, indptr, indices, k: int, *, layer: str,
+                          batch_size: int = 1024, filter_csr=None, multiply: bool = False,
+                          allowed=None, n_not_allowed: int = 0, n_items: int | None = None):
+    """Yield (first row, items, scores) for each minibatch of the CSR input: the k best units
+    of ``layer`` (a rank of a split network: of its own, numbered from its first) as
+    ``queue_top_k``'s downloads, not yet waited for.
+
+    ``filter_csr`` (indptr, indices, values) has a row for each input row: its items are
+    never returned or, with ``multiply``, their scores are multiplied by its values (DSSTNE's
+    two filter modes). ``allowed`` and ``n_items`` are ``top_k``'s; ``n_not_allowed`` counts
+    the units ``allowed`` leaves out.
+    """
+    kb = net.backend
+    units = net.units[layer]
+    n_valid = net.local_n(layer) if n_items is None else n_items
+    # DSSTNE's multiplying filter scales the activations: they must exist first.
+    activation = None if multiply else fused_activation(net, layer, k, n_valid, n_not_allowed)
+    for lo, scores in score_batches(net, indptr, indices, batch_size=batch_size, output=layer,
+                                    pre_activations=activation is not None):
+        hi = lo + len(scores)
+        exclude_ptr = exclude_idx = None
+        if filter_csr is not None:
+            sub_ptr, sub_idx, sub_val = _csr_rows(filter_csr, lo, hi)
+            if net.comm.size > 1:  # this rank's units only
+                sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val, *units)
+            if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
+                # In place: the scores are the network's output buffer (float32), which only
+                # this batch's top-k reads before the next batch's forward pass writes it
+                # anew; on a GPU that pass is queued after this top-k on the one stream, as
+                # the remove mode's top-k reads the buffer itself too.
+                kb.multiply_filter(scores, kb.to_device(sub_ptr), kb.to_device(sub_idx),
+                                   kb.to_device(np.ascontiguousarray(sub_val)))
+            else:
+                exclude_ptr, exclude_idx = sub_ptr, sub_idx
+        items, best = queue_top_k(scores, k, exclude_indptr=exclude_ptr,
+                                  exclude_indices=exclude_idx, n_items=n_items,
+                                  allowed=allowed, kernels=kb, activation=activation)
+        yield lo, items, best
+
+
 @dataclass
 class PredictReport:
     samples: int
@@ -321,7 +361,10 @@ class Predictor:
         """
         k = min(k, self.net.layers[self.layer].n)
         queued = None
-        for lo, items, best in self._queue_batches(records, k, filter_csr, multiply, batch_size):
+        for lo, items, best in queue_recommendations(
+                self.net, records.indptr, records.indices, k, layer=self.layer,
+                batch_size=batch_size, filter_csr=filter_csr, multiply=multiply,
+                allowed=self.allowed, n_not_allowed=self.n_not_allowed):
             if queued is not None:
                 yield self._done(*queued)
             queued = lo, items, best
@@ -335,38 +378,6 @@ class Predictor:
         if self.own_units[0]:
             items = np.where(items >= 0, items + self.own_units[0], items)
         return lo, items, best
-
-    def _queue_batches(self, records: Records, k: int, filter_csr, multiply: bool,
-                       batch_size: int):
-        n_out = self.net.local_n(self.layer)
-        # DSSTNE's multiplying filter scales the activations: they must exist first.
-        activation = None if multiply else fused_activation(self.net, self.layer, k, n_out,
-                                                            self.n_not_allowed)
-        for lo, scores in score_batches(self.net, records.indptr, records.indices,
-                                        batch_size=batch_size, output=self.layer,
-                                        pre_activations=activation is not None):
-            hi = lo + len(scores)
-            exclude_ptr = exclude_idx = None
-            if filter_csr is not None:
-                sub_ptr, sub_idx, sub_val = _csr_rows(filter_csr, lo, hi)
-                if self.split:  # this rank's units only
-                    sub_ptr, sub_idx, sub_val = column_range(sub_ptr, sub_idx, sub_val,
-                                                             *self.own_units)
-                if multiply:  # DSSTNE's semantics: score *= value (0.0 without one)
-                    # In place: the scores are the network's output buffer (float32), which
-                    # only this batch's top-k reads before the next batch's forward pass
-                    # writes it anew; on a GPU that pass is queued after this top-k on the one
-                    # stream, as the remove mode's top-k reads the buffer itself too.
-                    kb = self.kernels
-                    kb.multiply_filter(scores, kb.to_device(sub_ptr), kb.to_device(sub_idx),
-                                       kb.to_device(np.ascontiguousarray(sub_val)))
-                else:
-                    exclude_ptr, exclude_idx = sub_ptr, sub_idx
-            items, best = queue_top_k(scores, k, exclude_indptr=exclude_ptr,
-                                      exclude_indices=exclude_idx, n_items=None,
-                                      allowed=self.allowed, kernels=self.kernels,
-                                      activation=activation)
-            yield lo, items, best
 
 
 def _check_layer(netdef, layer: str, network_path) -> None:
