@@ -141,7 +141,7 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
     from destiny.network import Network
-    from destiny.predict import forward_scores, fused_activation, queue_top_k
+    from destiny.predict import queue_recommendations, score_batches
     from destiny.train import TrainData, train_config
 
     if quick:
@@ -217,42 +217,39 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
 
     pred, pred_topk = [], []
     indptr, indices = datasets["gl_input"].indptr, datasets["gl_input"].indices
-    (input_name,) = net.inputs
-    from destiny.network import Batch
-
     n_items = len(np.unique(indices))
     output = net.outputs[0]
-    # As predict does: top-k reads the output's pre-activations where that is exact and pays,
-    # and a batch's top-k is taken once the next batch is queued (Predictor.recommend).
-    fused = fused_activation(net, output, topk, n_items)
+    span = window_steps * batch
     pos = 0
 
     def predict_window(with_top_k: bool) -> float:
         """Samples/s over a window of batches, the device synchronized at its end only (as
-        torch_reference.py times its windows); alternate windows take top-k."""
+        torch_reference.py times its windows). Alternate windows take top-k as predict does
+        (its loop, ``queue_recommendations``: from the output's pre-activations where that is
+        exact and pays, each user's own items filtered out), a batch's answers waited for
+        once the next batch is queued (``Predictor.recommend``)."""
         nonlocal pos
-        samples, queued = 0, None
+        lo, hi = pos, min(pos + span, E)
+        pos = 0 if hi + span > E else hi  # (whole windows: a pass skips the rows after them)
+        ptr = indptr[lo:hi + 1] - indptr[lo]
+        idx = indices[indptr[lo]:indptr[hi]]
+        seen = (ptr, idx, np.zeros(len(idx), np.float32))
         t0 = time.perf_counter()
-        for _ in range(window_steps):
-            lo, hi = pos, min(pos + batch, E)
-            sub_ptr = indptr[lo:hi + 1] - indptr[lo]
-            sub_idx = indices[indptr[lo]:indptr[hi]]
-            sub = tuple(kb.to_device(x) for x in (sub_ptr, sub_idx, np.zeros(0, np.float32)))
-            scores = forward_scores(net, Batch(size=hi - lo, inputs={input_name: sub}), output,
-                                    pre_activations=with_top_k and fused is not None)
-            if with_top_k:
-                ahead = queue_top_k(scores, topk, exclude_indptr=sub_ptr,
-                                    exclude_indices=sub_idx, n_items=n_items, allowed=None,
-                                    kernels=kb, activation=fused)
+        if with_top_k:
+            queued = None
+            for _, *ahead in queue_recommendations(net, ptr, idx, topk, layer=output,
+                                                   batch_size=batch, filter_csr=seen,
+                                                   n_items=n_items):
                 for download in queued or ():
                     download.get()
                 queued = ahead
-            samples += hi - lo
-            pos = 0 if hi >= E else hi
-        for download in queued or ():
-            download.get()
+            for download in queued or ():
+                download.get()
+        else:
+            for _ in score_batches(net, ptr, idx, batch_size=batch, output=output):
+                pass
         kb.synchronize()
-        return samples / (time.perf_counter() - t0)
+        return (hi - lo) / (time.perf_counter() - t0)
 
     for i in range(4):  # warm-up
         predict_window(i % 2 == 1)

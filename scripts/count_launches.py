@@ -170,8 +170,8 @@ def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rm
     from destiny.io.dataset import SparseDataset
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
-    from destiny.network import Batch, Network
-    from destiny.predict import forward_scores, fused_activation, top_k
+    from destiny.network import Network
+    from destiny.predict import fused_activation, score_batches, top_k
     from destiny.train import TrainData, train_config
 
     netdef = load_netdef(narrow_netdef(config, hidden),
@@ -194,17 +194,17 @@ def count(config: str, *, hidden: int = 6, items: int = 40, optimizer: str = "rm
         net.backward()
         net.update(cfg.alpha, s + 1, opt)
 
-    (inputs,) = net.inputs
     output = net.outputs[0]
+    # Chosen once, as predict chooses once a file: queue_recommendations (predict's loop)
+    # would choose again each step, inside the host time measured here.
     fused = fused_activation(net, output, top, net.layers[output].n)
 
-    def predict_step(s):  # as scripts/bench_train.py and profile_step.py predict
+    def predict_step(s):  # as predict scores a batch, and profile_step.py
         lo = s * batch % (examples - batch)
         ptr = indptr[lo:lo + batch + 1] - indptr[lo]
         idx = indices[indptr[lo]:indptr[lo + batch]]
-        sub = tuple(kb.to_device(x) for x in (ptr, idx, np.zeros(0, np.float32)))
-        scores = forward_scores(net, Batch(size=batch, inputs={inputs: sub}), output,
-                                pre_activations=fused is not None)
+        ((_, scores),) = score_batches(net, ptr, idx, batch_size=batch, output=output,
+                                       pre_activations=fused is not None)
         top_k(scores, top, exclude_indptr=ptr, exclude_indices=idx, kernels=kb,
               activation=fused)
 

@@ -56,8 +56,8 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     from destiny.fit import dataset_pool, read_training_datasets
     from destiny.kernels import get_backend
     from destiny.netdef import load_netdef
-    from destiny.network import Batch, Network
-    from destiny.predict import forward_scores, fused_activation, top_k
+    from destiny.network import Network
+    from destiny.predict import fused_activation, score_batches, top_k
     from destiny.train import TrainData, train_config
 
     os.makedirs(workdir, exist_ok=True)
@@ -84,15 +84,16 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     seen = data.inputs[inputs]
 
     output = net.outputs[0]
+    # Chosen once, as predict chooses once a file: queue_recommendations (predict's loop)
+    # would choose again each step, inside the steps profiled here.
     fused = fused_activation(net, output, topk, net.layers[output].n) if topk else None
 
-    def predict_step(s):  # as scripts/bench_train.py times prediction
+    def predict_step(s):  # as predict scores a batch, and scripts/count_launches.py
         lo = s * batch % max(data.examples - batch, 1)
         ptr = seen.indptr[lo:lo + batch + 1] - seen.indptr[lo]
         idx = seen.indices[seen.indptr[lo]:seen.indptr[lo + batch]]
-        sub = tuple(kb.to_device(x) for x in (ptr, idx, np.zeros(0, np.float32)))
-        scores = forward_scores(net, Batch(size=batch, inputs={inputs: sub}), output,
-                                pre_activations=fused is not None)
+        ((_, scores),) = score_batches(net, ptr, idx, batch_size=batch, output=output,
+                                       pre_activations=fused is not None)
         top_k(scores, topk, exclude_indptr=ptr, exclude_indices=idx, kernels=kb,
               activation=fused)
 
