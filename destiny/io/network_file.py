@@ -57,7 +57,7 @@ def write_network(path, netdef: NetworkDef, weights: dict[int, np.ndarray],
         layers = netdef.layers
         set_attribute(nc, "layers", _u32(len(layers)))
         for i, layer in enumerate(layers):
-            for key, value in _layer_attributes(layer, netdef):
+            for key, value in _layer_attributes(layer):
                 set_attribute(nc, f"layer{i}_{key}", value)
         pairs = connections(netdef)
         set_attribute(nc, "weights", _u32(len(pairs)))
@@ -107,7 +107,7 @@ def _network_attributes(n: NetworkDef):
     yield "checkpoint_epochs", _i32(0)
 
 
-def _layer_attributes(layer: LayerDef, net: NetworkDef):
+def _layer_attributes(layer: LayerDef):
     yield "name", layer.name
     yield "kind", _u32(int(layer.kind))
     yield "type", _u32(int(layer.type))
@@ -329,7 +329,6 @@ def _hdf5_offsets(path, names: list[str]) -> dict[str, int]:
     """Byte offsets of contiguous HDF5 datasets, through the libhdf5 netCDF4 loaded."""
     import ctypes
     import glob
-    import os
     import sys
 
     import netCDF4
