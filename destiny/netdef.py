@@ -29,7 +29,7 @@ from destiny.errors import NetDefError
 from destiny.kernels.codes import LOSS_ACTIVATIONS
 from destiny.netdef_fields import (
     ACTIVATION_NAMES, ACTIVATION_REFUSED, ERROR_FUNCTION_NAMES, ERROR_FUNCTION_REFUSED,
-    LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, LAYER_KEY_KINDS, LAYER_KEYS, LAYER_KIND_NAMES,
+    LAYER_KEY_KINDS, LAYER_KEYS, LAYER_KIND_NAMES,
     LAYER_TYPE_NAMES, MAX_SOURCES, MIN_VERSION, NETWORK_KIND_NAMES, NN_VERSION, TOP_KEYS,
     WEIGHT_INIT_NAMES, Activation, ErrorFunction, LayerKind, LayerType, NetworkKind, WeightInit,
     fold_keys, params_reader, read_bool, read_dropout, read_enum, read_n, read_names,
@@ -133,12 +133,6 @@ class LayerDef:
     shared_weights: tuple[SharedWeight, ...] = ()
     denoising: bool = False
     name_generated: bool = False
-
-    @property
-    def attributes(self) -> int:
-        """``layer<i>_attributes`` bits (spec 11): Sparse 1, Denoising 2."""
-        return (LAYER_ATTR_SPARSE if self.sparse else 0) | (
-            LAYER_ATTR_DENOISING if self.denoising else 0)
 
 
 @dataclass(frozen=True)

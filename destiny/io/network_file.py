@@ -29,7 +29,7 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef, check_graph)
-from destiny.netdef_fields import MAX_SOURCES
+from destiny.netdef_fields import LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, MAX_SOURCES
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
 # an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
@@ -134,7 +134,8 @@ def _layer_attributes(layer: LayerDef):
     yield "SELULambda", _f32(layer.selu_lambda)
     # The Sparse bit of an Input layer is that of its dataset, always sparse here (spec 4.2).
     sparse = layer.sparse or layer.kind == LayerKind.Input
-    yield "attributes", _u32(int(sparse) | (2 if layer.denoising else 0))
+    yield "attributes", _u32((LAYER_ATTR_SPARSE if sparse else 0)
+                             | (LAYER_ATTR_DENOISING if layer.denoising else 0))
     yield "sources", _u32(len(layer.sources))
     for j, s in enumerate(layer.sources):
         yield f"source{j}", s
@@ -429,7 +430,7 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
         sources=tuple(get.text(f"{p}source{j}") for j in range(n_sources)),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
         dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
-        sparse=bool(attributes & 1), p_dropout=get.dropout(p + "pDropout"),
+        sparse=bool(attributes & LAYER_ATTR_SPARSE), p_dropout=get.dropout(p + "pDropout"),
         weight_init=WeightInitDef(get.enum(p + "weightInit", WeightInit),
                                   get.float(p + "weightInitScale"), get.float(p + "biasInit")),
         weight_norm=get.ranged(p + "weightNorm", lambda v: v >= 0.0, non_negative),
@@ -437,7 +438,7 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
         relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
         selu_lambda=get.float(p + "SELULambda"),
         sparseness_penalty=_penalty(get, p, glob_penalty), shared_weights=(),
-        denoising=bool(attributes & 2))
+        denoising=bool(attributes & LAYER_ATTR_DENOISING))
 
 
 def _penalty(get: Getter, p: str, glob: SparsenessPenalty | None = None) -> SparsenessPenalty:
