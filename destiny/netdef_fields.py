@@ -86,7 +86,9 @@ LAYER_ATTR_SPARSE = 1
 LAYER_ATTR_DENOISING = 2
 LAYER_ATTR_BATCH_NORMALIZATION = 4
 
-NN_VERSION = 0.9  # default `Version` (spec 3.2)
+# DSSTNE's NN_VERSION: the default `Version` (spec 3.2), and the `version` attribute every
+# network file is written with (spec 4.1).
+NN_VERSION = 0.9
 MIN_VERSION = 0.6999  # DSSTNE's cutoff: a Version below this is an error (spec 3.2)
 MAX_SOURCES = 4  # "Too many input layers" beyond this (spec 3.4)
 

@@ -29,12 +29,11 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef, check_graph)
-from destiny.netdef_fields import LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, MAX_SOURCES
+from destiny.netdef_fields import LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, MAX_SOURCES, NN_VERSION
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
 # an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
 FORMAT_VERSION = 1
-NN_VERSION = 0.9
 
 _u32, _i32, _f32, _u64 = np.uint32, np.int32, np.float32, np.uint64
 
