@@ -385,12 +385,11 @@ def _parse_layer(path, i, count, item, previous, net: NetworkDef) -> LayerDef:
                                              "them; expected one of Input, Hidden, Output")
     _check_keys_for_kind(path, fields, kind)
     _refuse_unsupported(path, fields)
-    kw = {"kind": kind, "index": i, "n": None, "relu_slope": net.relu_slope,
-          "elu_alpha": net.elu_alpha, "selu_lambda": net.selu_lambda,
-          "name": f"{kind.name}{i}", "name_generated": True}
+    kw = {"kind": kind, "index": i, "n": 1, "n_auto": False,  # DSSTNE's default N (spec 3.3)
+          "relu_slope": net.relu_slope, "elu_alpha": net.elu_alpha,
+          "selu_lambda": net.selu_lambda, "name": f"{kind.name}{i}", "name_generated": True}
     if kind != LayerKind.Input and previous is not None:
         kw["sources"] = (previous,)  # default Source: the previous layer (spec 3.4)
-    kw["n"], kw["n_auto"] = 1, False  # DSSTNE's default N is 1 (spec 3.3)
     for key, (w, v) in fields.items():
         if key in _LAYER_READERS:
             _LAYER_READERS[key](kw, sub_path(path, w), v)
