@@ -216,7 +216,7 @@ def fold_keys(obj, path: str, keys: dict[str, str], what: str) -> dict[str, tupl
     out: dict[str, tuple[str, object]] = {}
     for written, value in obj.items():
         canonical = keys.get(written.lower())
-        key_path = f"{path}.{written}" if path != "$" else written
+        key_path = sub_path(path, written)
         if canonical is None:
             hint = KEY_HINTS.get(written.lower())
             allowed = ", ".join(dict.fromkeys(keys.values()))
