@@ -4,8 +4,10 @@ The accepted language is what DSSTNE's parser accepts (`LoadNeuralNetworkJSON`, 
 3), with DSSTNE's defaults, including the surprising ones (spec "Defaults that surprise"):
 ShuffleIndices true, ErrorFunction CrossEntropy, Activation Sigmoid, WeightInit Xavier, RELUSlope
 1.0, and positional default layer names such as ``Output2``. Features DSSTNE parses but that
-Destiny does not implement (convolution, pooling, batch normalisation, Target layers,
-identity-stub activations) are refused with an error rather than silently ignored.
+Destiny does not implement (convolution, pooling, batch normalisation, Target layers, the
+RELUMax and LinearMax activations) are refused with an error rather than silently ignored.
+SoftPlus and SoftSign, identity stubs in DSSTNE too, are accepted: Destiny implements them
+(quirk 10.12).
 
 Every error is a `NetDefError` whose message starts with the JSON path of the offending field.
 
