@@ -5,9 +5,10 @@ The recommendation file is what DSSTNE's ``predict`` writes (spec 8.5), one line
     NAME<TAB>item,score:item,score:...:
 
 Every item, the last one included, is followed by ':'; a line may list no item at all
-(``NAME<TAB>``). Items are in rank order, best first; the scores are checked to be numbers and
-otherwise ignored. The held-out file is DSSTNE text (spec 1.2), ``NAME<TAB>item[,value]:...``,
-with values ignored (a trailing ':' and a line without items are tolerated).
+(``NAME<TAB>``). Items are in rank order, best first; the scores are checked to be numbers that
+never rise along the line (a file in another order is refused), and otherwise ignored. The
+held-out file is DSSTNE text (spec 1.2), ``NAME<TAB>item[,value]:...``, with values ignored (a
+trailing ':' and a line without items are tolerated).
 
 Samples and items are matched by their labels (strings). Held-out users without a line in the
 recommendation file are scored as empty lists (all misses) and counted; users of the
