@@ -24,6 +24,7 @@ their own training line does not list.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
@@ -115,7 +116,8 @@ def _evaluate(recommendations, held_out, k: int, popularity_train) -> Evaluation
     not_in_held_out = sum(1 for user in recs if user not in truth)
     empty = sum(1 for items in truth_sets if not items)
     metrics = ranking_metrics(lists, truth_sets, k)
-    model = Scores(_replace_skipped(metrics, metrics.skipped + not_in_held_out), missing)
+    model = Scores(dataclasses.replace(metrics, skipped=metrics.skipped + not_in_held_out),
+                   missing)
     baseline = None
     if popularity_train is not None:
         ranked = popularity_recommendations(popularity_train, users, k)
@@ -123,11 +125,6 @@ def _evaluate(recommendations, held_out, k: int, popularity_train) -> Evaluation
     return Evaluation(model=model, popularity=baseline, held_out_users=len(users),
                       not_in_held_out=not_in_held_out, empty_held_out=empty,
                       longest_list=longest)
-
-
-def _replace_skipped(m: RankingMetrics, skipped: int) -> RankingMetrics:
-    return RankingMetrics(k=m.k, precision=m.precision, recall=m.recall, ndcg=m.ndcg, map=m.map,
-                          users=m.users, skipped=skipped)
 
 
 def read_recommendations(path, *, keep: int | None = None) -> tuple[dict[str, list[str]], int]:
