@@ -129,7 +129,7 @@ def read_records(
 
     With ``update`` new feature names are added to ``features``; otherwise they are dropped
     and counted (spec 1.4), or raise with ``strict``. Without ``keep_values`` (indicator data)
-    ``values`` stays empty, though every value is still checked. ``progress(n)`` is called with the
+    ``values`` is None, though every value is still checked. ``progress(n)`` is called with the
     number of bytes consumed since the last call.
 
     The chunks are scanned on as many threads at once as numba uses (the scanner releases the
