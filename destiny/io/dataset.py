@@ -126,7 +126,7 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None,
 def dataset_names(path) -> list[str]:
     """The names of the datasets in a DSSTNE dataset file, in file order."""
     with _open(path) as nc:
-        return [_text(nc, path, f"name{n}") for n in range(_count(nc, path))]
+        return _names(nc, path)
 
 
 def read_dataset(path, name: str | None = None, *, columns: tuple[int, int] | None = None
@@ -139,8 +139,7 @@ def read_dataset(path, name: str | None = None, *, columns: tuple[int, int] | No
     dataset.
     """
     with _open(path) as nc:
-        count = _count(nc, path)
-        names = [_text(nc, path, f"name{n}") for n in range(count)]
+        names = _names(nc, path)
         if name is None:
             n = 0
         elif name in names:
@@ -155,8 +154,7 @@ def read_dataset(path, name: str | None = None, *, columns: tuple[int, int] | No
 def dataset_widths(path) -> dict[str, int]:
     """The width of every dataset in a file, by name, without reading the entries."""
     with _open(path) as nc:
-        return {_text(nc, path, f"name{n}"): _header(nc, path, n, _text(nc, path, f"name{n}"))[2]
-                for n in range(_count(nc, path))}
+        return {name: _header(nc, path, n, name)[2] for n, name in enumerate(_names(nc, path))}
 
 
 class DatasetSummary(NamedTuple):
@@ -174,7 +172,7 @@ def dataset_summaries(path) -> dict[str, DatasetSummary]:
     with _open(path) as nc:
         attrs = set(nc.ncattrs())
         found = {}
-        for n in range(_count(nc, path)):
+        for n, name in enumerate(_names(nc, path)):
             index = None
             if {f"destiny_indexEntries{n}", f"destiny_indexDigest{n}"} <= attrs:
                 index = (_uint(nc, path, f"destiny_indexEntries{n}", _DAMAGED),
@@ -182,8 +180,7 @@ def dataset_summaries(path) -> dict[str, DatasetSummary]:
             rows = (_text(nc, path, f"destiny_rowsDigest{n}", _DAMAGED)
                     if f"destiny_rowsDigest{n}" in attrs else None)
             entries = nc.dimensions.get(f"sparseDataDim{n}")  # (None: a dense dataset)
-            found[_text(nc, path, f"name{n}")] = DatasetSummary(entries and len(entries), index,
-                                                                rows)
+            found[name] = DatasetSummary(entries and len(entries), index, rows)
         return found
 
 
@@ -364,11 +361,13 @@ def _open(path):
                               "generate-netcdf.") from None
 
 
-def _count(nc, path) -> int:
+def _names(nc, path) -> list[str]:
+    """The names of the datasets of an open file, in file order (``datasets`` of them, dataset
+    n called ``name<n>``, spec 2.1)."""
     count = _uint(nc, path, "datasets")
     if count < 1:
         raise DataFormatError(path, "the global attribute 'datasets' is 0; expected at least 1.")
-    return count
+    return [_text(nc, path, f"name{n}") for n in range(count)]
 
 
 def _attr(nc, path, name):
