@@ -223,7 +223,7 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
     if len(start) != len(end) or len(start) == 0:
         raise DataFormatError(path, f"dataset {name!r} has {len(start)} sparseStart{n} and "
                               f"{len(end)} sparseEnd{n} entries; expected the same number, > 0.")
-    if np.any(end < start) or np.any(start < 0) or (len(end) and end.max() > n_entries):
+    if np.any(end < start) or np.any(start < 0) or end.max() > n_entries:
         raise DataFormatError(path, f"dataset {name!r} has sparseStart{n}/sparseEnd{n} ranges "
                               f"outside 0..{n_entries}; the file is damaged.")
     lengths = end - start
@@ -328,7 +328,8 @@ class _Entries:
                                       else ", in no example; entries count from 0")
 
     def read_columns(self, start, lengths, lo: int, hi: int):
-        """CSR of the entries with lo <= index < hi (indices minus lo), rows as listed."""
+        """CSR of the entries with lo <= index < hi (indices minus lo), rows as listed.
+        (``_read_sparse`` asks only where the dataset has entries: there is a block.)"""
         positions, kept, values = [], [], []
         for a in range(0, self.index.size, self.BLOCK):
             index, data = self.read(a, min(a + self.BLOCK, self.index.size))
@@ -337,14 +338,12 @@ class _Entries:
             kept.append((index[mine] - lo).astype(np.int32))
             if data is not None:
                 values.append(data[mine])
-        positions = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+        positions = np.concatenate(positions)
         first = np.searchsorted(positions, start)
         counts = np.searchsorted(positions, start + lengths) - first
         indptr, take = gather_ranges(first, counts)
-        index = np.concatenate(kept)[take] if kept else np.zeros(0, np.int32)
-        data = np.concatenate(values)[take] if values else None
-        if self.data is not None and data is None:
-            data = np.zeros(0, np.float32)
+        index = np.concatenate(kept)[take]
+        data = np.concatenate(values)[take] if values else None  # (None: indicator data)
         return indptr, index, data
 
 
