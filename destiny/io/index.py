@@ -9,6 +9,7 @@ scanner can look names up without touching Python objects.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -247,10 +248,19 @@ def check_appendable(table: LabelTable, path, what: str) -> None:
 
 def write_index(path, labels: list[str], values: np.ndarray) -> None:
     """Write ``label<TAB>index`` lines sorted by index (DSSTNE's order is unspecified)."""
-    order = np.argsort(values, kind="stable")
-    vals = values.tolist()
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
+        f.writelines(_lines(labels, values))
+
+
+def _lines(labels: list[str], values: np.ndarray, below: int | None = None) -> Iterator[str]:
+    """The index file's ``label<TAB>index`` lines, sorted by index: of every entry, or of
+    those numbered below ``below`` (made one at a time: a sample index may hold millions)."""
+    values = np.asarray(values)
+    order = np.argsort(values, kind="stable")
+    if below is not None:
+        order = order[values[order] < below]
+    vals = values.tolist()
+    return (f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
 
 
 def _show(line: str, limit: int = 60) -> str:
@@ -266,7 +276,8 @@ def rows_digest(labels: list[str]) -> str:
 
 
 def index_digest(labels: list[str], values: np.ndarray, below: int) -> str:
-    """A digest of an index's entries numbered below ``below``, in number order.
+    """A digest of an index's entries numbered below ``below``: of the lines ``write_index``
+    writes for them.
 
     A dataset written by generate-netcdf records its feature index's size n and the digest of
     its entries below n (all of them, for an index numbered 0..n-1), the network trained on it
@@ -275,9 +286,5 @@ def index_digest(labels: list[str], values: np.ndarray, below: int) -> str:
     the wrong items without a word. Growth (-m) numbers new entries from the index's size up,
     so an index grown since still has the same entries below n.
     """
-    values = np.asarray(values)
-    order = np.argsort(values, kind="stable")
-    order = order[values[order] < below]
-    vals = values.tolist()
-    text = "".join(f"{labels[i]}\t{vals[i]}\n" for i in order.tolist())
+    text = "".join(_lines(labels, values, below))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
