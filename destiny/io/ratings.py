@@ -39,6 +39,7 @@ _LAYOUTS = {
     "dat": "'user::item::rating::timestamp' (MovieLens ratings.dat)",
 }
 _CSV_HEADER = "userId,movieId,rating,timestamp"
+_FIELDS = ("user", "item", "rating", "timestamp")  # a row's, in order, as messages name them
 CHUNK_CHARS = 4 << 20  # characters read at a time
 
 
@@ -303,8 +304,7 @@ def _nul_error(line: str, sep: str | None, path, lineno: int) -> DataFormatError
     instead of this one. ``sep`` None: the separator is unknown, so no field is named."""
     at = line.index("\0")
     field = line[:at].count(sep) if sep is not None else None
-    names = ("user", "item", "rating", "timestamp")
-    where = f" in its {names[field]} field" if field is not None and field < len(names) else ""
+    where = f" in its {_FIELDS[field]} field" if field is not None and field < len(_FIELDS) else ""
     return DataFormatError(path, f"the line {_show(line)} holds a NUL byte (\\x00){where}. "
                            "No MovieLens field holds one, and the DSSTNE text written cannot "
                            f"(generate-netcdf refuses it); {NUL_REMEDY}", line=lineno,
@@ -315,12 +315,11 @@ def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
     """Raise for a CR, an empty field or a DSSTNE separator in one of the fields written."""
     if "\r" in line:
         raise _cr_error(path, lineno)
-    names = ("user", "item", "rating", "timestamp")
     used = (0, 1) if value_index is None else (0, 1, value_index)
-    needed = ", ".join(f"a {names[i]}" for i in used)
+    needed = ", ".join(f"a {_FIELDS[i]}" for i in used)
     for i in used:
         if not fields[i]:
-            raise DataFormatError(path, f"the {names[i]} field is empty; every row needs "
+            raise DataFormatError(path, f"the {_FIELDS[i]} field is empty; every row needs "
                                   f"{needed}. Fix or remove the row.", line=lineno)
     # DSSTNE text gives these characters a meaning: TAB ends the name, ':' joins items and
     # ',' separates an item from its value.
@@ -328,7 +327,7 @@ def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
         for char in "\t" if i == 0 else "\t:,":
             if char in fields[i]:
                 raise DataFormatError(
-                    path, f"the {names[i]} field {_show(fields[i])} contains {_show(char)}, "
+                    path, f"the {_FIELDS[i]} field {_show(fields[i])} contains {_show(char)}, "
                     "which is a separator in DSSTNE text and would change the record's "
                     "meaning; expected a plain id or number. Rename it in the input.",
                     line=lineno)
