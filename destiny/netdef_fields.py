@@ -247,14 +247,6 @@ def read_number(path: str, value) -> float:
     return number
 
 
-def read_int(path: str, value) -> int:
-    """A JSON integer; an integral float such as 128.0 is accepted, as jsoncpp's asInt does."""
-    number = read_number(path, value)
-    if not number.is_integer():
-        raise NetDefError(path, f"expected an integer, got {_describe(value)}")
-    return int(number)
-
-
 def read_bool(path: str, value) -> bool:
     """A JSON boolean, or the number 0 or 1: DSSTNE reads these keys with jsoncpp's asBool,
     which takes numbers, so definitions written for it may say ``"Sparse": 1``."""
