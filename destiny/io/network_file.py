@@ -394,10 +394,11 @@ def _read_structure(get: Getter) -> tuple[NetworkDef, list[tuple[str, str]]]:
             if get.text(f"weight{k}_{key}") != name:
                 raise get.bad(f"weight{k}_{key}", f"{name!r}: weight {k} joins {pair[0]!r} to "
                               f"{pair[1]!r} (the layers' sources, in order)")
-    return _read_network(get, layers, glob_penalty), pairs
+    return _read_netdef(get, layers, glob_penalty), pairs
 
 
-def _read_network(get: Getter, layers, glob_penalty: SparsenessPenalty) -> NetworkDef:
+def _read_netdef(get: Getter, layers, glob_penalty: SparsenessPenalty) -> NetworkDef:
+    """The ``NetworkDef`` of ``layers`` and the file's network-level attributes (spec 4.1)."""
     return NetworkDef(
         layers=layers, name=get.text("name"), kind=get.enum("kind", NetworkKind),
         version=get.float("version"), error_function=get.enum("errorFunction", ErrorFunction),
