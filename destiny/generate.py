@@ -23,7 +23,7 @@ from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
                               rows_digest, write_index)
 from destiny.io.netcdf_names import check_netcdf_names
-from destiny.io.text import Records, input_files, read_records
+from destiny.io.text import input_files, read_records
 from destiny.sparse import repeated_entries, take_rows
 from destiny.wording import counted
 
@@ -118,7 +118,8 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
                            progress=progress)
     if update:
         check_appendable(features, feature_index, "feature")
-    sample_ids, new_samples = _number_samples(records, samples, sample_index)
+    records.check_unique()  # (DSSTNE kept a repeated sample's last line silently)
+    sample_ids, new_samples = _number_samples(records.labels, samples, sample_index)
 
     width = round_up_width(len(features))
     if len(records.indices) and int(records.indices.max()) >= width:
@@ -213,14 +214,13 @@ def _load_samples(sample_index) -> dict[str, int]:
     return dict(zip(labels, values.tolist(), strict=True))
 
 
-def _number_samples(records: Records, samples: dict[str, int], sample_index):
+def _number_samples(labels: list[str], samples: dict[str, int], sample_index):
     """Sample index of every row; new labels get ``len(index)`` in order (spec 1.3)."""
-    records.check_unique()
-    ids = np.empty(len(records.labels), dtype=np.int64)
+    ids = np.empty(len(labels), dtype=np.int64)
     new: list[str] = []
     next_id = len(samples)
     taken = set(samples.values()) if samples and max(samples.values()) >= len(samples) else None
-    for row, label in enumerate(records.labels):
+    for row, label in enumerate(labels):
         sample = samples.get(label)
         if sample is None:
             sample = next_id
