@@ -88,7 +88,8 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None,
     ``index``: the feature index's (entries, ``index_digest``), written after DSSTNE's
     attributes as ``destiny_indexEntries0`` and ``destiny_indexDigest0`` (DSSTNE reads its
     own attributes by name and never sees them); ``rows``: the ``rows_digest`` of the
-    samples, as ``destiny_rowsDigest0``.
+    samples, as ``destiny_rowsDigest0``. ``ds.weights`` are not written (generateNetCDF writes
+    no Weighted data, spec 2.5, and nothing Destiny writes has weights).
     """
     import netCDF4
 
