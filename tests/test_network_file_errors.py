@@ -247,6 +247,8 @@ def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_p
     ("layer1_type", np.uint32(2), "a Pooling layer"),
     ("layer1_type", np.uint32(1), "a Convolutional layer"),
     ("layer1_kind", np.uint32(3), "a Target layer"),
+    # (its scale, shift and statistics were ignored: the file scored as a plain layer)
+    ("layer1_attributes", np.uint32(4), "batch-normalised"),
 ])
 def test_a_dsstne_layer_destiny_does_not_run_is_named_not_called_damage(model, tmp_path,
                                                                          attribute, value, what):

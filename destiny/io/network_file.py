@@ -29,7 +29,8 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef, check_graph)
-from destiny.netdef_fields import LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, MAX_SOURCES, NN_VERSION
+from destiny.netdef_fields import (LAYER_ATTR_BATCH_NORMALIZATION, LAYER_ATTR_DENOISING,
+                                   LAYER_ATTR_SPARSE, MAX_SOURCES, NN_VERSION)
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
 # an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
@@ -417,6 +418,12 @@ def _read_netdef(get: Getter, layers, glob_penalty: SparsenessPenalty) -> Networ
 def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDef:
     p = f"layer{i}_"
     attributes = get.uint(p + "attributes")
+    if attributes & LAYER_ATTR_BATCH_NORMALIZATION:  # (read as a plain layer, its saved
+        #   scale, shift and running statistics unused, it would score wrongly without a word)
+        raise DataFormatError(get.path, f"layer {get.text(p + 'name')!r} (layer{i}_) is "
+                              f"batch-normalised, which Destiny does not run (bit 4 of "
+                              f"{p}attributes, spec 3.15; README: What Destiny does not run); "
+                              "only networks without batch normalisation are supported.")
     kind = get.enum(p + "kind", LayerKind)
     n_sources = get.uint(p + "sources")
     if n_sources > (0 if kind == LayerKind.Input else MAX_SOURCES):  # (as a JSON definition)
