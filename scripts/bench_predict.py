@@ -34,7 +34,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench_train, beside this script
 
-from bench_train import TORCH_REFERENCE, dataset_files, torch_env  # noqa: E402
+from bench_train import TORCH_REFERENCE, check_torch, dataset_files, torch_env  # noqa: E402
 
 from destiny import synthetic  # noqa: E402
 
@@ -143,6 +143,8 @@ def _compare_records(a: str, b: str) -> dict:
 def main(config, users, batch, topk, seconds, full, load_runs, backend, ranks, with_torch,
          workdir, json_path):
     """Time Destiny's predict."""
+    if with_torch:
+        check_torch()
     os.makedirs(workdir, exist_ok=True)
     items, mean = synthetic.ML20M_ITEMS, synthetic.ML20M_MEAN_PER_USER
     inp, out = dataset_files(workdir, users, items, mean, 0)

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
@@ -34,6 +35,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # checkout (a lent GPU box) names its copy in DESTINY_TORCH_REFERENCE.
 TORCH_REFERENCE = os.environ.get("DESTINY_TORCH_REFERENCE") or os.path.join(
     HERE, "..", "..", "shared", "bench", "torch_reference.py")
+
+
+def check_torch() -> None:
+    """Refuse --torch at once, not after minutes of Destiny's side, where PyTorch or its
+    reference script is missing (the run used to end in a traceback)."""
+    if not os.path.isfile(TORCH_REFERENCE):
+        raise click.UsageError(f"--torch: {TORCH_REFERENCE} does not exist; set "
+                               "DESTINY_TORCH_REFERENCE to torch_reference.py's path.")
+    if importlib.util.find_spec("torch") is None:
+        raise click.UsageError("--torch: PyTorch is not installed beside Destiny; install it "
+                               "(pip install torch==2.13.0, the build docs/benchmarks.md used).")
 
 
 def dataset_files(workdir: str, users: int, items: int, mean: float, seed: int) -> tuple[str, str]:
@@ -144,6 +156,8 @@ def main(config, users, items, mean_per_user, batch, optimizer, train_seconds, p
     from destiny.predict import queue_recommendations, score_batches
     from destiny.train import TrainData, train_config
 
+    if with_torch:
+        check_torch()
     if quick:
         users, train_seconds, predict_seconds = 20000, 8.0, 4.0
     os.makedirs(workdir, exist_ok=True)
