@@ -149,6 +149,25 @@ def test_analog_value_beyond_float32(value):
     assert "is beyond float32's range (about 3.4e38)" in message
 
 
+CUT_SHORT = "It is the file's last line, and the file does not end with a newline"
+
+
+@pytest.mark.parametrize("data,cut", [
+    ("u1\ta\nu2\ta:b:", True),  # cut after a ':'
+    ("u1\ta\nu2\ta:b:\n", False),  # whole: the fault is the line's own
+    ("u1\ta:\nu2\ta:b", False),  # the fault is not in the last line
+    ("u1\ta\nu2\ta:caf\u00e9".encode()[:-1], True),  # a two-byte character cut in half
+])
+def test_a_fault_in_a_last_line_without_a_newline_says_the_file_may_be_cut_short(data, cut):
+    """A copy that did not finish ends in a line cut anywhere: its fault's remedy (remove the
+    trailing colon, convert from latin1) would not mend the file."""
+    message = fails_on(data, "-c")
+    assert (CUT_SHORT in message) == cut, message
+    if cut:
+        assert message.endswith("if the file was cut short (a copy or a write that did not "
+                                "finish), make it again.\n"), message
+
+
 def test_duplicate_sample_names_both_lines():
     message = fails_on("u1\ta\nu2\tb\nu1\tc\n", "-c")
     assert message.startswith("Error: in.txt, line 3: "), message

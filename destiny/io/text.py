@@ -358,11 +358,12 @@ def _token_start(chunk: bytes, pos: int) -> int:
 def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     chunk, pos, status = scanned.data, scanned.pos, scanned.status
     line, column, quote = _locate(chunk, pos, first_line)
+    cut = _cut_short(path, chunk, pos)
     if status == _NOT_UTF8:
         return DataFormatError(
             path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
             "Destiny reads text as UTF-8; convert the file first (for example with "
-            "`iconv -f latin1 -t utf-8`).", line=line, column=column)
+            "`iconv -f latin1 -t utf-8`)." + cut, line=line, column=column)
     token = _token_at(chunk, pos)
     if status == textscan.NUL_BYTE:
         return nul_error(path, chunk, pos, first_line)
@@ -394,7 +395,30 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         "index, and --strict makes unknown features an error. Add it with -m (merge), rebuild "
         "the index with -c, or drop --strict to skip unknown features.",
     }
-    return DataFormatError(path, messages[status], line=line, column=column)
+    return DataFormatError(path, messages[status] + cut, line=line, column=column)
+
+
+def _cut_short(path, chunk: bytes, pos: int) -> str:
+    """A word on a fault in the file's last line where the file does not end with a newline:
+    a copy or a write that did not finish leaves such a line (a multi-byte character, a value
+    or a feature cut off), and the fault's own remedy would not mend the file. '' otherwise."""
+    start = chunk.rfind(b"\n", 0, pos) + 1
+    if chunk.find(b"\n", pos) != len(chunk) - 1:  # (not the chunk's last line)
+        return ""
+    line = chunk[start:-1]
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size < len(line):
+                return ""
+            f.seek(size - len(line) - 1 if size > len(line) else 0)
+            tail = f.read()
+    except (OSError, ValueError):  # (stdin, a pipe: not to be read again)
+        return ""
+    if not tail.endswith(line) or tail.endswith(b"\n"):
+        return ""
+    return (" It is the file's last line, and the file does not end with a newline: if the "
+            "file was cut short (a copy or a write that did not finish), make it again.")
 
 
 # Why generate-netcdf and predict refuse a NUL in a label (the default of ``nul_error``).
