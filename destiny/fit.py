@@ -195,7 +195,11 @@ def fit(
                       for name, ds in data.targets.items()}
             counts |= {f"input_counts_{name}": _input_counts(net, name, ds, comm)
                        for name, ds in data.inputs.items()}
-            save_network(network_path, net, destiny=_extras(kernels, cfg, state, run),
+            # Not the run's start time (checkpoints need it to tell runs apart; the trained
+            # network does not): the same data, definition, flags and seed then write the same
+            # network file, byte for byte, and a checksum can tell that a run reproduced.
+            trained = {k: v for k, v in run.items() if k != "run_started"}
+            save_network(network_path, net, destiny=_extras(kernels, cfg, state, trained),
                          arrays=counts)
             try:
                 stops.check()
