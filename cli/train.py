@@ -10,7 +10,8 @@ import click
 from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note,
                                 products_note, run_command, tf32_option)
 from destiny.errors import InterruptedAfterOutputs, system_failure
-from destiny.train import DEFAULT_OPTIMIZER, OPTIMIZERS, train_config
+from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
+                           optimizer_settings, train_config, unused_settings)
 from destiny.wording import counted, sized
 
 NAME = "train"
@@ -96,6 +97,13 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                        mu=mu, mu1=mu1, seed=seed, shuffle=shuffle)
     if ignored_d is not None and not quiet:
         note(NAME, "-d is ignored, as in DSSTNE")
+    unused = unused_settings(optimizer, {k for k, v in (("alpha", alpha), ("mu", mu),
+                                                          ("mu1", mu1)) if v is not None})
+    if unused and not quiet:
+        reads = [SETTING_FLAGS[k] for k in OPTIMIZER_SETTINGS[optimizer]]
+        note(NAME, f"{' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect "
+                   f"with --optimizer {optimizer}, which reads only {', '.join(reads[:-1])} "
+                   f"and {reads[-1]}")
     if keep_checkpoints and not checkpoint_every and not quiet:
         note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
                    "checkpoints")
@@ -207,7 +215,7 @@ class _Progress:
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
         note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}"
                    f"{counted(numba.get_num_threads(), 'thread')}), optimizer "
-                   f"{self.cfg.optimizer} alpha {self.cfg.alpha:g}, "
+                   f"{self.cfg.optimizer} ({optimizer_settings(self.cfg)}), "
                    f"{counted(data.examples, 'example')}, batch {self.cfg.batch}, "
                    f"epochs {state.epoch + 1}..{self.cfg.epochs}")
         if data.streamed:

@@ -46,6 +46,34 @@ OPTIMIZER_DEFAULTS = {
 }
 DEFAULT_OPTIMIZER = "adam"
 
+# The settings each optimizer's update reads (spec 5.8); weight decay acts in every one. A
+# setting given for an optimizer that does not read it changes nothing (AdaDelta has no
+# learning rate: its step is the ratio of two running averages).
+OPTIMIZER_SETTINGS = {
+    "sgd": ("alpha", "lam", "lam1"),
+    "momentum": ("alpha", "lam", "lam1", "mu"),
+    "nesterov": ("alpha", "lam", "lam1", "mu"),
+    "adagrad": ("alpha", "lam", "lam1"),
+    "rmsprop": ("alpha", "lam", "lam1", "mu"),
+    "adadelta": ("lam", "lam1", "mu"),
+    "adam": ("alpha", "lam", "lam1", "mu", "mu1"),
+}
+SETTING_FLAGS = {"alpha": "-alpha", "lam": "-lambda", "lam1": "-lambda1", "mu": "-mu",
+                 "mu1": "-mu1"}
+
+
+def optimizer_settings(cfg: TrainConfig) -> str:
+    """The settings ``cfg``'s optimizer reads, by their flags: 'alpha 0.01, lambda 0, ...'."""
+    return ", ".join(f"{SETTING_FLAGS[k][1:]} {getattr(cfg, k):g}"
+                     for k in OPTIMIZER_SETTINGS[cfg.optimizer])
+
+
+def unused_settings(optimizer: str, given) -> list[str]:
+    """The flags among ``given`` (setting names, as ``TrainConfig``'s) that ``optimizer``
+    does not read, in the order of ``SETTING_FLAGS``."""
+    return [flag for key, flag in SETTING_FLAGS.items()
+            if key in given and key not in OPTIMIZER_SETTINGS[optimizer]]
+
 
 class TrainingDivergedError(ParallelError):
     """The loss or the weights stopped being finite. Under MPI every rank finds it alike (the

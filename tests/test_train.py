@@ -591,6 +591,28 @@ def test_dsstne_flags_parse(files):
     assert result.exit_code == 0, result.output
 
 
+def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files):
+    """-mu with sgd, or -alpha with AdaDelta (which has no learning rate), trained exactly as
+    without it, and the first line named only alpha: a tuner's grid over them changed nothing
+    without a word. The line names every setting the optimizer reads, and a note each flag
+    that it does not."""
+    result = run_train(files, "-e", "1", "--optimizer", "sgd", "-mu", "0.9")
+    assert result.exit_code == 0, result.output
+    assert ("train: -mu has no effect with --optimizer sgd, which reads only -alpha, -lambda "
+            "and -lambda1") in result.output
+    assert "optimizer sgd (alpha 0.025, lambda 0.0001, lambda1 0)" in result.output
+    result = run_train(files, "-e", "1", "--force", "--optimizer", "adadelta", "-alpha", "0.5",
+                       "-mu1", "0.9")
+    assert result.exit_code == 0, result.output
+    assert ("train: -alpha and -mu1 have no effect with --optimizer adadelta, which reads only "
+            "-lambda, -lambda1 and -mu") in result.output
+    result = run_train(files, "-e", "1", "--force", "-mu", "0.8", "-alpha", "0.003")
+    assert result.exit_code == 0, result.output
+    assert "no effect" not in result.output
+    assert ("optimizer adam (alpha 0.003, lambda 0, lambda1 0, mu 0.8, mu1 0.999)"
+            in result.output)
+
+
 @pytest.mark.parametrize("flag,value,message", [
     ("-alpha", "-1", "-1.0 is not in the range x>0.0"),
     ("-alpha", "nan", "'nan' is not a finite number"),
