@@ -200,9 +200,11 @@ def _resolve_layer(layer: LayerDef, widths: Mapping[str, int]) -> LayerDef:
         return layer
     path = f"Layers[{layer.index}].N"
     if layer.dataset not in widths:
-        known = ", ".join(sorted(widths)) or "none"
-        raise NetDefError(path, f"'auto' needs the width of dataset '{layer.dataset}', which "
-                                f"was not given; known datasets: {known}")
+        known = ", ".join(map(repr, sorted(widths))) or "none"
+        raise NetDefError(f"Layers[{layer.index}].DataSet",
+                          f"'auto' needs the width of dataset '{layer.dataset}', but the "
+                          f"datasets given hold {known}; the layer's DataSet must equal the -d "
+                          "name given to generate-netcdf")
     width = widths[layer.dataset]
     if isinstance(width, bool) or not isinstance(width, int) or width <= 0:
         raise NetDefError(path, f"dataset '{layer.dataset}' has width {width!r}; expected a "

@@ -122,8 +122,9 @@ def test_softplus_is_accepted():
 def test_auto_needs_a_width():
     net = load_netdef(minimal())
     assert net.layers[0].n is None and net.layers[0].n_auto
-    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.N: 'auto' needs the width of "
-                                          r"dataset 'out'"):
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.DataSet: 'auto' needs the width "
+                                          r"of dataset 'out', but the datasets given hold "
+                                          r"'in'; the layer's DataSet must equal the -d name"):
         net.resolve({"in": 128})
     assert net.resolve({"in": 128, "out": 256}).layers[2].n == 256
 

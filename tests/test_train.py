@@ -1243,6 +1243,11 @@ def test_resume_refuses_other_settings(files):
     ("bad-json", "bad.json: line 1, column 13: invalid JSON"),
     ("unknown-dataset", "layer 'Output' reads the dataset 'gl_out', but the dataset files hold "
                         "'gl_input', 'gl_output'"),
+    # (said "'auto' needs the width of dataset 'gl_out', which was not given")
+    ("unknown-dataset-auto", "net.json: Layers[2].DataSet: 'auto' needs the width of dataset "
+                             "'gl_out', but the datasets given hold 'gl_input', 'gl_output'; "
+                             "the layer's DataSet must equal the -d name given to "
+                             "generate-netcdf"),
     ("missing-data", "nothere.nc: the dataset file does not exist"),
     ("not-netcdf", "net.json: is not a readable NetCDF file"),
     ("gpu", "--backend gpu: no NVIDIA GPU is usable here"),
@@ -1269,6 +1274,10 @@ def test_train_bad_input(files, case, expected, monkeypatch):
         d["Layers"][2].update(N=128, DataSet="gl_out")
         (files / "other.json").write_text(json.dumps(d))
         args["-c"] = str(files / "other.json")
+    elif case == "unknown-dataset-auto":
+        d = small_netdef()
+        d["Layers"][2].update(DataSet="gl_out")
+        (files / "net.json").write_text(json.dumps(d))
     elif case == "missing-data":
         args["-o"] = str(files / "nothere.nc")
     elif case == "not-netcdf":
