@@ -99,6 +99,16 @@ RECORD_ERRORS = [
     ("crlf", "u1\ta\r\nu2\tb\r\n", 1, 5, [r"'u1\ta\r'", "carriage return", "dos2unix"]),
     ("trailing-colon", "u1\ta\nu2\ta:b:\n", 2, 7, [r"'u2\ta:b:'", "ends with ':'"]),
     ("second-tab", "u1\ta\tb\n", 1, 5, [r"'u1\ta\tb'", "second TAB"]),
+    # MovieLens ratings given as DSSTNE text (the conversion skipped): said only "no TAB"
+    # or "a second TAB", and how to make DSSTNE text nowhere.
+    ("ratings-csv", "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n", 1, 1,
+     ["no TAB", "looks like MovieLens ratings", "scripts/convert_ratings.py"]),
+    ("ratings-csv-no-header", "1,31,2.5,1260759144\n", 1, 1,
+     ["no TAB", "looks like MovieLens ratings", "scripts/convert_ratings.py"]),
+    ("ratings-u-data", "196\t242\t3\t881250949\n", 1, 8,
+     ["second TAB", "looks like MovieLens ratings", "scripts/convert_ratings.py"]),
+    ("ratings-dat", "1::1193::5::978300760\n", 1, 1,
+     ["no TAB", "looks like MovieLens ratings", "scripts/convert_ratings.py"]),
     ("empty-sample-name", "u1\ta\n\ta:b\n", 2, 1, [r"'\ta:b'", "sample name is empty"]),
     ("not-utf8", b"u1\ta\nu2\ta:b\xff\n", 2, 7, [r"b'\xff'", "not valid UTF-8", "iconv"]),
     ("not-utf8-in-name", b"u1\ta\nu\xff2\ta\n", 2, 2, [r"b'\xff'", "not valid UTF-8"]),
@@ -126,6 +136,11 @@ def test_bad_record(case_id, data, line, column, texts, mode):
     assert message.startswith(f"Error: in.txt, line {line}, column {column}: "), message
     for text in texts:
         assert text in message
+
+
+def test_only_ratings_lines_are_called_ratings():
+    for data in ("u2 b:c\n", "1,5\n", "u1\ta\tb\n", "1\t2\t3\n"):
+        assert "MovieLens" not in fails_on(data, "-c"), data
 
 
 @pytest.mark.parametrize("value", ["abc", "12x", "1e", "nan", "inf", "--1", "1.2.3"])

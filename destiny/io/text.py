@@ -36,6 +36,11 @@ _NOT_UTF8 = -1  # a chunk's status when its bytes are not UTF-8 (the scanner's a
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
+# A line of MovieLens ratings (ratings.csv with its header, u.data, ratings.dat), read where
+# DSSTNE text was expected: the conversion step was skipped (``_ratings_hint``).
+_RATINGS_LINE = re.compile(r"userId,movieId(,.*)?|\d+(,\d+,[0-9.]+(,\d+)?"
+                           r"|\t\d+\t[0-9.]+\t\d+|::\d+::[0-9.]+::\d+)")
+
 
 @dataclass
 class Records:
@@ -342,6 +347,18 @@ def _locate(chunk: bytes, pos: int, first_line: int) -> tuple[int, int, str]:
     return line, column, f"the line {quote}"
 
 
+def _ratings_hint(chunk: bytes, pos: int) -> str:
+    """A sentence for a line at ``pos`` that is MovieLens ratings, not DSSTNE text; else ''."""
+    start = chunk.rfind(b"\n", 0, pos) + 1
+    end = chunk.find(b"\n", pos)
+    text = chunk[start:len(chunk) if end < 0 else end].decode("utf-8", errors="replace")
+    if not _RATINGS_LINE.fullmatch(text):
+        return ""
+    return (" It looks like MovieLens ratings (user, item, rating, timestamp), not DSSTNE "
+            "text: convert them first with `python scripts/convert_ratings.py RATINGS -o "
+            "TEXT` (one line per user) and give TEXT here.")
+
+
 def _token_at(chunk: bytes, pos: int) -> str:
     end = pos
     while end < len(chunk) and chunk[end] not in b":\n":
@@ -371,7 +388,8 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
         textscan.NO_TAB: f"{quote} has no TAB between the sample name and its features. "
-        f"{_FIX_FORMAT}; check the separator (spaces are not a TAB).",
+        f"{_FIX_FORMAT}; check the separator (spaces are not a TAB)."
+        + _ratings_hint(chunk, pos),
         textscan.EMPTY_LABEL: f"{quote} starts with a TAB: the sample name is empty. "
                               f"{_FIX_FORMAT}.",
         textscan.EMPTY_FEATURE: f"{quote} has an empty feature name (at {token!r}). "
@@ -387,7 +405,8 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         textscan.EXTRA_FIELD: f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in "
         f"{quote} has more than one ','. {_FIX_FORMAT}: at most one value per feature.",
         textscan.SECOND_TAB: f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only "
-        "the first TAB separates the name; features are separated by ':'.",
+        "the first TAB separates the name; features are separated by ':'."
+        + _ratings_hint(chunk, pos),
         textscan.CARRIAGE_RETURN: f"{quote} contains a carriage return (Windows CRLF line ends); "
         "DSSTNE made it part of the last feature's name. Convert the file with `dos2unix` or "
         "`sed -i 's/\\r$//'`.",
