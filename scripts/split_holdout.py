@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 from destiny.cli.common import (  # noqa: E402
     SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
+from destiny.io.text import ratings_hint  # noqa: E402
 from destiny.io.textscan import check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
@@ -120,12 +121,14 @@ def _parse(path, raw: bytes, line_no: int) -> tuple[str, list[str]]:
         problem = "the line is blank. Remove blank lines (for example with `grep -v '^$'`)."
     elif not tab:
         problem = (f"{quote} has no TAB between the sample name and its features. "
-                   f"{_FIX_FORMAT}; check the separator (spaces are not a TAB).")
+                   f"{_FIX_FORMAT}; check the separator (spaces are not a TAB)."
+                   + ratings_hint(line))
     elif not name:
         problem = f"{quote} starts with a TAB: the sample name is empty. {_FIX_FORMAT}."
     elif "\t" in rest:
         problem = (f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only the "
-                   "first TAB separates the name; features are separated by ':'.")
+                   "first TAB separates the name; features are separated by ':'."
+                   + ratings_hint(line))
     tokens = rest.split(":") if rest else []
     if problem is None and "" in tokens:
         problem = (f"{quote} has an empty feature ('::', or ':' at the start or end of the "

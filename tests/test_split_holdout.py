@@ -98,6 +98,11 @@ BAD_INPUT = [
     ("blank line", "u1\ta:b\n\nu2\tc\n", "line 2", "blank"),
     ("empty name", "u1\ta:b\n\tc:d\n", "line 2", "sample name is empty"),
     ("second tab", "u1\ta\tb\n", "line 1", "second TAB"),
+    # MovieLens ratings, not yet converted (said only "no TAB" or "a second TAB")
+    ("ratings.csv", "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n", "line 1",
+     "looks like MovieLens ratings (user, item, rating, timestamp), not DSSTNE text: convert "
+     "them first with `python scripts/convert_ratings.py"),
+    ("u.data", "196\t242\t3\t881250949\n", "line 1", "scripts/convert_ratings.py"),
     ("empty feature", "u1\ta::b\n", "line 1", "empty feature"),
     ("trailing colon", "u1\ta:b:\n", "line 1", "empty feature"),
     ("empty file", "", "line 1", "the file is empty"),

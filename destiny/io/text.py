@@ -348,11 +348,17 @@ def _locate(chunk: bytes, pos: int, first_line: int) -> tuple[int, int, str]:
 
 
 def _ratings_hint(chunk: bytes, pos: int) -> str:
-    """A sentence for a line at ``pos`` that is MovieLens ratings, not DSSTNE text; else ''."""
+    """``ratings_hint`` of the line of ``chunk`` holding byte ``pos``."""
     start = chunk.rfind(b"\n", 0, pos) + 1
     end = chunk.find(b"\n", pos)
-    text = chunk[start:len(chunk) if end < 0 else end].decode("utf-8", errors="replace")
-    if not _RATINGS_LINE.fullmatch(text):
+    return ratings_hint(chunk[start:len(chunk) if end < 0 else end].decode("utf-8",
+                                                                          errors="replace"))
+
+
+def ratings_hint(line: str) -> str:
+    """A sentence (with a leading space) for a ``line`` of text, refused as DSSTNE text, that
+    is a line of MovieLens ratings: how to convert them. '' for any other line."""
+    if not _RATINGS_LINE.fullmatch(line):
         return ""
     return (" It looks like MovieLens ratings (user, item, rating, timestamp), not DSSTNE "
             "text: convert them first with `python scripts/convert_ratings.py RATINGS -o "
