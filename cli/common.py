@@ -171,12 +171,13 @@ def _interrupt(signum, frame):
     if _completed:  # nothing left to stop: run_program ends the process by it, with a word
         return
     now = time.monotonic()
-    if _importing(frame) and now - (_deferred_since or now) < _DEFER_LIMIT_S:
+    if _losing(frame) and now - (_deferred_since or now) < _DEFER_LIMIT_S:
         # An exception raised while a compiled module initializes can be lost: Cython's module
         # code (NumPy's random generators, loaded on first use) drops it inside abc.register,
         # or reports it as an ImportError, so a SIGTERM there was ignored and the command ran
-        # on. Until the import is over (for at most _DEFER_LIMIT_S), the signal is sent again
-        # to the main thread, where it also interrupts a blocking read, every _RESEND_S.
+        # on; so is one raised in a ctypes callback (llvmlite's, below). Until the import or
+        # callback is over (for at most _DEFER_LIMIT_S), the signal is sent again to the main
+        # thread, where it also interrupts a blocking read, every _RESEND_S.
         _deferred_since = _deferred_since or now
         _send_again_later(signum)
         return
@@ -214,9 +215,20 @@ _IMPORT_MACHINERY = {"_frozen_importlib", "_frozen_importlib_external", "importl
                      "importlib._bootstrap_external"}
 
 
-def _importing(frame) -> bool:
+# llvmlite's ctypes callbacks, through which LLVM hands numba a kernel's machine code: ctypes
+# prints an exception raised in one ("Exception ignored on calling ctypes callback function")
+# and drops it. A signal that comes while LLVM compiles (seconds, on a first run) is acted on
+# at the first Python code after the compilation, often this callback: the command ran on.
+_CALLBACKS = {("llvmlite.binding.executionengine", "_raw_object_cache_notify"),
+              ("llvmlite.binding.executionengine", "_raw_object_cache_getbuffer")}
+
+
+def _losing(frame) -> bool:
+    """Whether an interrupt raised in ``frame`` could be lost: an import or a ctypes callback
+    of llvmlite's is under way."""
     while frame is not None:
-        if frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+        module = frame.f_globals.get("__name__")
+        if module in _IMPORT_MACHINERY or (module, frame.f_code.co_name) in _CALLBACKS:
             return True
         frame = frame.f_back
     return False

@@ -403,6 +403,45 @@ def test_a_signal_as_the_command_finishes_says_its_work_was_complete():
             "outputs are whole.") in result.stderr
 
 
+_SIGNAL_IN_A_JIT_CALLBACK = """
+import os, signal, time
+import click
+import numba
+from numba.core import codegen
+from destiny.cli.common import library_errors, run_program
+
+hook = codegen.JITCodeLibrary._object_compiled_hook.__func__
+
+def compiled(cls, ll_module, buf):  # called by llvmlite's ctypes callback, from LLVM
+    os.kill(os.getpid(), signal.SIGTERM)  # (its handler runs here, inside the callback)
+    return hook(cls, ll_module, buf)
+
+codegen.JITCodeLibrary._object_compiled_hook = classmethod(compiled)
+
+@click.command()
+@library_errors
+def command():
+    numba.njit(lambda x: x + 1)(1)
+    time.sleep(3)  # the rest of the command's work
+    print("done", flush=True)
+
+run_program(command, "command")
+"""
+
+
+def test_a_stop_signal_while_numba_compiles_stops_the_command():
+    """A stop signal that comes while LLVM compiles a kernel (seconds on a first run) is
+    acted on as its machine code is handed to numba's cache, in a ctypes callback, which drops
+    the interrupt ("Exception ignored on calling ctypes callback function", a traceback): the
+    command ran on to its end, 1 first run in 3 under `timeout`, and replaced its outputs. The
+    interrupt now waits for the callback to return."""
+    result = subprocess.run([sys.executable, "-c", _SIGNAL_IN_A_JIT_CALLBACK],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "NUMBA_DISABLE_CACHE": "1"})
+    assert result.returncode == -15 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.startswith("Error: interrupted; "), result.stderr
+
+
 def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     """The installed commands load with Ctrl-C's default action (cli/entry.py): a Ctrl-C in
     the half second numba takes to load used to print Python's traceback."""
