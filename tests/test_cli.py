@@ -442,6 +442,37 @@ def test_a_stop_signal_while_numba_compiles_stops_the_command():
     assert result.stderr.startswith("Error: interrupted; "), result.stderr
 
 
+_SIGNAL_AS_IT_EXITS = """
+import os, signal
+import click
+from destiny.cli.common import library_errors, run_program
+
+class Late:  # freed as the interpreter tears down its modules, after its signal handlers
+    def __del__(self, kill=os.kill, pid=os.getpid(), signum=signal.SIGTERM):
+        kill(pid, signum)
+
+late = Late()
+
+@click.command()
+@library_errors
+def command():
+    print("done", flush=True)
+
+run_program(command, "command")
+"""
+
+
+def test_a_signal_as_the_process_exits_leaves_the_commands_status():
+    """Python gives the signals their default action back as it exits, a quarter of a second
+    before a train or predict process ends (its modules and arrays freed): a SIGTERM there
+    ended the process with status 143 and no word, after 'wrote gl.nc' (1 `timeout` in 3 at
+    the end of a run). Once the command has ended, a stop signal is now ignored: the status is
+    the command's."""
+    result = subprocess.run([sys.executable, "-c", _SIGNAL_AS_IT_EXITS],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "done\n", "")
+
+
 def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     """The installed commands load with Ctrl-C's default action (cli/entry.py): a Ctrl-C in
     the half second numba takes to load used to print Python's traceback."""
