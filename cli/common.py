@@ -41,6 +41,7 @@ def library_errors(fn):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
         _finished(False)  # (a test runs many commands in one process)
+        _kept_on_interrupt(forget=True)
         try:
             result = fn(*args, **kwargs)
             _finished(True)
@@ -64,7 +65,7 @@ def library_errors(fn):
         except KeyboardInterrupt:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
-            raise click.ClickException(f"interrupted; {NOTHING_REPLACED}. Run the command "
+            raise click.ClickException(f"interrupted; {_kept_on_interrupt()}. Run the command "
                                        "again to start afresh.") from None
         except Exception as e:  # the system's failures (anything else: None, its traceback)
             # (the advice on memory is the network's size only where there is one)
@@ -237,6 +238,20 @@ def _losing(frame) -> bool:
 def _stopped(signum: int):
     global _stopped_by
     _stopped_by = signum
+
+
+def _kept_on_interrupt(*, forget: bool = False) -> str:
+    """What an interrupted command leaves: the outputs written in place (``predict -s -``)
+    hold what was written before the interrupt, the others were not replaced. ``forget``: a
+    command starts."""
+    from destiny.io import atomic
+
+    streams = atomic.streamed(forget=forget)
+    if not streams:
+        return NOTHING_REPLACED
+    return (f"{' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "
+            "written before it, and no other output was replaced (each is put in place only "
+            "once complete)")
 
 
 _completed = False  # the command returned: its work done, its outputs in place

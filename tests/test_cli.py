@@ -1349,3 +1349,36 @@ def test_a_name_not_utf8_reaches_stderr_as_its_bytes(tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr == (b"Error: in\\xff: the recommendation file does not exist; check the "
                            b"-r path.\n")
+
+
+def test_an_interrupted_predict_to_standard_output_says_what_it_holds(model, monkeypatch):
+    """`predict -s -` stopped part-way: standard output already holds records, so the message
+    says so; it said "no output was replaced", which a log reader took for nothing written."""
+    import destiny.predict
+    from destiny.cli.predict import predict
+
+    done, calls = destiny.predict.Predictor._done, []
+
+    def stopped(self, *args):
+        calls.append(1)
+        if len(calls) == 2:  # (a batch's records are out)
+            raise KeyboardInterrupt
+        return done(self, *args)
+
+    monkeypatch.setattr(destiny.predict.Predictor, "_done", stopped)
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+        str(model / "features_output"), "-r", str(model / "ratings.txt"), "-b", "1", "-q",
+        "-s", "-"])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("\t") >= 1  # (a record went out)
+    assert (  # (stderr and stdout mixed: the record may come after)
+        "Error: interrupted; standard output holds what was written before it, and no other "
+        "output was replaced (each is put in place only once complete). Run the command again "
+        "to start afresh.\n") in result.output, result.output
+    calls.clear()
+    monkeypatch.setattr(destiny.predict.Predictor, "_done", done)
+    result = CliRunner().invoke(predict, [  # (the next command starts with none streamed)
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+        str(model / "features_output"), "-r", str(model / "missing.txt"), "-q", "-s", "-"])
+    assert result.exit_code == 1 and "holds what was written" not in result.output

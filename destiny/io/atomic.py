@@ -97,6 +97,20 @@ def _stream_kind(path) -> str:
                 fd, f"this process's file descriptor {fd}"))
 
 
+# The outputs this process has written in place (``open_stream``), by the names messages give
+# them: an interrupt leaves them holding what was written before it (``streamed``).
+_streamed: list[str] = []
+
+
+def streamed(*, forget: bool = False) -> list[str]:
+    """The names of the outputs written in place so far (standard output, a pipe); with
+    ``forget``, forget them (a command starting: tests run many in one process)."""
+    names = list(dict.fromkeys(_streamed))
+    if forget:
+        _streamed.clear()
+    return names
+
+
 def open_stream(path) -> TextIO:
     """``path`` (``is_stream``) open for writing UTF-8 text in place. A file descriptor of
     this process is written through, sharing its offset with the process's own writes: opening
@@ -104,6 +118,7 @@ def open_stream(path) -> TextIO:
     bypasses sys.stdout, whose short writes CPython drops under PYTHONUNBUFFERED=1 (a signal,
     a full disk). A device or pipe is opened."""
     fd, name = _output_fd(path), failures.output_name(path)  # (which a failure names)
+    _streamed.append(name)
     if fd is None:
         return failures.open_text(path, name, in_place=True)
     try:
@@ -487,6 +502,7 @@ def text_output(path):
     stream (``is_stream``: '-', /dev/stdout, a named pipe), which a rename would replace."""
     # (sys.stdout replaced by one with no descriptor: a test's, a notebook's)
     if path == "-" and sys.stdout is not None and not _has_descriptor(sys.stdout):
+        _streamed.append(failures.output_name(path))
         yield sys.stdout
         return
     if is_stream(path):
