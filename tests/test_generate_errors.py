@@ -9,6 +9,9 @@ in the directory snapshot.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -181,6 +184,25 @@ def test_a_fault_in_a_last_line_without_a_newline_says_the_file_may_be_cut_short
     if cut:
         assert message.endswith("if the file was cut short (a copy or a write that did not "
                                 "finish), make it again.\n"), message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes")
+def test_a_fault_in_a_named_pipes_last_line_is_reported_without_reading_it_again(work):
+    """The cut-short check opened the input again to read its end: a named pipe's open waits
+    for a writer, and the one that fed it had gone, so generate-netcdf hung for ever."""
+    os.mkfifo("in.fifo")
+
+    def feed():
+        with open("in.fifo", "w") as f:  # (waits for the command to open it)
+            f.write("u1\ta\nu2\ta:b:")
+
+    threading.Thread(target=feed, daemon=True).start()
+    result = subprocess.run(
+        [sys.executable, "-c", "from destiny.cli.generate_netcdf import main; main()",
+         "-i", "in.fifo", "-o", "new.nc", "-d", "ds", "-f", "new.idx", "-s", "new_s.idx", "-c"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "empty feature" in result.stderr and CUT_SHORT not in result.stderr, result.stderr
 
 
 def test_duplicate_sample_names_both_lines():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -432,6 +433,10 @@ def _cut_short(path, chunk: bytes, pos: int) -> str:
         return ""
     line = chunk[start:-1]
     try:
+        # Only a regular file is read again: a named pipe's open would wait for a writer
+        # that has gone (the command hung), and a pipe's data is not there a second time.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             if size < len(line):
