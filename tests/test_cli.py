@@ -1351,7 +1351,8 @@ def test_a_name_not_utf8_reaches_stderr_as_its_bytes(tmp_path):
                            b"-r path.\n")
 
 
-def test_an_interrupted_predict_to_standard_output_says_what_it_holds(model, monkeypatch):
+def test_an_interrupted_predict_to_standard_output_says_what_it_holds(model, monkeypatch,
+                                                                      tmp_path):
     """`predict -s -` stopped part-way: standard output already holds records, so the message
     says so; it said "no output was replaced", which a log reader took for nothing written."""
     import destiny.predict
@@ -1377,8 +1378,13 @@ def test_an_interrupted_predict_to_standard_output_says_what_it_holds(model, mon
         "output was replaced (each is put in place only once complete). Run the command again "
         "to start afresh.\n") in result.output, result.output
     calls.clear()
-    monkeypatch.setattr(destiny.predict.Predictor, "_done", done)
-    result = CliRunner().invoke(predict, [  # (the next command starts with none streamed)
+    # The next command, stopped alike, starts with none streamed: to a file, nothing is out.
+    # (A failure other than an interrupt would not tell: its message never names streams.)
+    result = CliRunner().invoke(predict, [
         "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
-        str(model / "features_output"), "-r", str(model / "missing.txt"), "-q", "-s", "-"])
-    assert result.exit_code == 1 and "holds what was written" not in result.output
+        str(model / "features_output"), "-r", str(model / "ratings.txt"), "-b", "1", "-q",
+        "-s", str(tmp_path / "recs.txt")])
+    assert result.exit_code == 1 and len(calls) == 2, result.output
+    assert result.output == ("Error: interrupted; no output was replaced (each is put in place "
+                             "only once complete). Run the command again to start afresh.\n")
+    assert not (tmp_path / "recs.txt").exists()
