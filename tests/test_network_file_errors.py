@@ -226,6 +226,23 @@ def test_a_network_file_cut_short_says_what_to_do(model, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("given", ["definition", "directory"])
+def test_a_network_path_that_is_no_netcdf_file_is_not_called_cut_short(model, tmp_path, given):
+    """The JSON definition given as -n (or a directory) was said to be a network file that may
+    be cut short and damaged, to train again or restore from a copy: it is no network at all."""
+    net = tmp_path / "net.json"
+    if given == "definition":
+        net.write_text('{"Version": 0.8, "Layers": []}')
+    else:
+        net.mkdir()
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(tmp_path / "recs.txt")])
+    assert result.exit_code == 1 and "is not a readable NetCDF network file" in result.output
+    assert "cut short" not in result.output and DAMAGED not in result.output, result.output
+    assert result.output.count("\n") == 1 and not (tmp_path / "recs.txt").exists()
+
+
 def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_path):
     """The embedded definition is read with today's parser: one it refuses may be an earlier
     Destiny's, not damage, and the message says which Destiny wrote the file."""

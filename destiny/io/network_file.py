@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import DataFormatError, NetDefError
+from destiny.errors import NETCDF_MAGIC, DataFormatError, NetDefError
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
                                        graph_error)
@@ -217,9 +217,8 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     except FileNotFoundError:
         raise DataFormatError(path, "the network file does not exist; train one first.") from None
     except OSError as e:
-        raise DataFormatError(path, f"is not a readable NetCDF network file ({e}); it may be "
-                              f"cut short (a copy or a write that did not finish). {DAMAGED}"
-                              ) from None
+        raise DataFormatError(path, f"is not a readable NetCDF network file ({e})"
+                              + _unreadable_why(path)) from None
     with nc:
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
@@ -324,6 +323,23 @@ def _mappable(nc, path, names: list[str]) -> dict[str, np.ndarray]:
     offsets = _hdf5_offsets(path, plain) if plain else {}
     return {n: np.memmap(path, dtype="<f4", mode="c", offset=off, shape=(nc.variables[n].size,))
             for n, off in offsets.items()}
+
+
+def _unreadable_why(path) -> str:
+    """The end of the message for a network file netCDF cannot open: one that starts as a
+    NetCDF file does may be cut short; any other (a JSON definition or text given as -n, a
+    directory) is not a network at all, and training again would not be the remedy."""
+    try:
+        if not os.path.isfile(path):  # (a directory; a named pipe, whose open would wait)
+            return "."
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return "."
+    if head.startswith(NETCDF_MAGIC):
+        return f"; it may be cut short (a copy or a write that did not finish). {DAMAGED}"
+    return ("; it is not a NetCDF file: give the network file train wrote (its -n), and check "
+            "that the flags are not swapped.")
 
 
 def _hdf5_offsets(path, names: list[str]) -> dict[str, int]:
