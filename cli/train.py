@@ -112,8 +112,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     def restarted(path, why):
         if not quiet:
             note(NAME, f"the newest checkpoint, {path}, is {why}: --resume-or-restart trains "
-                       "afresh (that run's checkpoints stay until this run's of the same "
-                       "epochs replace them)")
+                       "afresh (the files passed over stay until this run's checkpoints of "
+                       "the same epochs replace them)")
 
     try:
         report = fit(config_path=config_path, input_path=input_path, output_path=output_path,

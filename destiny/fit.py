@@ -96,7 +96,7 @@ def fit(
                          (initial_network, "initial network (--initial-network)")))
             if comm.is_root:
                 _claim_outputs(held, network_path, metrics_path, initial_network, force,
-                               inputs=((config_path, "network definition (-c)"),
+                               resume, inputs=((config_path, "network definition (-c)"),
                                        (input_path, "input dataset file (-i)"),
                                        (output_path, "output dataset file (-o)")))
             # (fail fast, before reading the data; each rank on a machine takes its own GPU)
@@ -130,6 +130,8 @@ def fit(
                 why = _not_this_run(found[0], settings, cfg.epochs)
                 if why is not None:
                     found, passed_over = None, (found[0], why)
+            if resume and found is None and comm.is_root:  # (it starts afresh: writes it)
+                _check_initial_network(initial_network, force)
         # (no collective inside all_or_none: a failed rank skips it)
         found, passed_over = comm.bcast((found, passed_over))
         if passed_over is not None and on_restart is not None:
@@ -243,6 +245,12 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
     of this run (``settings``) and to leave epochs to train before ``epochs``; with the time
     its run started (None from earlier versions)."""
     with all_or_none(comm):
+        attrs = destiny_attributes(path)  # (None: unreadable, which load_weights says)
+        if attrs is not None and "settings" not in attrs:
+            raise DestinyError(f"{path}: --resume takes the newest checkpoint, and this file "
+                               f"is {_NOT_A_CHECKPOINT}; move it away and --resume continues "
+                               "from the one before, or start afresh without --resume "
+                               "(--resume-or-restart does so by itself).")
         try:
             extras = load_weights(net, path)
         except DestinyError as e:
@@ -287,7 +295,7 @@ def _open_metrics(path, kept: list[str]):
 
 
 def _claim_outputs(held, network_path, metrics_path, initial_network, force: bool,
-                   inputs) -> None:
+                   resume: bool, inputs) -> None:
     """Check the outputs before any work, and take the network file's lock into ``held``:
     overlapping runs (cron jobs) writing one network stop at the second. The lock comes
     before the test for an existing network, which a run finishing meanwhile could write."""
@@ -315,6 +323,13 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "
                           "another -n, or pass --force.")
+    if not resume:  # (with --resume: once it is known whether the run starts afresh)
+        _check_initial_network(initial_network, force)
+
+
+def _check_initial_network(initial_network, force: bool) -> None:
+    """Refuse to replace a file at ``initial_network`` that is not an earlier run's untrained
+    network, without ``force``: it may be a trained one."""
     if (initial_network and os.path.exists(initial_network) and not force
             and not _untrained(initial_network)):
         raise OutputError(f"{initial_network}: the initial network file (--initial-network) "
@@ -434,17 +449,25 @@ def _other_settings(extras: dict, settings: dict) -> list[str]:
     return [] if saved == now else _differences(saved, now)
 
 
+# A network file named like a checkpoint that records no run settings (which every checkpoint
+# of train's does, ``superseded_checkpoints``): nothing to resume from.
+_NOT_A_CHECKPOINT = ("not a checkpoint Destiny's train wrote (it records no run settings: a "
+                     "trained or initial network, or one of DSSTNE's, named like a checkpoint)")
+
+
 def _not_this_run(path, settings: dict, epochs: int) -> str | None:
     """Why ``restart`` passes over the checkpoint ``path`` rather than resume from it: made
     with other settings, or at ``epochs`` already. None where it resumes, and where it cannot
     be read: ``_resume`` then says it is damaged (a damaged file is not another run)."""
     attrs = destiny_attributes(path)
-    if attrs is None or "epoch" not in attrs:
+    if attrs is None:
         return None
+    if "settings" not in attrs:
+        return _NOT_A_CHECKPOINT
     try:
         differences = _other_settings(attrs, settings)
         epoch = int(attrs["epoch"])
-    except (ValueError, TypeError):  # (unreadable settings: _resume's message)
+    except (KeyError, ValueError, TypeError):  # (unreadable settings: _resume's message)
         return None
     if differences:
         return "made with other settings (" + "; ".join(differences) + ")"

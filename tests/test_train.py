@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -571,6 +572,12 @@ def test_an_existing_initial_network_is_kept_without_force(files):
                        "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 1 and "is not an earlier run's initial network" in result.output
     assert (files / "init.nc").read_bytes() == b"a trained network"
+    assert run_train(files, "-e", "1", "--checkpoint-every", "1", network="ck.nc").exit_code == 0
+    (files / "ck.nc").unlink()  # (a run stopped after its checkpoint: --resume writes none)
+    result = run_train(files, "-e", "2", "--resume", "--initial-network", str(files / "init.nc"),
+                       network="ck.nc")
+    assert result.exit_code == 0 and "resumed from" in result.output, result.output
+    assert (files / "init.nc").read_bytes() == b"a trained network"
     result = run_train(files, "-e", "1", "--force", "--initial-network", str(files / "init.nc"))
     assert result.exit_code == 0, result.output
     assert read_network(files / "init.nc").weights
@@ -1070,6 +1077,19 @@ def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     assert (f"the newest checkpoint, {files / 'net.nc2.nc'}, is made with other settings "
             "(dataset gl_input: ") in result.output and "resumed from" not in result.output
     assert read_network(files / "init.nc").destiny["epoch"] == 0  # (a run started afresh)
+    shutil.copy(files / "init.nc", files / "net.nc4.nc")  # a network named like a checkpoint
+    result = run_train(files, "-e", "4", *args)
+    assert result.exit_code == 0, result.output
+    assert (f"the newest checkpoint, {files / 'net.nc4.nc'}, is not a checkpoint Destiny's train "
+            "wrote (it records no run settings") in result.output
+    for epoch in (1, 2, 3):
+        (files / f"net.nc{epoch}.nc").unlink(missing_ok=True)
+    shutil.copy(files / "init.nc", files / "net.nc4.nc")
+    result = run_train(files, "-e", "5", "-b", "64", "--force", "--resume")  # (refused, by name)
+    assert result.exit_code == 1 and ("--resume takes the newest checkpoint, and this file is "
+                                      "not a checkpoint Destiny's train wrote") in result.output
+    (files / "net.nc4.nc").unlink()
+    assert run_train(files, "-e", "3", *args).exit_code == 0
     (files / "net.nc3.nc").write_bytes(b"damaged")  # not another run: said, not passed over
     result = run_train(files, "-e", "4", *args)
     assert result.exit_code == 1 and "--resume takes the newest checkpoint" in result.output
