@@ -45,7 +45,8 @@ def check_torch() -> None:
                                "DESTINY_TORCH_REFERENCE to torch_reference.py's path.")
     if importlib.util.find_spec("torch") is None:
         raise click.UsageError("--torch: PyTorch is not installed beside Destiny; install it "
-                               "(pip install torch==2.13.0, the build docs/benchmarks.md used).")
+                               "(pip install torch; docs/benchmarks.md records the versions "
+                               "measured).")
 
 
 def dataset_files(workdir: str, users: int, items: int, mean: float, seed: int) -> tuple[str, str]:

@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 from destiny.cli.common import (  # noqa: E402
     SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
+from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import ratings_hint  # noqa: E402
 from destiny.io.textscan import check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
@@ -80,9 +81,7 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
             check_text_start(path, src.peek(8)[:8])  # (a NetCDF file, a byte-order mark)
             for line_no, raw in enumerate(src, 1):
                 name, tokens = _parse(path, raw, line_no)
-                # (at least one feature stays: a sample with none has nothing to predict from)
-                n_out = (min(int(round(len(tokens) * fraction)), len(tokens) - 1)
-                         if len(tokens) >= 2 else 0)
+                n_out = held_out_count(len(tokens), fraction)
                 chosen = set(rng.choice(len(tokens), size=n_out, replace=False).tolist())
                 train.write(name + "\t" + ":".join(t for i, t in enumerate(tokens)
                                                    if i not in chosen) + "\n")

@@ -292,6 +292,9 @@ ERRORS = [
     # A dataset or network given for the ratings: not 'convert from latin1'.
     ("netcdf4", b"\x89HDF\r\n\x1a\n\x00\x00\x00\x00", [],
      ": is a NetCDF file (a dataset written by generate-netcdf, or a network written by train)"),
+    # A classic NetCDF file starts with UTF-8 bytes: it was said to hold a NUL byte.
+    ("netcdf classic", b"CDF\x01\x00\x00\x00\x00\x00\x00\x00\n", [],
+     ": is a NetCDF file (a dataset written by generate-netcdf, or a network written by train)"),
 ]
 
 

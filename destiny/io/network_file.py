@@ -437,8 +437,9 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
     if attributes & LAYER_ATTR_BATCH_NORMALIZATION:  # (read as a plain layer, its saved
         #   scale, shift and running statistics unused, it would score wrongly without a word)
         raise DataFormatError(get.path, f"layer {get.text(p + 'name')!r} (layer{i}_) is "
-                              f"batch-normalised, which Destiny does not run (bit 4 of "
-                              f"{p}attributes, spec 3.15; README: What Destiny does not run); "
+                              f"batch-normalised, which Destiny does not run (the "
+                              f"BatchNormalization bit, 4, of {p}attributes, spec 3.15; README: "
+                              "What Destiny does not run); "
                               "only networks without batch normalisation are supported.")
     kind = get.enum(p + "kind", LayerKind)
     n_sources = get.uint(p + "sources")

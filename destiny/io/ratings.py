@@ -97,6 +97,8 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
     if not text:
         raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
                               "'user item rating timestamp' row a line.", line=1)
+    if error := netcdf_text_error(path, text[:8].encode("utf-8", errors="replace")):
+        raise error  # (a classic NetCDF file's first bytes are UTF-8; netCDF-4's are not)
     first = text.split("\n", 1)[0]
     if "\r" in first and "\0" not in first:  # (UTF-16 text, CRLF or not: the NUL says so)
         raise _cr_error(path, 1)

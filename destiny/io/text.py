@@ -382,6 +382,8 @@ def _token_start(chunk: bytes, pos: int) -> int:
 def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     chunk, pos, status = scanned.data, scanned.pos, scanned.status
     line, column, quote = _locate(chunk, pos, first_line)
+    if status == textscan.NUL_BYTE:
+        return nul_error(path, chunk, pos, first_line)
     cut = _cut_short(path, chunk, pos)
     if status == _NOT_UTF8:
         return DataFormatError(
@@ -389,8 +391,6 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
             "Destiny reads text as UTF-8; convert the file first (for example with "
             "`iconv -f latin1 -t utf-8`)." + cut, line=line, column=column)
     token = _token_at(chunk, pos)
-    if status == textscan.NUL_BYTE:
-        return nul_error(path, chunk, pos, first_line)
     messages = {
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
