@@ -165,7 +165,8 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
     one it resumed from or wrote last)."""
     from destiny.io.checkpoint import latest_checkpoint
 
-    lost = f"interrupted; {network_path} was not written."
+    kept = " (the one there is left as it was)" if os.path.exists(network_path) else ""
+    lost = f"interrupted; {network_path} was not written{kept}."
     if ours is not None:
         return f"{lost} To go on, {_go_on(network_path, ours, epochs)}."
     newest = latest_checkpoint(network_path)

@@ -218,3 +218,20 @@ def test_script_process(work):
     assert done.returncode == 1
     assert done.stderr.startswith("Error: in.txt: ") and done.stderr.count("\n") == 1
     assert [p.name for p in work.iterdir()] == ["in.txt"] and Path("in.txt").read_text() == GOOD
+
+
+def test_output_directory_on_a_read_only_mount(work, monkeypatch):
+    """A read-only file system is named as one: "check its permissions" cannot mend it."""
+    import types
+
+    real_access, real_statvfs = os.access, os.statvfs
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if os.path.basename(os.fspath(path)) == "ro" else real_access(path, mode, **kw)))
+    monkeypatch.setattr(os, "statvfs", lambda path: (
+        types.SimpleNamespace(f_flag=os.ST_RDONLY) if os.path.basename(os.fspath(path)) == "ro"
+        else real_statvfs(path)))
+    write("in.txt", GOOD)
+    os.mkdir("ro")
+    result = run("in.txt", "--train", "t.txt", "--heldout", "ro/h.txt")
+    assert_refused(result, "ro/h.txt: ", "--heldout", "mounted read-only")
+    assert "permissions" not in result.output

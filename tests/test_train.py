@@ -732,6 +732,10 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
         (files / f"net.nc{epoch}.nc").unlink()
     result = run_train(files, "--checkpoint-every", "0")
     assert "--checkpoint-every 0 writes no checkpoints: run the command again" in result.output
+    (files / "net.nc").write_bytes(b"an earlier run's")  # (--force would have replaced it)
+    result = run_train(files, "--checkpoint-every", "0", "--force")
+    assert (f"interrupted; {files / 'net.nc'} was not written (the one there is left as it "
+            "was).") in result.output
 
 
 def disk_full_writing(monkeypatch, name: str):

@@ -132,6 +132,13 @@ def open_stream(path) -> TextIO:
     return failures.open_text(fd, name, closefd=False, in_place=True)
 
 
+def _read_only_mount(directory) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def check_writable(path, what: str) -> None:
     """Fail early, before any work, if ``path`` cannot be created as a file."""
     if is_stream(path):
@@ -143,6 +150,10 @@ def check_writable(path, what: str) -> None:
         raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} does not "
                           "exist; create it first (mkdir -p) or choose another path.")
     if not os.access(directory, os.W_OK | os.X_OK):
+        if _read_only_mount(directory):  # (no permission mends it)
+            raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} is on "
+                              "a file system mounted read-only; choose a path on a writable "
+                              "one (or mount it read-write).")
         raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} is not "
                           "writable; check its permissions or choose another path.")
     if os.path.isdir(path):
