@@ -613,9 +613,10 @@ def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files
     assert result.exit_code == 0, result.output
     assert ("train: -alpha and -mu1 have no effect with --optimizer adadelta, which reads only "
             "-lambda, -lambda1 and -mu") in result.output
+    assert "examples/s, lr" not in result.output  # (an "lr 0.5" nothing reads)
     result = run_train(files, "-e", "1", "--force", "-mu", "0.8", "-alpha", "0.003")
     assert result.exit_code == 0, result.output
-    assert "no effect" not in result.output
+    assert "no effect" not in result.output and "examples/s, lr 0.003" in result.output
     assert ("optimizer adam (alpha 0.003, lambda 0, lambda1 0, mu 0.8, mu1 0.999)"
             in result.output)
 
