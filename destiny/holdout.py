@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from destiny.metrics import RankingMetrics, ranking_metrics
-
-# (numba's modules, predict's and sparse's, are imported where used: scripts/split_holdout.py
-# takes ``held_out_count`` alone, and starts in a tenth of the time)
+from destiny.predict import queue_recommendations, top_k
+from destiny.sparse import keep_entries
 
 
 def held_out_count(n: int, fraction: float) -> int:
@@ -25,8 +24,6 @@ def held_out_count(n: int, fraction: float) -> int:
 def split_holdout(indptr, indices, fraction: float, seed: int):
     """(train indptr, train indices, held-out sets): ``fraction`` of each row held out
     (``held_out_count``)."""
-    from destiny.sparse import keep_entries
-
     rng = np.random.default_rng(seed)
     keep = np.ones(len(indices), dtype=bool)
     held = []
@@ -41,8 +38,6 @@ def split_holdout(indptr, indices, fraction: float, seed: int):
 
 def popularity_metrics(indptr, indices, held, n_items: int, k: int) -> RankingMetrics:
     """The metrics of recommending the most popular unseen items to everyone."""
-    from destiny.predict import top_k
-
     popularity = np.bincount(indices, minlength=n_items).astype(np.float64)
     scores = np.broadcast_to(popularity, (len(indptr) - 1, n_items))
     items, _ = top_k(scores, k, exclude_indptr=indptr, exclude_indices=indices)
@@ -127,8 +122,6 @@ def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int
 
 def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
     """Top-k of every user from their training items, seen items removed, against held-out."""
-    from destiny.predict import queue_recommendations
-
     # As ``predict -r X -f X`` scores X (predict's own loop: top-k from the pre-activations
     # where that is exact and pays): each user's training items are the filter. The output
     # units past the index's items are padding.
