@@ -24,6 +24,16 @@ def listed(work) -> set[str]:
     return {p.name for p in work.iterdir()}
 
 
+def left_by_a_stop(csv, tmp_path) -> set[str]:
+    """The files a split leaves in its work directory when a step patched to raise
+    KeyboardInterrupt stops it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        prepare_split(csv, work)
+    return listed(work)
+
+
 def test_the_split_writes_its_work_files_and_nothing_else(csv, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -42,11 +52,7 @@ def test_a_run_stopped_while_it_writes_the_text_leaves_no_text(csv, tmp_path, mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ratings, "convert_ratings", stopped)
-    work = tmp_path / "work"
-    work.mkdir()
-    with pytest.raises(KeyboardInterrupt):
-        prepare_split(csv, work)
-    assert listed(work) == set()
+    assert left_by_a_stop(csv, tmp_path) == set()
 
 
 def test_a_run_stopped_while_it_writes_the_datasets_leaves_neither(csv, tmp_path, monkeypatch):
@@ -60,11 +66,7 @@ def test_a_run_stopped_while_it_writes_the_datasets_leaves_neither(csv, tmp_path
             raise KeyboardInterrupt
 
     monkeypatch.setattr(dataset, "write_dataset", stopped)
-    work = tmp_path / "work"
-    work.mkdir()
-    with pytest.raises(KeyboardInterrupt):
-        prepare_split(csv, work)
-    assert listed(work) == WORK_FILES - {"gl_input.nc", "gl_output.nc"}
+    assert left_by_a_stop(csv, tmp_path) == WORK_FILES - {"gl_input.nc", "gl_output.nc"}
 
 
 @pytest.mark.parametrize("fraction", [0.2, 0.9])
