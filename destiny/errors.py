@@ -10,6 +10,8 @@ command line and for an MPI rank's report to the others.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 
 from destiny.wording import readable
 
@@ -117,6 +119,18 @@ def utf16_bom_error(path, head: bytes) -> DataFormatError | None:
 
 # The first bytes of a NetCDF file: classic (CDF 1, 2, 5) or netCDF-4, which is HDF5's.
 NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
+
+
+def starts_as_netcdf(path) -> bool:
+    """Whether ``path`` is a regular file whose first bytes are a NetCDF file's. (Only a
+    regular file is opened: a named pipe's open would wait for a writer.)"""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            return f.read(8).startswith(NETCDF_MAGIC)
+    except (OSError, ValueError):
+        return False
 
 
 def netcdf_text_error(path, head: bytes) -> DataFormatError | None:

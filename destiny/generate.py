@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from destiny.errors import NETCDF_MAGIC, DataFormatError, DestinyError
+from destiny.errors import DataFormatError, DestinyError, starts_as_netcdf
 from destiny.io import atomic
 from destiny.io.dataset import SparseDataset, round_up_width, write_dataset
 from destiny.io.index import (LabelTable, check_appendable, index_digest, load_table, read_index,
@@ -194,12 +194,7 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
 def _check_not_netcdf(feature_index) -> None:
     """Refuse -c where the -f path is a NetCDF file (a dataset or a trained network, -f and -o
     swapped): -c does not read -f, and would replace that file with the new index."""
-    try:
-        with open(feature_index, "rb") as f:
-            head = f.read(8)
-    except OSError:  # (absent, or unreadable: writing it reports the rest)
-        return
-    if head.startswith(NETCDF_MAGIC):
+    if starts_as_netcdf(feature_index):
         raise DataFormatError(feature_index, "is a NetCDF file (a dataset written by "
                               "generate-netcdf, or a network written by train), and -c would "
                               "replace it with the new feature index; -f names the feature "

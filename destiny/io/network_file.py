@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import NETCDF_MAGIC, DataFormatError, NetDefError
+from destiny.errors import DataFormatError, NetDefError, starts_as_netcdf
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
                                        graph_error)
@@ -329,15 +329,10 @@ def _unreadable_why(path) -> str:
     """The end of the message for a network file netCDF cannot open: one that starts as a
     NetCDF file does may be cut short; any other (a JSON definition or text given as -n, a
     directory) is not a network at all, and training again would not be the remedy."""
-    try:
-        if not os.path.isfile(path):  # (a directory; a named pipe, whose open would wait)
-            return "."
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return "."
-    if head.startswith(NETCDF_MAGIC):
+    if starts_as_netcdf(path):
         return f"; it may be cut short (a copy or a write that did not finish). {DAMAGED}"
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):  # (a directory, a pipe,
+        return "."  # a file it may not read: nothing more to say)
     return ("; it is not a NetCDF file: give the network file train wrote (its -n), and check "
             "that the flags are not swapped.")
 
