@@ -81,6 +81,10 @@ def convert_ratings(
         # newline="\n": lines end at LF only and a CR stays in the text, so that CRLF files
         # are caught instead of silently giving timestamps like '964982703\r'.
         with open(src_path, encoding="utf-8-sig", newline="\n") as f:
+            # (UTF-16 text and a NetCDF file, by their first bytes, before they are decoded)
+            if error := (utf16_bom_error(src_path, head := f.buffer.peek(8)[:8])
+                         or netcdf_text_error(src_path, head)):
+                raise error
             try:
                 groups, report = _read(f, src_path, fmt, value, min_rating)
             except UnicodeDecodeError:
@@ -97,8 +101,6 @@ def _read(f, path, fmt: str, value: str, min_rating: float | None):
     if not text:
         raise DataFormatError(path, "the file is empty; expected MovieLens ratings, one "
                               "'user item rating timestamp' row a line.", line=1)
-    if error := netcdf_text_error(path, text[:8].encode("utf-8", errors="replace")):
-        raise error  # (a classic NetCDF file's first bytes are UTF-8; netCDF-4's are not)
     first = text.split("\n", 1)[0]
     if "\r" in first and "\0" not in first:  # (UTF-16 text, CRLF or not: the NUL says so)
         raise _cr_error(path, 1)
@@ -338,12 +340,7 @@ def _check_row(line: str, fields, value_index, path, lineno: int) -> None:
 def _decode_error(path) -> DataFormatError:
     """Find the line and byte of the first invalid UTF-8 (text mode only says 'somewhere')."""
     with open(path, "rb") as f:
-        if error := netcdf_text_error(path, f.read(8)):  # (HDF5's signature holds a newline)
-            return error
-        f.seek(0)
         for lineno, raw in enumerate(f, 1):
-            if lineno == 1 and (error := utf16_bom_error(path, raw)):
-                return error
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
