@@ -336,24 +336,20 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
 
 
+def _line_bounds(chunk: bytes, pos: int) -> tuple[int, int]:
+    """Where the line of ``chunk`` holding byte ``pos`` starts, and ends (its newline)."""
+    end = chunk.find(b"\n", pos)
+    return chunk.rfind(b"\n", 0, pos) + 1, len(chunk) if end < 0 else end
+
+
 def _locate(chunk: bytes, pos: int, first_line: int) -> tuple[int, int, str]:
     """Line number, 1-based column (in characters) and a short quote of the line at ``pos``."""
-    start = chunk.rfind(b"\n", 0, pos) + 1
-    end = chunk.find(b"\n", pos)
-    end = len(chunk) if end < 0 else end
+    start, end = _line_bounds(chunk, pos)
     line = first_line + chunk.count(b"\n", 0, start)
     column = len(chunk[start:pos].decode("utf-8", errors="replace")) + 1
     text = chunk[start:end].decode("utf-8", errors="replace")
     quote = repr(text if len(text) <= 80 else text[:77] + "...")
     return line, column, f"the line {quote}"
-
-
-def _ratings_hint(chunk: bytes, pos: int) -> str:
-    """``ratings_hint`` of the line of ``chunk`` holding byte ``pos``."""
-    start = chunk.rfind(b"\n", 0, pos) + 1
-    end = chunk.find(b"\n", pos)
-    return ratings_hint(chunk[start:len(chunk) if end < 0 else end].decode("utf-8",
-                                                                          errors="replace"))
 
 
 def ratings_hint(line: str) -> str:
@@ -384,19 +380,20 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     line, column, quote = _locate(chunk, pos, first_line)
     if status == textscan.NUL_BYTE:
         return nul_error(path, chunk, pos, first_line)
-    cut = _cut_short(path, chunk, pos)
+    start, end = _line_bounds(chunk, pos)
+    cut = _cut_short(path, chunk, start, end)
     if status == _NOT_UTF8:
         return DataFormatError(
             path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
             "Destiny reads text as UTF-8; convert the file first (for example with "
             "`iconv -f latin1 -t utf-8`)." + cut, line=line, column=column)
     token = _token_at(chunk, pos)
+    hint = ratings_hint(chunk[start:end].decode("utf-8", errors="replace"))
     messages = {
         textscan.BLANK_LINE: "the line is blank. DSSTNE skipped blank lines silently, which hides "
         "truncated or mis-joined files; remove them (for example with `grep -v '^$'`).",
         textscan.NO_TAB: f"{quote} has no TAB between the sample name and its features. "
-        f"{_FIX_FORMAT}; check the separator (spaces are not a TAB)."
-        + _ratings_hint(chunk, pos),
+        f"{_FIX_FORMAT}; check the separator (spaces are not a TAB).{hint}",
         textscan.EMPTY_LABEL: f"{quote} starts with a TAB: the sample name is empty. "
                               f"{_FIX_FORMAT}.",
         textscan.EMPTY_FEATURE: f"{quote} has an empty feature name (at {token!r}). "
@@ -412,8 +409,7 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         textscan.EXTRA_FIELD: f"the feature {_token_at(chunk, _token_start(chunk, pos))!r} in "
         f"{quote} has more than one ','. {_FIX_FORMAT}: at most one value per feature.",
         textscan.SECOND_TAB: f"{quote} has a second TAB inside its features. {_FIX_FORMAT}: only "
-        "the first TAB separates the name; features are separated by ':'."
-        + _ratings_hint(chunk, pos),
+        f"the first TAB separates the name; features are separated by ':'.{hint}",
         textscan.CARRIAGE_RETURN: f"{quote} contains a carriage return (Windows CRLF line ends); "
         "DSSTNE made it part of the last feature's name. Convert the file with `dos2unix` or "
         "`sed -i 's/\\r$//'`.",
@@ -424,14 +420,14 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     return DataFormatError(path, messages[status] + cut, line=line, column=column)
 
 
-def _cut_short(path, chunk: bytes, pos: int) -> str:
-    """A word on a fault in the file's last line where the file does not end with a newline:
-    a copy or a write that did not finish leaves such a line (a multi-byte character, a value
-    or a feature cut off), and the fault's own remedy would not mend the file. '' otherwise."""
-    start = chunk.rfind(b"\n", 0, pos) + 1
-    if chunk.find(b"\n", pos) != len(chunk) - 1:  # (not the chunk's last line)
+def _cut_short(path, chunk: bytes, start: int, end: int) -> str:
+    """A word on a fault in the line ``chunk[start:end]`` where it is the file's last line and
+    the file does not end with a newline: a copy or a write that did not finish leaves such a
+    line (a multi-byte character, a value or a feature cut off), and the fault's own remedy
+    would not mend the file. '' otherwise."""
+    if end != len(chunk) - 1:  # (not the chunk's last line)
         return ""
-    line = chunk[start:-1]
+    line = chunk[start:end]
     try:
         # Only a regular file is read again: a named pipe's open would wait for a writer
         # that has gone (the command hung), and a pipe's data is not there a second time.
@@ -464,8 +460,7 @@ def nul_error(path, chunk: bytes, pos: int, first_line: int, *, why: str = NUL_I
     reader of DSSTNE text gives this one message; ``entry`` names what follows the TAB
     (``feature``; ``item`` in evaluate's files)."""
     line, column, quote = _locate(chunk, pos, first_line)
-    line_start = chunk.rfind(b"\n", 0, pos) + 1
-    if chunk.find(b"\t", line_start, pos) < 0:
+    if chunk.find(b"\t", _line_bounds(chunk, pos)[0], pos) < 0:
         where = f"{quote} holds a NUL byte (\\x00) in its sample name"
     else:
         where = (f"the {entry} {_token_at(chunk, _token_start(chunk, pos))!r} in {quote} holds "
