@@ -40,8 +40,10 @@ def library_errors(fn):
     def _mapped(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
+        from destiny.io import atomic
+
         _finished(False)  # (a test runs many commands in one process)
-        _kept_on_interrupt(forget=True)
+        atomic.forget_streamed()
         try:
             result = fn(*args, **kwargs)
             _finished(True)
@@ -240,13 +242,12 @@ def _stopped(signum: int):
     _stopped_by = signum
 
 
-def _kept_on_interrupt(*, forget: bool = False) -> str:
+def _kept_on_interrupt() -> str:
     """What an interrupted command leaves: the outputs written in place (``predict -s -``)
-    hold what was written before the interrupt, the others were not replaced. ``forget``: a
-    command starts."""
+    hold what was written before the interrupt, the others were not replaced."""
     from destiny.io import atomic
 
-    streams = atomic.streamed(forget=forget)
+    streams = atomic.streamed()
     if not streams:
         return NOTHING_REPLACED
     return (f"{' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "

@@ -102,13 +102,14 @@ def _stream_kind(path) -> str:
 _streamed: list[str] = []
 
 
-def streamed(*, forget: bool = False) -> list[str]:
-    """The names of the outputs written in place so far (standard output, a pipe); with
-    ``forget``, forget them (a command starting: tests run many in one process)."""
-    names = list(dict.fromkeys(_streamed))
-    if forget:
-        _streamed.clear()
-    return names
+def streamed() -> list[str]:
+    """The names of the outputs written in place so far (standard output, a pipe)."""
+    return list(dict.fromkeys(_streamed))
+
+
+def forget_streamed() -> None:
+    """Forget them (a command starting: tests run many in one process)."""
+    _streamed.clear()
 
 
 def open_stream(path) -> TextIO:
