@@ -244,9 +244,7 @@ class _Progress:
         if self.quiet:
             return
         self.bar.close()
-        # (AdaDelta has no learning rate: its "lr" would be an alpha nothing reads)
-        lr = (f", lr {r.learning_rate:g}" if "alpha" in OPTIMIZER_SETTINGS[self.cfg.optimizer]
-              else "")
+        lr = f", lr {r.learning_rate:g}" if r.learning_rate is not None else ""  # (AdaDelta)
         note(NAME, f"epoch {r.epoch}/{self.cfg.epochs}: loss {r.loss:.6f} (training "
                    f"{r.training_error:.6f}, regularization {r.regularization_error:.6f}), "
                    f"{r.seconds:.1f} s, {r.samples_per_s:,.0f} examples/s{lr}"

@@ -123,7 +123,7 @@ class EpochRecord:
     training_error: float
     regularization_error: float
     seconds: float
-    learning_rate: float
+    learning_rate: float | None  # None for AdaDelta, which reads no learning rate
     samples_per_s: float
     skipped_batches: int
 
@@ -480,7 +480,8 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
     reg = net.regularization_error(cfg.lam, cfg.lam1)
     state.epoch = epoch
     return EpochRecord(epoch=epoch, loss=(total_t + reg * E) / E, training_error=total_t / E,
-                       regularization_error=reg, seconds=seconds, learning_rate=step,
+                       regularization_error=reg, seconds=seconds,
+                       learning_rate=step if "alpha" in OPTIMIZER_SETTINGS[cfg.optimizer] else None,
                        samples_per_s=E / seconds, skipped_batches=skipped)
 
 

@@ -609,11 +609,12 @@ def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files
             "and -lambda1") in result.output
     assert "optimizer sgd (alpha 0.025, lambda 0.0001, lambda1 0)" in result.output
     result = run_train(files, "-e", "1", "--force", "--optimizer", "adadelta", "-alpha", "0.5",
-                       "-mu1", "0.9")
+                       "-mu1", "0.9", "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 0, result.output
     assert ("train: -alpha and -mu1 have no effect with --optimizer adadelta, which reads only "
             "-lambda, -lambda1 and -mu") in result.output
     assert "examples/s, lr" not in result.output  # (an "lr 0.5" nothing reads)
+    assert json.loads((files / "m.jsonl").read_text())["learning_rate"] is None  # (nor 0.5)
     result = run_train(files, "-e", "1", "--force", "-mu", "0.8", "-alpha", "0.003")
     assert result.exit_code == 0, result.output
     assert "no effect" not in result.output and "examples/s, lr 0.003" in result.output
