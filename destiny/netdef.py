@@ -34,8 +34,9 @@ from destiny.netdef_fields import (
     LAYER_KEY_KINDS, LAYER_KEYS, LAYER_KIND_NAMES,
     LAYER_TYPE_NAMES, MAX_SOURCES, MIN_VERSION, NETWORK_KIND_NAMES, NN_VERSION, TOP_KEYS,
     WEIGHT_INIT_NAMES, Activation, ErrorFunction, LayerKind, LayerType, NetworkKind, WeightInit,
-    fold_keys, params_reader, read_bool, read_dropout, read_enum, read_n, read_names,
-    read_non_negative, read_number, read_str, setter, sub_path,
+    DECAY, DENOISING_P, DROPOUT, NORM, PENALTY_BETA, PENALTY_P, check_range, fold_keys,
+    params_reader, ranged_reader, read_bool, read_enum, read_n, read_names, read_number, read_str,
+    setter, sub_path,
 )
 
 __all__ = [
@@ -310,18 +311,14 @@ def _version(kw, path, value):
 
 def _penalty(path, value) -> SparsenessPenalty:
     penalty = _read_penalty(path, value)
-    if not 0.0 <= penalty.p <= 1.0:
-        raise NetDefError(f"{path}.p", f"{penalty.p} is outside [0, 1]; p is a target "
-                                       f"activation")
-    if penalty.beta < 0.0:
-        raise NetDefError(f"{path}.beta", f"{penalty.beta} is negative; expected >= 0")
+    check_range(f"{path}.p", penalty.p, PENALTY_P)
+    check_range(f"{path}.beta", penalty.beta, PENALTY_BETA)
     return penalty
 
 
 def _denoising(kw, path, value):
     denoising = _read_denoising(path, value)
-    if not 0.0 <= denoising.p < 1.0:
-        raise NetDefError(f"{path}.p", f"{denoising.p} is outside [0, 1)")
+    check_range(f"{path}.p", denoising.p, DENOISING_P)
     kw["denoising"] = denoising
 
 
@@ -340,7 +337,7 @@ _TOP_READERS = {
     "RELUSlope": setter("relu_slope", read_number),
     "ELUAlpha": setter("elu_alpha", read_number),
     "SELULambda": setter("selu_lambda", read_number),
-    "Decay": setter("decay", read_non_negative),
+    "Decay": setter("decay", ranged_reader(DECAY)),
     "ErrorFunction": setter("error_function", lambda p, v: read_enum(
         p, v, ERROR_FUNCTION_NAMES, ERROR_FUNCTION_REFUSED)),
 }
@@ -487,7 +484,7 @@ _LAYER_READERS = {
     "Name": _name,
     "N": read_n,
     "Sparse": setter("sparse", read_bool),
-    "pDropout": setter("p_dropout", read_dropout),
+    "pDropout": setter("p_dropout", ranged_reader(DROPOUT)),
     "Source": setter("sources", read_names),
     "Skip": setter("skips", read_names),
     "DataSet": setter("dataset", read_str),
@@ -495,8 +492,8 @@ _LAYER_READERS = {
     "RELUSlope": setter("relu_slope", read_number),
     "ELUAlpha": setter("elu_alpha", read_number),
     "SELULambda": setter("selu_lambda", read_number),
-    "WeightNorm": setter("weight_norm", read_non_negative),
-    "DeltaNorm": setter("delta_norm", read_non_negative),
+    "WeightNorm": setter("weight_norm", ranged_reader(NORM)),
+    "DeltaNorm": setter("delta_norm", ranged_reader(NORM)),
     "WeightInit": setter("weight_init", _read_weight_init),
     "SharedWeights": setter("shared_weights", _read_shared),
     "SparsenessPenalty": setter("sparseness_penalty", _penalty),

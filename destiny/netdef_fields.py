@@ -10,6 +10,7 @@ The numeric enum values are the ones DSSTNE stores in network NetCDF files (spec
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import IntEnum
 
 from destiny.errors import NetDefError
@@ -186,6 +187,48 @@ KEY_HINTS = {
 }
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take: 0 up to ``high`` (none: no upper bound).
+
+    One rule serves both readers of a setting: the JSON parser (``check_range``, whose error
+    names the JSON path) and the network-file reader (``Getter.ranged`` in
+    ``io/network_checks.py``, whose error names the file and the attribute), so that a file
+    is held to the range its definition was, and both say what is expected in the same words.
+    """
+
+    what: str  # the noun of the message: "a probability", "a number"
+    high: float | None = None
+    high_open: bool = False  # (high itself excluded)
+    note: str = ""  # what the range follows from, or what the value 0 means
+
+    def holds(self, value: float) -> bool:
+        if self.high is None:
+            return value >= 0.0
+        return 0.0 <= value and (value < self.high if self.high_open else value <= self.high)
+
+    @property
+    def expected(self) -> str:
+        """What a message says is expected: ``a probability in [0, 1) (...)``."""
+        span = (", 0 or more" if self.high is None
+                else f" in [0, {self.high:g}{')' if self.high_open else ']'}")
+        return f"{self.what}{span}" + (f" ({self.note})" if self.note else "")
+
+
+# The ranges of settings: what each value means in DSSTNE bounds it, and Destiny refuses the
+# rest up front rather than train on it (a pDropout of 1 scales kept units by 1/(1 - p)).
+DROPOUT = Range("a probability", 1.0, high_open=True,  # (spec 3.8)
+                note="dropout keeps a unit with probability 1 - pDropout")
+DENOISING_P = Range("a probability", 1.0, high_open=True,  # (spec 3.9, scaled as dropout)
+                    note="denoising drops an input with probability p")
+PENALTY_P = Range("a target activation", 1.0)  # (the mean activation aimed at, spec 3.10)
+PENALTY_BETA = Range("a number", note="0: no penalty")  # (enabled iff beta > 0, spec 3.2)
+NORM = Range("a number", note="0: none")  # WeightNorm, DeltaNorm (0: off, spec 3.3, 3.13)
+# Decay: DSSTNE takes Decay <= 0 as no decay (spec 5.2); a definition is refused a negative
+# one as a likely typo, but a network file (DSSTNE's may hold one) is read as DSSTNE reads it.
+DECAY = Range("a number", note="0: no decay")
+
+
 def _describe(value) -> str:
     """Name a JSON value's type for error messages."""
     if value is None:
@@ -313,11 +356,16 @@ def params_reader(cls, fields: dict[str, str]):
     return read
 
 
-def read_non_negative(path, value) -> float:
-    number = read_number(path, value)
-    if number < 0.0:
-        raise NetDefError(path, f"{number} is negative; expected >= 0")
-    return number
+def check_range(path: str, value: float, rule: Range) -> float:
+    """``value`` if ``rule`` holds for it; else the error at JSON path ``path``."""
+    if not rule.holds(value):
+        raise NetDefError(path, f"{value} is out of range; expected {rule.expected}")
+    return value
+
+
+def ranged_reader(rule: Range):
+    """Reader of a JSON number in ``rule``'s range (pDropout, WeightNorm, Decay, ...)."""
+    return lambda path, value: check_range(path, read_number(path, value), rule)
 
 
 def setter(name, reader):
@@ -340,11 +388,3 @@ def read_n(kw, path, value) -> None:
             0 < value < math.inf) or float(value) != int(value):
         raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
     kw["n"], kw["n_auto"] = int(value), False
-
-
-def read_dropout(path, value) -> float:
-    p = read_number(path, value)
-    if not 0.0 <= p < 1.0:
-        raise NetDefError(path, f"{p} is outside [0, 1); dropout keeps units with "
-                                f"probability 1 - pDropout")
-    return p

@@ -222,8 +222,21 @@ INVALID = [
     ("n_auto_hidden", _set_layer(1, "N", "auto"),
      r"^Layers\[1\]\.N: 'auto' is allowed only on Input and Output"),
     ("n_multi_dim", _set_layer(1, "N", [2, 3]), r"^Layers\[1\]\.N: multi-dimensional"),
-    ("dropout_one", _set_layer(1, "pDropout", 1.0), r"^Layers\[1\]\.pDropout: 1.0 is outside"),
-    ("dropout_negative", _set_layer(1, "pDropout", -0.1), r"^Layers\[1\]\.pDropout: -0.1 is"),
+    # (the ranges and words a network file's attributes are held to as well: netdef_fields.Range)
+    ("dropout_one", _set_layer(1, "pDropout", 1.0),
+     r"^Layers\[1\]\.pDropout: 1.0 is out of range; expected a probability in \[0, 1\) "
+     r"\(dropout keeps a unit with probability 1 - pDropout\)$"),
+    ("dropout_negative", _set_layer(1, "pDropout", -0.1),
+     r"^Layers\[1\]\.pDropout: -0.1 is out of range"),
+    ("weight_norm_negative", _set_layer(1, "WeightNorm", -1),
+     r"^Layers\[1\]\.WeightNorm: -1.0 is out of range; expected a number, 0 or more "
+     r"\(0: none\)$"),
+    ("penalty_p", _set_layer(1, "SparsenessPenalty", {"p": 1.5}),
+     r"^Layers\[1\]\.SparsenessPenalty\.p: 1.5 is out of range; expected a target activation "
+     r"in \[0, 1\]$"),
+    ("penalty_beta", _set_top("SparsenessPenalty", {"beta": -2}),
+     r"^SparsenessPenalty\.beta: -2.0 is out of range; expected a number, 0 or more"),
+    ("decay_negative", _set_top("Decay", -0.5), r"^Decay: -0.5 is out of range"),
     ("unknown_source", _set_layer(2, "Source", "Hiden"),
      r"^Layers\[2\]\.Source: unknown layer 'Hiden'; expected one of Input0, Hidden1, Output2"),
     ("too_many_sources", _set_layer(2, "Source", ["Input0"] * 5),
@@ -261,7 +274,8 @@ INVALID = [
         Activation="SoftMax")),
      r"^Layers\[2\]\.Activation: SoftMax cannot be used with ErrorFunction "
      r"DataScaledMarginalCrossEntropy .*expected Sigmoid$"),
-    ("denoising_p", _set_top("Denoising", {"p": 1}), r"^Denoising\.p: 1.0 is outside"),
+    ("denoising_p", _set_top("Denoising", {"p": 1}),
+     r"^Denoising\.p: 1.0 is out of range; expected a probability in \[0, 1\)"),
     ("smce_sub_key", _set_top("ScaledMarginalCrossEntropy", {"oneTargets": 1}),
      r"^ScaledMarginalCrossEntropy\.oneTargets: unknown key; expected one of oneScale, "
      r"zeroScale, oneTarget, zeroTarget"),

@@ -125,7 +125,7 @@ NETWORK_DAMAGE = [
     ("layer1_pDropout", np.float32(np.nan), "'layer1_pDropout' is nan (float32); expected a "
                                             "finite number"),
     ("layer1_pDropout", np.float32(1), "'layer1_pDropout' is 1.0 (float32); expected a "
-                                       "probability in [0, 1): dropout keeps a unit"),
+                                       "probability in [0, 1) (dropout keeps a unit"),
     ("layer1_pDropout", np.float32(-0.5), "'layer1_pDropout' is -0.5 (float32); expected a "
                                           "probability in [0, 1)"),
     ("layer1_RELUSlope", np.float32(np.inf), "'layer1_RELUSlope' is inf (float32); expected a "

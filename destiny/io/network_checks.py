@@ -20,6 +20,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError, NetDefError
 from destiny.netdef import LayerKind, NetworkDef, parse_netdef
+from destiny.netdef_fields import Range
 from destiny.wording import counted, shown
 
 # What to do about a network file whose attributes or values are wrong.
@@ -67,17 +68,12 @@ class Getter:
             raise self.bad(key, "a finite number")
         return value
 
-    def dropout(self, key) -> float:
-        """A layer's pDropout, in [0, 1) as in a JSON definition (netdef_fields.read_dropout)."""
-        return self.ranged(key, lambda v: 0.0 <= v < 1.0, "a probability in [0, 1): dropout "
-                           "keeps a unit with probability 1 - pDropout")
-
-    def ranged(self, key, ok, expected: str, default=None) -> float:
-        """A finite number for which ``ok`` holds: the range a JSON definition allows for the
-        same setting (netdef.py), which a file must keep too."""
+    def ranged(self, key, rule: Range, default=None) -> float:
+        """A finite number in ``rule``'s range: the one a JSON definition is held to for the
+        same setting (netdef_fields), which a file must keep too."""
         value = self.float(key, default)
-        if not ok(value):
-            raise self.bad(key, expected)
+        if not rule.holds(value):
+            raise self.bad(key, rule.expected)
         return value
 
     def text(self, key) -> str:

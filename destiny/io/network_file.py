@@ -29,8 +29,9 @@ from destiny.netdef import (
     Activation, DeltaBoost, Denoising, ErrorFunction, LayerDef, LayerKind, LayerType, LRNParams,
     NetworkDef, NetworkKind, SharedWeight, SMCEParams, SparsenessPenalty, WeightInit,
     WeightInitDef, check_graph)
-from destiny.netdef_fields import (LAYER_ATTR_BATCH_NORMALIZATION, LAYER_ATTR_DENOISING,
-                                   LAYER_ATTR_SPARSE, MAX_SOURCES, NN_VERSION)
+from destiny.netdef_fields import (DENOISING_P, DROPOUT, LAYER_ATTR_BATCH_NORMALIZATION,
+                                   LAYER_ATTR_DENOISING, LAYER_ATTR_SPARSE, MAX_SOURCES, NN_VERSION,
+                                   NORM, PENALTY_BETA, PENALTY_P)
 
 # The layout of Destiny's additions (destiny_format_version): raised when one changes so that
 # an earlier Destiny would misread a file, which then refuses it rather than call it damaged.
@@ -418,8 +419,8 @@ def _read_netdef(get: Getter, layers, glob_penalty: SparsenessPenalty) -> Networ
                         get.float("SMCE_oneTarget"), get.float("SMCE_zeroTarget")),
         delta_boost=DeltaBoost(get.float("deltaBoost_one"), get.float("deltaBoost_zero")),
         sparseness_penalty=glob_penalty,
-        denoising=Denoising(get.ranged("denoising_p", lambda v: 0.0 <= v < 1.0,
-                                       "a probability in [0, 1)")),
+        denoising=Denoising(get.ranged("denoising_p", DENOISING_P)),
+        # (decay unranged: DSSTNE takes a negative one as none, spec 5.2; netdef_fields.DECAY)
         shuffle_indices=bool(get.uint("ShuffleIndices")), decay=get.float("decay", 0.0),
         lrn=LRNParams(get.float("LRN_k"), get.float("LRN_n"), get.float("LRN_alpha"),
                       get.float("LRN_beta")),
@@ -442,18 +443,17 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
         raise get.bad(p + "sources", "0: an Input layer takes its values from its dataset"
                       if kind == LayerKind.Input else
                       f"at most {MAX_SOURCES}: a layer has at most {MAX_SOURCES} (spec 3.4)")
-    non_negative = "a number, 0 or more (0: none)"
     return LayerDef(
         name=get.text(p + "name"), kind=kind, index=i,
         n=get.uint(p + "Nx", 1), type=get.enum(p + "type", LayerType),
         sources=tuple(get.text(f"{p}source{j}") for j in range(n_sources)),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
         dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
-        sparse=bool(attributes & LAYER_ATTR_SPARSE), p_dropout=get.dropout(p + "pDropout"),
+        sparse=bool(attributes & LAYER_ATTR_SPARSE), p_dropout=get.ranged(p + "pDropout", DROPOUT),
         weight_init=WeightInitDef(get.enum(p + "weightInit", WeightInit),
                                   get.float(p + "weightInitScale"), get.float(p + "biasInit")),
-        weight_norm=get.ranged(p + "weightNorm", lambda v: v >= 0.0, non_negative),
-        delta_norm=get.ranged(p + "deltaNorm", lambda v: v >= 0.0, non_negative),
+        weight_norm=get.ranged(p + "weightNorm", NORM),
+        delta_norm=get.ranged(p + "deltaNorm", NORM),
         relu_slope=get.float(p + "RELUSlope"), elu_alpha=get.float(p + "ELUAlpha"),
         selu_lambda=get.float(p + "SELULambda"),
         sparseness_penalty=_penalty(get, p, glob_penalty), shared_weights=(),
@@ -465,9 +465,8 @@ def _penalty(get: Getter, p: str, glob: SparsenessPenalty | None = None) -> Spar
     the global ones ``glob`` DSSTNE reads, quirk 10.25; "": the global ones), in a JSON
     definition's ranges."""
     return SparsenessPenalty(
-        get.ranged(p + "sparsenessPenalty_p", lambda v: 0.0 <= v <= 1.0,
-                   "a target activation in [0, 1]", None if glob is None else glob.p),
-        get.ranged(p + "sparsenessPenalty_beta", lambda v: v >= 0.0, "a number, 0 or more",
+        get.ranged(p + "sparsenessPenalty_p", PENALTY_P, None if glob is None else glob.p),
+        get.ranged(p + "sparsenessPenalty_beta", PENALTY_BETA,
                    None if glob is None else glob.beta))
 
 
