@@ -116,10 +116,17 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
 
     records = read_records(files, features, update=update, strict=strict, keep_values=analog,
                            progress=progress)
-    if update:
-        check_appendable(features, feature_index, "feature")
+    # (the feature index is complete once the records are read: its entries, loaded first)
+    feature_labels, feature_values = features.labels(), features.values()
+    check_appendable(feature_index, feature_labels, feature_values, features.loaded, "feature",
+                     "Renumber the index file to 0..n-1, or rebuild it with -c.")
     records.check_unique()  # (DSSTNE kept a repeated sample's last line silently)
-    sample_ids, new_samples = _number_samples(records.labels, samples, sample_index)
+    sample_ids, new_samples = _number_samples(records.labels, samples)
+    if new_samples:  # (the sample index grown: its entries, the loaded ones first)
+        grown = (list(samples) + new_samples, np.array(
+            [*samples.values(), *range(len(samples), len(samples) + len(new_samples))]))
+        # (no "-c" in the remedy: -c builds a feature index only)
+        check_appendable(sample_index, *grown, len(samples), "sample")
 
     width = round_up_width(len(features))
     if len(records.indices) and int(records.indices.max()) >= width:
@@ -162,20 +169,17 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
             "present, so datasets built from different inputs line up only if they hold the "
             "same samples (DSSTNE quirk, spec 1.4).")
 
-    labels, values = features.labels(), features.values()
     with atomic.atomic_outputs() as out:
         write_dataset(out.path(output), dataset,
-                      index=(len(labels), index_digest(labels, values, len(labels))),
+                      index=(len(feature_labels),
+                             index_digest(feature_labels, feature_values, len(feature_labels))),
                       rows=rows_digest([records.labels[i] for i in order.tolist()]))
         report.written.append(str(output))
         if create or report.new_features:
-            write_index(out.path(feature_index), labels, values)
+            write_index(out.path(feature_index), feature_labels, feature_values)
             report.written.append(str(feature_index))
         if new_samples:
-            names = list(samples) + new_samples
-            numbers = np.array(list(samples.values())
-                               + list(range(len(samples), len(samples) + len(new_samples))))
-            write_index(out.path(sample_index), names, numbers)
+            write_index(out.path(sample_index), *grown)
             report.written.append(str(sample_index))
     # An index output left as it was takes the dataset's time, for make: a rule that lists it
     # as a target of the text would otherwise run again on every make (it stayed older than
@@ -209,22 +213,15 @@ def _load_samples(sample_index) -> dict[str, int]:
     return dict(zip(labels, values.tolist(), strict=True))
 
 
-def _number_samples(labels: list[str], samples: dict[str, int], sample_index):
-    """Sample index of every row; new labels get ``len(index)`` in order (spec 1.3)."""
+def _number_samples(labels: list[str], samples: dict[str, int]):
+    """Sample index of every row; new labels get ``len(index)`` in order (spec 1.3), which
+    ``check_appendable`` checks are free."""
     ids = np.empty(len(labels), dtype=np.int64)
     new: list[str] = []
-    next_id = len(samples)
-    taken = set(samples.values()) if samples and max(samples.values()) >= len(samples) else None
     for row, label in enumerate(labels):
         sample = samples.get(label)
         if sample is None:
-            sample = next_id
-            if taken is not None and sample in taken:
-                raise DataFormatError(
-                    sample_index, f"its indices are not 0..{len(samples) - 1}, so the new sample "
-                    f"{label!r} would get index {sample}, which is already taken (DSSTNE numbers "
-                    "new samples by the size of the index). Renumber the index file to 0..n-1.")
-            next_id += 1
+            sample = len(samples) + len(new)
             new.append(label)
         ids[row] = sample
     return ids, new

@@ -446,6 +446,25 @@ def test_index_with_a_nul(flag, mode):
     assert "Regenerate it with -c" in message
 
 
+@pytest.mark.parametrize("flag,mode,what", [("features.idx", ["-m"], "feature"),
+                                             ("samples.idx", ["-c"], "sample")],
+                         ids=["feature-index", "sample-index"])
+def test_a_new_entry_colliding_with_a_loaded_one(flag, mode, what):
+    """An index numbered with a gap grows only while no new number is taken: DSSTNE numbers a
+    new entry by the size of the index (spec 1.3), here 2, which 'c' holds already; it would
+    merge 'new' with 'c' silently (quirk 10.7)."""
+    write("gap.idx", "a\t0\nc\t2\n")
+    write("in.txt", "a\ta:c\nnew\tnew\n")
+    args = ["-i", "in.txt", *OUTPUTS, *mode]
+    args[args.index(flag)] = "gap.idx"
+    message = fails(args)
+    assert message.startswith(f"Error: gap.idx: its indices are not 0..1, so the new {what} "
+                              "'new' would get index 2, which already belongs to 'c' (DSSTNE "
+                              "numbers new entries by the size of the index). Renumber the "
+                              "index file to 0..n-1"), message
+    assert ("rebuild it with -c" in message) == (what == "feature"), message
+
+
 def test_bad_feature_index_is_ignored_with_create():
     write("bad.idx", "not an index\n")
     write("in.txt", "u1\ta:b\n")

@@ -224,26 +224,28 @@ def table_of(labels: list[str], values: np.ndarray) -> LabelTable:
     return table
 
 
-def check_appendable(table: LabelTable, path, what: str) -> None:
-    """Refuse to have grown ``table`` if a new index collides with a loaded one.
+def check_appendable(path, labels: list[str], values: np.ndarray, loaded: int, what: str,
+                     remedy: str = "Renumber the index file to 0..n-1.") -> None:
+    """Refuse an index grown past its ``loaded`` entries if a new index collides with a
+    loaded one; ``labels`` and ``values`` are the loaded entries followed by the new ones.
 
     DSSTNE gives a new label ``len(map)`` (spec 1.3, quirk 10.7); when the loaded index is not
     0..n-1 that number can already belong to another label, which would silently merge them.
+    One check for the feature index (-m, -c) and the sample index, ``what`` naming the kind.
     """
-    values = table.values()
-    old, new = values[: table.loaded], values[table.loaded:]
-    if len(new) == 0:
+    values = np.asarray(values)
+    old, new = values[:loaded], values[loaded:]
+    if len(new) == 0 or old.max(initial=-1) < loaded:  # (0..n-1, as written: no clash)
         return
     clash = np.intersect1d(old, new)
     if len(clash):
-        v = int(clash[0])
-        labels = table.labels()
+        v = int(clash[0])  # (the smallest: that of the first new entry to collide)
         a = labels[int(np.flatnonzero(old == v)[0])]
-        b = labels[table.loaded + int(np.flatnonzero(new == v)[0])]
+        b = labels[loaded + int(np.flatnonzero(new == v)[0])]
         raise DataFormatError(
-            path, f"its indices are not 0..{table.loaded - 1}, so the new {what} {b!r} would get "
-            f"index {v}, which already belongs to {a!r} (DSSTNE numbers new entries by the size of "
-            "the index). Renumber the index file to 0..n-1, or rebuild it with -c.")
+            path, f"its indices are not 0..{loaded - 1}, so the new {what} {b!r} would get "
+            f"index {v}, which already belongs to {a!r} (DSSTNE numbers new entries by the size "
+            f"of the index). {remedy}")
 
 
 def write_index(path, labels: list[str], values: np.ndarray) -> None:
