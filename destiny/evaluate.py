@@ -30,7 +30,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from itertools import islice
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
@@ -38,6 +38,9 @@ from numba import njit
 from destiny.errors import DataFormatError
 from destiny.io.text import line_chunks, nul_error
 from destiny.metrics import RankingMetrics, ranking_metrics
+
+if TYPE_CHECKING:
+    from destiny.holdout import Unseen
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
 _NUMBER_ONLY = re.compile(rf"(?:{_NUMBER})")
@@ -148,13 +151,15 @@ def read_held_out(path) -> dict[str, set[str]]:
             _read(path, "held-out", "-t", _TEXT_FORMAT, keep=None, scores=False)}
 
 
-def popularity_recommendations(train_path, users: list[str], k: int) -> list[_Unseen]:
+def popularity_recommendations(train_path, users: list[str], k: int) -> list[Unseen]:
     """For each of ``users``, the ``k`` most popular items of ``train_path`` they do not have.
 
     Popularity is the number of lines (users) listing the item; ties go to the item that
-    appears first in the file. Users absent from the training file get the overall top k.
-    Each user's list is a sized iterable of item labels, made as it is read (``_Unseen``).
+    appears first in the file (the lower number in the feature index read here, as
+    generate-netcdf numbers them). Users absent from the training file get the overall top k.
+    Each user's list is a sized iterable of item labels, made as it is read (``Unseen``).
     """
+    from destiny.holdout import popularity_lists
     from destiny.io.index import LabelTable
     from destiny.io.text import read_records
 
@@ -167,51 +172,8 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[_Un
         if name in row_of:
             raise _duplicate(train_path, name, row_of[name] + 1, row + 1)
         row_of[name] = row
-    indptr, indices = records.indptr, records.indices
-    n_items = len(features)
-    counts = _line_counts(indptr, indices, n_items)
-    # A user's k best unseen items are among the first k + (items on their line) of the
-    # ranking, so only that much of it, for the longest line, is labelled, once.
-    most_seen = int(np.diff(indptr).max(initial=0))
-    top = np.argsort(-counts, kind="stable")[:k + most_seen].tolist()  # ties: first appearance
-    labels = features.labels()
-    ranking = _Ranking(top, [labels[i] for i in top], n_items)
-    result = []
-    for user in users:
-        row = row_of.get(user)
-        seen = indices[:0] if row is None else indices[indptr[row]:indptr[row + 1]]
-        result.append(_Unseen(ranking, seen, k))
-    return result
-
-
-@dataclass(frozen=True)
-class _Ranking:
-    """The head of the popularity ranking: item numbers, their labels, and how many items
-    there are in all."""
-
-    items: list[int]
-    labels: list[str]
-    n_items: int
-
-
-class _Unseen:
-    """One user's popularity list: the first ``k`` items of the ranking that ``seen`` (their
-    training line's items) does not hold, made each time it is read. A list per user held
-    users x k labels at once: with a large -k (up to 2^62), every item for every user."""
-
-    __slots__ = ("ranking", "seen", "k")
-
-    def __init__(self, ranking: _Ranking, seen: np.ndarray, k: int):
-        self.ranking, self.seen, self.k = ranking, seen, k
-
-    def __len__(self) -> int:
-        # (where the head is cut short, it holds at least k unseen items)
-        return min(self.k, self.ranking.n_items - len(set(self.seen.tolist())))
-
-    def __iter__(self):
-        seen = set(self.seen.tolist())
-        head = zip(self.ranking.items, self.ranking.labels, strict=True)
-        return islice((label for item, label in head if item not in seen), self.k)
+    return popularity_lists(records.indptr, records.indices, len(features), k,
+                            [row_of.get(user) for user in users], features.labels())
 
 
 # --- reading and error messages ---------------------------------------------------------------
@@ -497,17 +459,3 @@ def _scan_lines(buf, keep, scores, out, totals):
         line += 1
         pos = p + 1
     return _OK, n, o
-
-
-@njit(cache=True)
-def _line_counts(indptr, indices, n_items):
-    """The number of rows listing each item (an item repeated within a row counts once)."""
-    counts = np.zeros(n_items, dtype=np.int64)
-    last = np.full(n_items, -1, dtype=np.int64)
-    for row in range(len(indptr) - 1):
-        for j in range(indptr[row], indptr[row + 1]):
-            item = indices[j]
-            if last[item] != row:
-                last[item] = row
-                counts[item] += 1
-    return counts

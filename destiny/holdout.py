@@ -2,15 +2,21 @@
 
 A user's items are split at random into a training part and a held-out part; a model sees
 the training part and is scored on how many held-out items it ranks in its top k, against a
-ranking of items by training popularity.
+ranking of items by training popularity: the number of users (rows) listing an item, ties
+broken by the lower item number. ``evaluate --popularity`` ranks a training file's items by
+the same rule (``popularity_lists``), numbered in order of first appearance as
+generate-netcdf numbers them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import islice
+
 import numpy as np
+from numba import njit
 
 from destiny.metrics import RankingMetrics, ranking_metrics
-from destiny.predict import queue_recommendations, top_k
 from destiny.sparse import keep_entries
 
 
@@ -38,10 +44,71 @@ def split_holdout(indptr, indices, fraction: float, seed: int):
 
 def popularity_metrics(indptr, indices, held, n_items: int, k: int) -> RankingMetrics:
     """The metrics of recommending the most popular unseen items to everyone."""
-    popularity = np.bincount(indices, minlength=n_items).astype(np.float64)
-    scores = np.broadcast_to(popularity, (len(indptr) - 1, n_items))
-    items, _ = top_k(scores, k, exclude_indptr=indptr, exclude_indices=indices)
-    return ranking_metrics(items.tolist(), held, k)
+    lists = popularity_lists(indptr, indices, n_items, k, range(len(indptr) - 1))
+    return ranking_metrics(lists, held, k)
+
+
+def popularity_lists(indptr, indices, n_items: int, k: int, rows, labels=None) -> list[Unseen]:
+    """Each of ``rows``' list of the ``k`` most popular items it does not list, best first.
+
+    Popularity is the number of rows of the CSR ``indptr``/``indices`` listing an item; ties
+    go to the lower item number. A row of ``rows`` that is None (a user without training
+    items) gets the overall top k. Items are given as their numbers, or as ``labels[item]``.
+    Each list is a sized iterable made as it is read (``Unseen``).
+    """
+    counts = _line_counts(indptr, indices, n_items)
+    # A user's k best unseen items are among the first k + (items on their line) of the
+    # ranking, so only that much of it, for the longest line, is kept (and labelled), once.
+    most_seen = int(np.diff(indptr).max(initial=0))
+    top = np.argsort(-counts, kind="stable")[:k + most_seen].tolist()  # (ties: lower number)
+    ranking = Ranking(top, top if labels is None else [labels[i] for i in top], n_items)
+    none = indices[:0]
+    return [Unseen(ranking, none if row is None else indices[indptr[row]:indptr[row + 1]], k)
+            for row in rows]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The head of the popularity ranking: item numbers, the names lists give them (the
+    numbers, or labels), and how many items there are in all."""
+
+    items: list[int]
+    labels: list
+    n_items: int
+
+
+class Unseen:
+    """One user's popularity list: the first ``k`` items of the ranking that ``seen`` (their
+    training line's items) does not hold, made each time it is read. A list per user held
+    users x k labels at once: with a large -k (up to 2^62), every item for every user."""
+
+    __slots__ = ("ranking", "seen", "k")
+
+    def __init__(self, ranking: Ranking, seen: np.ndarray, k: int):
+        self.ranking, self.seen, self.k = ranking, seen, k
+
+    def __len__(self) -> int:
+        # (where the head is cut short, it holds at least k unseen items)
+        return min(self.k, self.ranking.n_items - len(set(self.seen.tolist())))
+
+    def __iter__(self):
+        seen = set(self.seen.tolist())
+        head = zip(self.ranking.items, self.ranking.labels, strict=True)
+        return islice((label for item, label in head if item not in seen), self.k)
+
+
+@njit(cache=True)
+def _line_counts(indptr, indices, n_items):
+    """The number of rows listing each item (an item repeated within a row counts once)."""
+    counts = np.zeros(n_items, dtype=np.int64)
+    last = np.full(n_items, -1, dtype=np.int64)
+    for row in range(len(indptr) - 1):
+        for j in range(indptr[row], indptr[row + 1]):
+            item = indices[j]
+            if last[item] != row:
+                last[item] = row
+                counts[item] += 1
+    return counts
 
 
 class SampleSplit:
@@ -122,6 +189,8 @@ def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int
 
 def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
     """Top-k of every user from their training items, seen items removed, against held-out."""
+    from destiny.predict import queue_recommendations
+
     # As ``predict -r X -f X`` scores X (predict's own loop: top-k from the pre-activations
     # where that is exact and pays): each user's training items are the filter. The output
     # units past the index's items are padding.

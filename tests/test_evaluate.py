@@ -297,7 +297,7 @@ def test_help_has_an_example():
 
 def _popularity_before(train_path, users, k):
     """The baseline as it was first written (a list per user), kept as the oracle."""
-    from destiny.evaluate import _line_counts
+    from destiny.holdout import _line_counts
     from destiny.io.index import LabelTable
     from destiny.io.text import read_records
 

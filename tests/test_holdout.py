@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from destiny import synthetic
-from destiny.holdout import prepare_split, split_holdout
+from destiny.holdout import popularity_metrics, prepare_split, split_holdout
 from destiny.io import dataset, ratings
 
 WORK_FILES = {"ratings.txt", "features", "samples", "all.nc", "gl_input.nc", "gl_output.nc"}
@@ -83,3 +83,32 @@ def test_every_row_keeps_an_item_for_training(fraction):
     for r, h in enumerate(held):  # each item in exactly one part
         row = set(train_indices[train_indptr[r]:train_indptr[r + 1]].tolist())
         assert row.isdisjoint(h) and row | h == set(indices[indptr[r]:indptr[r + 1]].tolist())
+
+
+def _popularity_by_top_k(indptr, indices, held, n_items, k):
+    """The baseline as this module first computed it (predict's top_k over every user's copy
+    of the counts), kept as the oracle of the ranking now shared with evaluate --popularity."""
+    from destiny.metrics import ranking_metrics
+    from destiny.predict import top_k
+
+    popularity = np.bincount(indices, minlength=n_items).astype(np.float64)
+    scores = np.broadcast_to(popularity, (len(indptr) - 1, n_items))
+    items, _ = top_k(scores, k, exclude_indptr=indptr, exclude_indices=indices)
+    return ranking_metrics(items.tolist(), held, k)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_popularity_metrics_are_as_before(seed):
+    """Rows of popular-skewed items (many ties) with no item twice on a row, as a split's are
+    (ratings.csv has no repeated rating): the same metrics for every k, ties and all."""
+    rng = np.random.default_rng(seed)
+    n_items = int(rng.integers(3, 40))
+    weights = 1.0 / np.arange(1, n_items + 1)
+    rows = [rng.choice(n_items, size=int(rng.integers(0, n_items)), replace=False,
+                       p=weights / weights.sum()) for _ in range(int(rng.integers(1, 60)))]
+    indptr = np.concatenate(([0], np.cumsum([len(r) for r in rows]))).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int32)
+    held = [set(rng.integers(0, n_items, 3).tolist()) for _ in rows]
+    for k in (1, 2, 5, n_items - 1, n_items, n_items + 7):
+        assert (popularity_metrics(indptr, indices, held, n_items, k)
+                == _popularity_by_top_k(indptr, indices, held, n_items, k)), k
