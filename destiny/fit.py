@@ -30,7 +30,7 @@ from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoin
                                    superseded_checkpoints)
 from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
 from destiny.io.netcdf_names import check_netcdf_names
-from destiny.io.network_file import destiny_attributes
+from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
 from destiny.network import Network
@@ -126,10 +126,10 @@ def fit(
                         "indexes": run.get("indexes", "")}
             state, resumed_from, passed_over = TrainState(), None, None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
-            if found is not None and restart:
-                why = _not_this_run(found[0], settings, cfg.epochs)
-                if why is not None:
-                    found, passed_over = None, (found[0], why)
+            if found is not None and restart:  # (from its attributes: rank 0 alone)
+                judged = _judged(destiny_attributes(found[0]), settings, cfg.epochs)
+                if judged is not None:
+                    found, passed_over = None, (found[0], judged[0])
             if resume and found is None and comm.is_root:  # (it starts afresh: writes it)
                 _check_initial_network(initial_network, force)
         # (no collective inside all_or_none: a failed rank skips it)
@@ -245,11 +245,13 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
     of this run (``settings``) and to leave epochs to train before ``epochs``; with the time
     its run started (None from earlier versions)."""
     with all_or_none(comm):
-        attrs = destiny_attributes(path)  # (None: unreadable, which load_weights says)
-        if attrs is not None and "settings" not in attrs:
-            raise DestinyError(f"{path}: --resume takes the newest checkpoint, and this file "
-                               f"is {_NOT_A_CHECKPOINT}; move it away and --resume continues "
-                               "from the one before, or start afresh without --resume "
+        # (judged from its attributes as --resume-or-restart judges it, before its weights are
+        # loaded: loading a checkpoint of another definition would only say its layers differ)
+        judged = _judged(destiny_attributes(path), settings, epochs)
+        if judged is not None:
+            reason, remedy = judged
+            raise DestinyError(f"{path}: --resume takes the newest checkpoint, and this file is "
+                               f"{reason}; {remedy}, or start afresh without --resume "
                                "(--resume-or-restart does so by itself).")
         try:
             extras = load_weights(net, path)
@@ -258,12 +260,6 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
                 f"{e} --resume takes the newest checkpoint, {path}: if it is damaged or not a "
                 "checkpoint of this run, move it away and --resume continues from the one "
                 "before.") from None
-        _check_same_run(path, extras, settings)
-        if int(extras["epoch"]) >= epochs:
-            raise DestinyError(
-                f"{path}: --resume found this checkpoint at epoch {int(extras['epoch'])}, and "
-                f"-e {epochs} asks for no more. Give a larger -e to train on from it, or start "
-                "afresh without --resume (--resume-or-restart does so by itself).")
     started = extras.get("run_started")
     return (TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"])),
             None if started is None else float(started))
@@ -425,16 +421,6 @@ def trained_indexes(netdef, summaries) -> dict:
     return {"indexes": json.dumps(recorded, sort_keys=True)} if recorded else {}
 
 
-def _check_same_run(path, extras: dict, settings: dict) -> None:
-    """Refuse a checkpoint made with other settings; only the number of epochs may change."""
-    differences = _other_settings(extras, settings)
-    if differences:
-        raise DestinyError(f"{path}: this checkpoint was made with other settings ("
-                           + "; ".join(differences) + "); resuming from it would not continue "
-                           "the same run. Use the original flags and data, or start afresh "
-                           "without --resume (--resume-or-restart does so by itself).")
-
-
 def _other_settings(extras: dict, settings: dict) -> list[str]:
     """How the settings of a checkpoint (its ``destiny_`` attributes ``extras``) differ from
     this run's, in the user's terms; empty where only the number of epochs does."""
@@ -455,24 +441,34 @@ _NOT_A_CHECKPOINT = ("not a checkpoint Destiny's train wrote (it records no run 
                      "trained or initial network, or one of DSSTNE's, named like a checkpoint)")
 
 
-def _not_this_run(path, settings: dict, epochs: int) -> str | None:
-    """Why ``restart`` passes over the checkpoint ``path`` rather than resume from it: made
-    with other settings, or at ``epochs`` already. None where it resumes, and where it cannot
-    be read: ``_resume`` then says it is damaged (a damaged file is not another run)."""
-    attrs = destiny_attributes(path)
+def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] | None:
+    """Why the newest checkpoint, of ``destiny_`` attributes ``attrs``, is not one this run
+    (``settings``, ``-e epochs``) resumes from: (reason, remedy), or None where it is.
+
+    The reason follows "is": ``--resume`` refuses with it and the remedy (``_resume``),
+    ``--resume-or-restart`` passes over the file with it (``fit``). None too where nothing
+    can be told (attributes not read, settings that do not parse, a later format's settings):
+    loading the file then says it is damaged, or to upgrade Destiny, and neither flag passes
+    over it (a damaged file is not another run).
+    """
     if attrs is None:
         return None
     if "settings" not in attrs:
-        return _NOT_A_CHECKPOINT
+        return _NOT_A_CHECKPOINT, "move it away and --resume continues from the one before"
     try:
+        if int(attrs.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
+            return None  # (read_network refuses a later layout before reading anything)
         differences = _other_settings(attrs, settings)
         epoch = int(attrs["epoch"])
-    except (KeyError, ValueError, TypeError):  # (unreadable settings: _resume's message)
+    except (KeyError, ValueError, TypeError, AttributeError):  # (damaged: loading says where)
         return None
     if differences:
-        return "made with other settings (" + "; ".join(differences) + ")"
+        return ("made with other settings (" + "; ".join(differences) + ")",
+                "resuming from it would not continue the same run: use the original flags "
+                "and data")
     if epoch >= epochs:
-        return f"at epoch {epoch} already, and -e {epochs} asks for no more"
+        return (f"at epoch {epoch} already, and -e {epochs} asks for no more",
+                "give a larger -e to train on from it")
     return None
 
 

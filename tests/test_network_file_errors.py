@@ -410,3 +410,16 @@ def test_resume_refuses_a_checkpoint_of_a_newer_format(checkpoints, tmp_path):
             f"{FORMAT_VERSION + 1} (destiny_format_version)") in result.output
     assert "Upgrade Destiny to read it" in result.output and DAMAGED not in result.output
     assert not (tmp_path / "net.nc").exists()
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--resume-or-restart"])
+def test_a_newer_format_checkpoint_is_not_judged_another_run(checkpoints, tmp_path, flag):
+    """Its settings (here other than this run's) are a later Destiny's to read: both flags
+    say to upgrade, rather than refuse it, or pass over it, as made with other settings."""
+    for name in ("net.json", "gl_input.nc", "gl_output.nc", "net.nc1.nc", "net.nc2.nc"):
+        shutil.copy(checkpoints / name, tmp_path / name)
+    newest = tmp_path / "net.nc2.nc"
+    damage(newest, "destiny_format_version", np.uint32(FORMAT_VERSION + 1))
+    result = run_train(tmp_path, "-e", "3", "-alpha", "0.5", flag)
+    assert result.exit_code == 1 and "Upgrade Destiny to read it" in result.output, result.output
+    assert "other settings" not in result.output

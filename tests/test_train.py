@@ -941,8 +941,8 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
     result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "2", "--resume",
                        "--force")
     assert result.exit_code == 1  # (it resumed from epoch 2, with nothing left to train)
-    assert (f"{files / 'net.nc2.nc'}: --resume found this checkpoint at epoch 2, and -e 2 asks "
-            "for no more") in result.output
+    assert (f"{files / 'net.nc2.nc'}: --resume takes the newest checkpoint, and this file is at "
+            "epoch 2 already, and -e 2 asks for no more; give a larger -e") in result.output
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
     result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume",
                        "--force")
@@ -1046,7 +1046,7 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
     (files / "net.nc").unlink()
     finished = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1", "--resume")
     assert finished.exit_code == 1
-    assert "found this checkpoint at epoch 2, and -e 2 asks for no more" in finished.output
+    assert "this file is at epoch 2 already, and -e 2 asks for no more" in finished.output
     other = random_dataset("x", seed=5)  # as many examples, other entries
     for name in ("gl_input", "gl_output"):
         write_dataset(files / f"{name}.nc",
@@ -1249,6 +1249,21 @@ def test_resume_refusal_names_each_difference():
         "dataset out: not in the checkpoint's data",
         "other feature indexes (generate-netcdf's -f files) for the datasets"]
     assert _differences(saved, saved) == ["settings of another version"]
+
+
+def test_resume_names_another_definition_of_other_layers(files):
+    """A checkpoint of a definition with other layer sizes is judged by its settings before
+    its weights are loaded: the refusal names the definition, not only layers that differ."""
+    assert run_train(files, "-b", "64", "-e", "1", "--checkpoint-every", "1").exit_code == 0
+    wider = small_netdef()
+    wider["Layers"][1]["N"] = 32
+    (files / "net.json").write_text(json.dumps(wider))
+    result = run_train(files, "-b", "64", "-e", "2", "--resume", "--force")
+    assert result.exit_code == 1
+    assert (f"{files / 'net.nc1.nc'}: --resume takes the newest checkpoint, and this file is "
+            "made with other settings (another network definition (-c)); resuming from it "
+            "would not continue the same run: use the original flags and data, or start afresh "
+            "without --resume") in result.output, result.output
 
 
 def test_resume_refuses_other_settings(files):
