@@ -1,0 +1,230 @@
+"""One batch of ``Network`` against the spec's formulas, recomputed by hand in NumPy (float64).
+
+``tests/test_gradcheck.py`` checks the plain network against finite differences; these are the
+features that are not the gradient of the loss, or not only it: denoising's q (spec 3.9, 5.4,
+quirk 10.18), the sparseness penalty's rules (3.10, quirk 10.15), DeltaNorm's place in the
+backward pass (3.13, 5.6), and L1/L2 decay of the input rows a batch does not touch (5.8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from destiny.kernels import get_backend
+from destiny.netdef import parse_netdef
+from destiny.network import Batch, Network, OptimizerConfig
+
+NONE = np.zeros(0, dtype=np.float64)
+
+
+def csr(rows, values=None):
+    """CSR arrays of lists of indices (and of values)."""
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    indices = np.array([i for r in rows for i in r], dtype=np.int32)
+    vals = NONE if values is None else np.array([v for r in values for v in r], dtype=np.float64)
+    return indptr, indices, vals
+
+
+def dense(rows, n, values=None):
+    x = np.zeros((len(rows), n))
+    for b, r in enumerate(rows):
+        for k, i in enumerate(r):
+            x[b, i] += 1.0 if values is None else values[b][k]
+    return x
+
+
+def network(d, seed=0, scale=0.8):
+    """A float64 reference network of definition ``d`` with weights and biases away from 0."""
+    net = Network(parse_netdef(d), get_backend("reference"), dtype=np.float64)
+    net.initialize(seed)
+    rng = np.random.default_rng(seed)
+    for c in net.connections:
+        c.W[:] = rng.choice([-1.0, 1.0], c.W.shape) * rng.uniform(0.2, 1.0, c.W.shape) * scale
+        c.b[:] = rng.normal(0, 0.5, c.b.shape)
+    return net
+
+
+def sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+# -- denoising (spec 3.9, 5.4) -------------------------------------------------------------
+
+DENOISED = {"ErrorFunction": "L2", "Denoising": {"p": 0.5}, "Layers": [
+    {"Name": "Input", "Kind": "Input", "N": 5, "DataSet": "in", "Sparse": True},
+    {"Name": "Output", "Kind": "Output", "N": 3, "DataSet": "out", "Activation": "Linear"}]}
+ROWS = [[0, 2, 4], [1, 3], [2]]
+KEPT = [[0, 4], [3], []]  # what a draw kept of ROWS
+VALUES = [[0.5, 9.0, 1.5], [7.0, 2.0], [3.0]]
+KEPT_VALUES = [[0.5, 1.5], [2.0], []]
+TARGETS = [[1], [0, 2], []]
+
+
+@pytest.mark.parametrize("analog", [False, True], ids=["boolean", "analog"])
+def test_denoised_input_is_scaled_by_q_and_boolean_data_scales_the_bias_too(analog):
+    """Kept entries count q = 1 / (1 - p) times, in the forward pass and in the input weights'
+    gradient (spec 3.9); DSSTNE's boolean fast path multiplies the bias by q as well (5.4,
+    quirk 10.18), its analog path does not. The bias gradient is the plain mean delta (5.7)."""
+    net = network(DENOISED)
+    assert net.layers["Input"].denoising
+    (c,) = net.connections
+    W, b, q, B = c.W.copy(), c.b.copy(), 2.0, len(ROWS)
+    given = csr(ROWS, VALUES if analog else None)
+    kept = csr(KEPT, KEPT_VALUES if analog else None)
+    batch = Batch(size=B, inputs={"Input": given}, targets={"Output": csr(TARGETS)})
+    net.forward(batch, train=True, denoise={"Input": (kept, q)})
+    loss = net.backward()
+
+    X = q * dense(KEPT, 5, KEPT_VALUES if analog else None)  # the scaled input
+    A = X @ W + (b if analog else q * b)
+    T = dense(TARGETS, 3)
+    np.testing.assert_allclose(net.activation("Output", B), A, rtol=1e-12)
+    assert loss == pytest.approx(0.5 * ((A - T) ** 2).sum(), rel=1e-12)
+    delta = A - T
+    np.testing.assert_allclose(c.G, -(X.T @ delta) / B, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(c.gb, delta.mean(axis=0), rtol=1e-12)
+
+
+# -- sparseness penalty (spec 3.10, quirk 10.15) ---------------------------------------------
+
+def _penalized(top=None, layer=None, dropout=0.0, bias=None):
+    hidden = {"Name": "Hidden", "Kind": "Hidden", "N": 6, "Activation": "Sigmoid",
+              "Sparse": True, "pDropout": dropout}
+    if layer is not None:
+        hidden["SparsenessPenalty"] = layer
+    d = {"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True}, hidden,
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "out", "Activation": "Sigmoid"}]}
+    if top is not None:
+        d["SparsenessPenalty"] = top
+    net = network(d, seed=3)
+    if bias is not None:
+        net.connections[0].b[:] = bias
+    return net
+
+
+PENALTY_ROWS = [[0, 1, 5], [2, 6], [3, 4, 0], [1], [6, 2, 5, 3], [4, 0], [5], [1, 3]]
+
+
+def _hidden_gradients(net, dropout_key=None):
+    batch = Batch(size=len(PENALTY_ROWS), inputs={"Input": csr(PENALTY_ROWS)},
+                  targets={"Output": csr([[r[0] % 4] for r in PENALTY_ROWS])})
+    net.forward(batch, train=dropout_key is not None, dropout_key=dropout_key)
+    net.backward()
+    into_hidden = net.connections[0]
+    return into_hidden.G.copy(), into_hidden.gb.copy()
+
+
+@pytest.mark.parametrize("layer, same_as", [
+    ({"p": 0.3}, {"p": 0.3, "beta": 2.0}),  # the layer's p, the global beta
+    ({"beta": 0.5}, {"p": 0.05, "beta": 0.5}),  # the global p, the layer's beta
+    ({"p": 0.3, "beta": 0.5}, {"p": 0.3, "beta": 0.5}),
+])
+def test_a_layers_penalty_values_replace_the_global_ones_where_set(layer, same_as):
+    top = {"p": 0.05, "beta": 2.0}
+    got = _hidden_gradients(_penalized(top, layer))
+    expected = _hidden_gradients(_penalized(same_as))
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-15)
+    plain = _hidden_gradients(_penalized(top))
+    assert not np.allclose(got[1], plain[1])  # the layer's values did change something
+
+
+def test_a_layers_penalty_does_nothing_without_a_global_beta():
+    """Quirk 10.15: the penalty needs the global beta > 0, whatever the layer sets."""
+    plain = _hidden_gradients(_penalized())
+    for top in (None, {"p": 0.2}):
+        got = _hidden_gradients(_penalized(top, {"p": 0.2, "beta": 3.0}))
+        for g, e in zip(got, plain, strict=True):
+            np.testing.assert_array_equal(g, e)
+    assert not np.allclose(_hidden_gradients(_penalized({"p": 0.2, "beta": 3.0}))[1], plain[1])
+
+
+def test_the_penalty_takes_the_mean_of_the_dropped_out_activations():
+    """rho_j is the batch mean of the post-dropout activations (spec 3.10). With a bias of -8
+    the sigmoid units sit near 0 and the dropped ones at 0.5, so the two means are far apart.
+    The penalty is added to the delta before the activation derivative and the dropout mask:
+    the hidden bias gradient changes by the batch mean of penalty_j * mask * a (1 - a)."""
+    p, beta, key = 0.05, 1.0, 12345
+    top = {"p": p, "beta": beta}
+    plain = _penalized(dropout=0.5, bias=-8.0)
+    penal = _penalized(top, dropout=0.5, bias=-8.0)
+    _, gb_plain = _hidden_gradients(plain, key)
+    _, gb_penal = _hidden_gradients(penal, key)
+
+    c = penal.connections[0]
+    a = sigmoid(dense(PENALTY_ROWS, 7) @ c.W + c.b)  # before dropout
+    out = penal.activation("Hidden", len(PENALTY_ROWS))
+    kept = out != 0.5  # a dropped sigmoid unit becomes 0.5 (spec 3.8)
+    assert 0 < kept.sum() < kept.size
+    np.testing.assert_allclose(out[kept], a[kept], rtol=1e-12)
+    rho = np.clip(out.mean(axis=0), 1e-6, 0.999999)
+    penalty = beta * (-p / rho + (1 - p) / (1 - rho))
+    np.testing.assert_allclose(gb_penal - gb_plain, (penalty * kept * a * (1 - a)).mean(axis=0),
+                               rtol=1e-9, atol=1e-15)
+
+
+# -- DeltaNorm (spec 3.13, 5.6) ------------------------------------------------------------
+
+def _row_norm(d, limit):
+    norms = np.sqrt((d ** 2).sum(axis=1, keepdims=True))
+    return np.where(norms > limit, d * limit / norms, d)
+
+
+def test_delta_norm_of_the_output_and_of_a_hidden_layer_after_its_derivative():
+    """The output delta is normalized right after the loss; a hidden delta after the
+    activation derivative, before its gradients are taken (spec 5.6)."""
+    d = {"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 5, "Activation": "Sigmoid", "DeltaNorm": 0.7},
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "out", "Activation": "Linear",
+         "DeltaNorm": 1.5}]}
+    net = network(d, seed=5, scale=1.5)
+    (c1, c2), B = net.connections, len(PENALTY_ROWS)
+    X, T = dense(PENALTY_ROWS, 7), dense([[r[0] % 4] for r in PENALTY_ROWS], 4)
+    H = sigmoid(X @ c1.W + c1.b)
+    d2_raw = H @ c2.W + c2.b - T
+    d2 = _row_norm(d2_raw, 1.5)
+    d1_raw = (d2 @ c2.W.T) * H * (1 - H)
+    d1 = _row_norm(d1_raw, 0.7)
+    for raw, limit in ((d2_raw, 1.5), (d1_raw, 0.7)):  # some rows above the limit, some below
+        norms = np.sqrt((raw ** 2).sum(axis=1))
+        assert (norms > limit).any() and (norms < limit).any()
+    _hidden_gradients(net)
+    np.testing.assert_allclose(c2.gb, d2.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(c2.G, -(H.T @ d2) / B, rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(c1.gb, d1.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(c1.G, -(X.T @ d1) / B, rtol=1e-10, atol=1e-15)
+
+
+# -- weight decay of the rows a batch does not touch (spec 5.8) ----------------------------
+
+@pytest.mark.parametrize("mode", [0, 2, 4], ids=["sgd", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("lam, lam1", [(0.01, 0.0), (0.0, 0.01)], ids=["L2", "L1"])
+def test_decay_moves_the_input_rows_no_batch_touches(mode, lam, lam1):
+    """L2 and L1 act on every weight every step, rows of features absent from the batch
+    included (spec 5.8): a row with a zero gradient moves as the mode moves g = -lam w -
+    lam1 sgn(w) alone. Here, over two updates (the second one is where a sparse layer's rows
+    could be left alone), features 3 and 4 are never in a batch."""
+    d = {"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 5, "DataSet": "in", "Sparse": True},
+        {"Name": "Output", "Kind": "Output", "N": 3, "DataSet": "out", "Activation": "Sigmoid"}]}
+    net = network(d)
+    opt = OptimizerConfig(mode=mode, lam=lam, lam1=lam1, mu=0.9)
+    net.init_optimizer(opt)
+    (c,) = net.connections
+    w = c.W[3:].copy()
+    v = np.zeros_like(w)  # AdaGrad's sum of squares, RMSProp's mean square
+    alpha = 0.1
+    for t, rows in enumerate(([[0, 1], [2]], [[1], [0, 2]]), start=1):
+        net.forward(Batch(size=2, inputs={"Input": csr(rows)}, targets={"Output": csr([[0], [1]])}))
+        net.backward()
+        net.update(alpha, t, opt)
+        g = -lam * w - lam1 * np.sign(w)
+        if mode == 0:
+            w = w + alpha * g
+        else:
+            v = (v + g * g) if mode == 2 else (0.9 * v + 0.1 * g * g)
+            w = w + alpha * g / np.sqrt(np.maximum(1e-9, v))
+        np.testing.assert_allclose(c.W[3:], w, rtol=1e-12)
