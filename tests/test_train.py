@@ -1448,3 +1448,153 @@ def test_a_reader_that_needs_neither_weights_nor_optimizer_state_reads_neither(f
         assert read_network(path, arrays=False).arrays == {}
     assert any(n.startswith("state") for n in read_network(files / "net.nc2.nc").arrays)
     assert read_network(files / "net.nc", arrays=counts).arrays  # (the network's counts)
+
+
+# -- the epoch loop against spec 5.2, on a tiny network whose loss the test decides --------
+
+def _loop_case(examples, *, batch=1, seed=0, **top):
+    """A tiny reference network and data where example i lists feature i alone (its batches
+    tell which examples they hold), with ``top`` added to the definition."""
+    d = {"ErrorFunction": "L2", "ShuffleIndices": False, **top, "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": examples, "DataSet": "in", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 2, "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": 3, "DataSet": "out", "Activation": "Sigmoid"}]}
+    net = Network(parse_netdef(d), get_backend("reference"), dtype=np.float64)
+    net.initialize(seed)
+    indptr = np.arange(examples + 1, dtype=np.int64)
+    ds_in = SparseDataset("in", examples, indptr, np.arange(examples, dtype=np.int32))
+    ds_out = SparseDataset("out", 3, indptr, (np.arange(examples) % 3).astype(np.int32))
+    return net, TrainData(net, {"in": ds_in, "out": ds_out})
+
+
+def _spy(net, monkeypatch, losses=None):
+    """Record every update's (step, t) and every forward pass's examples and denoising; with
+    ``losses``, backward returns them in turn (after computing the real gradients)."""
+    seen = {"updates": [], "examples": [], "denoise": []}
+    forward, backward, update = net.forward, net.backward, net.update
+
+    def spy_forward(batch, **kw):
+        seen["examples"].append(batch.inputs["Input"][1].tolist())
+        seen["denoise"].append(kw.get("denoise"))
+        forward(batch, **kw)
+
+    def spy_backward():
+        real = backward()
+        return real if losses is None else next(losses)
+
+    def spy_update(step, t, opt):
+        seen["updates"].append((step, t))
+        update(step, t, opt)
+
+    monkeypatch.setattr(net, "forward", spy_forward)
+    monkeypatch.setattr(net, "backward", spy_backward)
+    monkeypatch.setattr(net, "update", spy_update)
+    return seen
+
+
+def _run(net, data, epochs, batch=1, **cfg):
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": batch, "epochs": epochs,
+                         "optimizer": "sgd", "alpha": 0.1, "lam": 0.0, "shuffle": False, **cfg})
+    net.init_optimizer(cfg.optimizer_config())
+    records = []
+    train_epochs(net, data, cfg, TrainState(), on_epoch=lambda r, s: records.append(r))
+    return records
+
+
+def test_divergence_brake_skips_the_batch_then_takes_a_tenth_of_the_step_24_times(monkeypatch):
+    """Spec 5.2: the moving average m = 0.9 m + 0.1 err; after the first 100 batches of an
+    epoch, a batch with err > 2 m is skipped (no update) and the next 24 take 0.1 alpha.
+    Epoch 1: losses 1, but 50 at batch 50 (inside the 100 exempt batches) and 3.5 at batch
+    101, where m = 1.2727: above 2 m = 2.55, below 3 m = 3.82. Epoch 2 starts over: its first
+    batch's 50 is exempt again."""
+    E = 130
+    net, data = _loop_case(E)
+    epoch1 = [1.0] * E
+    epoch1[49], epoch1[100] = 50.0, 3.5
+    epoch2 = [50.0] + [1.0] * (E - 1)
+    seen = _spy(net, monkeypatch, iter(epoch1 + epoch2))
+    records = _run(net, data, epochs=2)
+
+    alpha = 0.1
+    expected = ([(alpha, t) for t in range(1, 101)]  # batches 1-100
+                # batch 101 skipped; batches 102-125 slowed; then alpha again
+                + [(0.1 * alpha, t) for t in range(101, 125)]
+                + [(alpha, t) for t in range(125, 130)]
+                + [(alpha, t) for t in range(130, 260)])  # epoch 2: nothing braked
+    assert [t for _, t in seen["updates"]] == [t for _, t in expected]
+    np.testing.assert_allclose([s for s, _ in seen["updates"]], [s for s, _ in expected],
+                               rtol=1e-12)
+    assert [r.skipped_batches for r in records] == [1, 0]
+    # The skipped batch's error still counts in the epoch's training error.
+    assert records[0].training_error == pytest.approx(sum(epoch1) / E, rel=1e-12)
+    assert records[1].training_error == pytest.approx(sum(epoch2) / E, rel=1e-12)
+
+
+def test_no_brake_without_it(monkeypatch):
+    net, data = _loop_case(110)
+    seen = _spy(net, monkeypatch, iter([1.0] * 105 + [50.0] + [1.0] * 4))
+    records = _run(net, data, epochs=1, brake=False)
+    assert [s for s, _ in seen["updates"]] == [0.1] * 110
+    assert records[0].skipped_batches == 0
+
+
+def test_decay_divides_alpha_by_one_plus_decay_times_the_updates_made(monkeypatch):
+    """Spec 5.2: step = alpha / (1 + Decay * _batches), _batches counted before this update's
+    increment (the first update takes alpha), across epochs."""
+    net, data = _loop_case(4, Decay=0.5)
+    seen = _spy(net, monkeypatch)
+    records = _run(net, data, epochs=2)
+    steps = [0.1 / (1 + 0.5 * n) for n in range(8)]
+    np.testing.assert_allclose([s for s, _ in seen["updates"]], steps, rtol=1e-12)
+    assert [t for _, t in seen["updates"]] == list(range(1, 9))
+    assert records[1].learning_rate == pytest.approx(steps[-1], rel=1e-12)
+
+
+def test_shuffle_draws_a_new_order_each_epoch_and_none_without_it(monkeypatch):
+    """ShuffleIndices (spec 5.2): each epoch visits every example once, in a new random
+    order; without it, in file order."""
+    E = 12
+    orders = {}
+    for shuffle in (False, True):
+        net, data = _loop_case(E)
+        seen = _spy(net, monkeypatch)
+        _run(net, data, epochs=2, batch=3, shuffle=shuffle)
+        visits = [e for batch in seen["examples"] for e in batch]
+        orders[shuffle] = [visits[:E], visits[E:]]
+        monkeypatch.undo()
+    assert orders[False] == [list(range(E))] * 2
+    first, second = orders[True]
+    assert sorted(first) == sorted(second) == list(range(E))
+    assert first != list(range(E)) and second != list(range(E)) and first != second
+
+
+def test_denoising_keeps_each_entry_with_probability_one_minus_p_and_scales_by_q(monkeypatch):
+    """Spec 3.9: one draw per stored entry per epoch drops it with probability p; the kept
+    entries are scaled by q = 1 / (1 - p). Here 2,000 one-entry examples, p = 0.3."""
+    E = 2000
+    net, data = _loop_case(E, Denoising={"p": 0.3})
+    seen = _spy(net, monkeypatch)
+    _run(net, data, epochs=2, batch=500)
+    kept = {1: [], 2: []}
+    for n, denoise in enumerate(seen["denoise"]):
+        (indptr, indices, values), q = denoise["Input"]
+        assert q == pytest.approx(1 / 0.7, rel=1e-12)
+        assert len(values) == 0  # boolean data: q goes into the products (spec 5.4)
+        kept[1 + n // 4] += indices.tolist()
+    for epoch in (1, 2):
+        assert len(set(kept[epoch])) == len(kept[epoch])
+        assert abs(len(kept[epoch]) / E - 0.7) < 0.04
+    assert kept[1] != kept[2]  # a new draw each epoch
+
+
+def test_the_epoch_loss_adds_half_lambda_w_squared_and_lambda1_w_abs(monkeypatch):
+    """Spec 5.2: the regularization error is the sum over the weight matrices of
+    0.5 lam w^2 + lam1 |w| (Destiny takes it once, at the epoch's end: README), and the
+    epoch's loss is the training error plus it. alpha = 0 leaves the weights as drawn."""
+    net, data = _loop_case(6)
+    W = [c.W.copy() for c in net.connections]
+    records = _run(net, data, epochs=1, alpha=0.0, lam=0.02, lam1=0.003)
+    reg = sum(0.5 * 0.02 * (w ** 2).sum() + 0.003 * np.abs(w).sum() for w in W)
+    (record,) = records
+    assert record.regularization_error == pytest.approx(reg, rel=1e-12)
+    assert record.loss == pytest.approx(record.training_error + reg, rel=1e-12)
