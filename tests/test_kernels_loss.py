@@ -364,3 +364,41 @@ def test_cuda_error_is_read_when_asked_and_each_output_keeps_its_own():
     assert all(isinstance(e, cuda_loss.DeviceError) for e in pending)
     for (expected, _), error in zip(cases, pending, strict=True):
         assert float(error) == pytest.approx(expected, rel=1e-6)
+
+
+def _hand_loss(backend, a, targets, err_fn, one_target, zero_target, one_scale, zero_scale):
+    delta = np.full_like(a, np.nan)
+    error = BACKENDS[backend][0].sparse_loss_delta(
+        delta, a, *targets, np.zeros(0, dtype=np.float32), err_fn, codes.SIGMOID, SLOPE, ALPHA,
+        LAM, one_target, zero_target, one_scale, zero_scale, 1.0, 1.0)
+    return error, delta
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("err_fn", [codes.CROSS_ENTROPY, codes.SMCE])
+def test_saturated_outputs_cost_minus_log_min_error(backend, dtype, err_fn):
+    """Every log is log(max(MIN_ERROR, x)), MIN_ERROR = 1e-12 (spec 5.5, section 11): a
+    Sigmoid output of exactly 1 at a zero target, or exactly 0 at a listed one, costs
+    -log(1e-12) = 27.631 (times the SMCE scale), not more and not infinity; the deltas are
+    a - t as ever (SMCE: times the scale). Unit 2 (0.5, a zero target) costs log 2."""
+    a = np.array([[1.0, 0.0, 0.5]], dtype=dtype)
+    targets = (np.array([0, 1], np.int64), np.array([1], np.int32), np.zeros(0, np.float32))
+    one_scale, zero_scale = (2.0, 0.5) if err_fn == codes.SMCE else (1.0, 1.0)
+    error, delta = _hand_loss(backend, a, targets, err_fn, 1.0, 0.0, one_scale, zero_scale)
+    floor = -np.log(1e-12)
+    assert error == pytest.approx((one_scale + zero_scale) * floor + zero_scale * np.log(2),
+                                  rel=1e-6)
+    np.testing.assert_allclose(delta, [[zero_scale, -one_scale, 0.5 * zero_scale]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_smce_thresholds_are_strict(backend):
+    """Spec 5.5: a listed unit counts only if a < oneTarget, a zero target only if
+    a > zeroTarget; at the threshold itself, neither error nor delta. Units: listed at
+    oneTarget 0.75, zero at zeroTarget 0.25, listed at 0.5, zero at 0.5."""
+    a = np.array([[0.75, 0.25, 0.5, 0.5]], dtype=np.float32)
+    targets = (np.array([0, 2], np.int64), np.array([0, 2], np.int32), np.zeros(0, np.float32))
+    error, delta = _hand_loss(backend, a, targets, codes.SMCE, 0.75, 0.25, 2.0, 0.5)
+    assert error == pytest.approx(2.0 * np.log(2) + 0.5 * np.log(2), rel=1e-6)
+    np.testing.assert_allclose(delta, [[0.0, 0.0, 2.0 * (0.5 - 1), 0.5 * 0.5]], rtol=1e-6)
