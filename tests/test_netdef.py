@@ -71,6 +71,19 @@ def test_defaults_follow_dsstne():
     assert net.layers[2].sources == ("Hidden1",)
 
 
+def test_only_input_layers_sparse_in_the_json_are_denoised():
+    """Spec 3.9: Denoising.p > 0 gives the Denoising attribute to the Input layers that have
+    "Sparse": true in the JSON, and to no other layer."""
+    data = minimal()
+    data["Denoising"] = {"p": 0.2}
+    data["Layers"][1]["Sparse"] = True  # a Sparse hidden layer: the penalty's, not denoised
+    net = load_netdef(data, {"in": 4, "out": 4})
+    assert [layer.denoising for layer in net.layers] == [False, False, False]
+    data["Layers"][0]["Sparse"] = True
+    net = load_netdef(data, {"in": 4, "out": 4})
+    assert [layer.denoising for layer in net.layers] == [True, False, False]
+
+
 def test_positional_kinds_and_default_n():
     net = load_netdef({"Layers": [{"DataSet": "a", "N": 3}, {}, {"DataSet": "b"}]})
     assert [layer.kind for layer in net.layers] == [LayerKind.Input, LayerKind.Hidden,
