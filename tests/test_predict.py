@@ -122,6 +122,27 @@ def test_a_k_beyond_the_catalogue_gives_every_item(model, tmp_path):
     assert {len(line) for line in records(out).values()} == {items}
 
 
+@pytest.mark.parametrize("mode", ["remove", "multiply"])
+def test_a_later_filter_line_for_a_sample_replaces_the_earlier_one(model, tmp_path, mode):
+    """Spec 8.3: a later line for the same sample replaces its earlier filter. The first
+    line lists the sample's best item, the second its second best: only the second is
+    filtered (multiply: each without a value, worth 0.0)."""
+    line = (model / "ratings.txt").read_text().splitlines()[0]
+    (tmp_path / "one.txt").write_text(line + "\n")
+    name = line.split("\t")[0]
+    assert run(model, "-r", str(tmp_path / "one.txt"), "-k", "5",
+               output=str(tmp_path / "plain.txt")).exit_code == 0
+    best = [item for item, _ in records(tmp_path / "plain.txt")[name]]
+    (tmp_path / "filter.txt").write_text(f"{name}\t{best[0]}\n{name}\t{best[1]}\n")
+    result = run(model, "-r", str(tmp_path / "one.txt"), "-k", "5", "-f",
+                 str(tmp_path / "filter.txt"), "--filter-mode", mode,
+                 output=str(tmp_path / "recs.txt"))
+    assert result.exit_code == 0, result.output
+    got = [item for item, _ in records(tmp_path / "recs.txt")[name]]
+    assert got[0] == best[0]
+    assert best[1] not in got  # removed, or scored 0.0, below the other 89 items
+
+
 def test_multiply_filter_is_dsstnes(model, tmp_path):
     # DSSTNE multiplies scores by the filter value; with timestamps as values (its MovieLens
     # recipe) the already-seen items are boosted to the top instead of being removed.
