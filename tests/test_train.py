@@ -1598,3 +1598,30 @@ def test_the_epoch_loss_adds_half_lambda_w_squared_and_lambda1_w_abs(monkeypatch
     (record,) = records
     assert record.regularization_error == pytest.approx(reg, rel=1e-12)
     assert record.loss == pytest.approx(record.training_error + reg, rel=1e-12)
+
+
+def test_the_definitions_shuffle_indices_decide_unless_a_flag_is_given(files):
+    """ShuffleIndices (spec 3.2; default true, quirk 10.11) decides whether train shuffles;
+    --shuffle / --no-shuffle overrides it."""
+    for shuffle_indices, same_as, other in ((False, "--no-shuffle", "--shuffle"),
+                                            (True, "--shuffle", "--no-shuffle")):
+        (files / "net.json").write_text(json.dumps(small_netdef(ShuffleIndices=shuffle_indices)))
+        nets = []
+        for name, flags in (("plain", []), ("same", [same_as]), ("other", [other])):
+            path = f"{name}-{shuffle_indices}.nc"
+            result = run_train(files, "-e", "1", "-b", "64", *flags, network=path)
+            assert result.exit_code == 0, result.output
+            nets.append(weights_of(files / path))
+        plain, same, different = nets
+        assert all(np.array_equal(a, b) for a, b in zip(plain, same, strict=True))
+        assert not all(np.array_equal(a, b) for a, b in zip(plain, different, strict=True))
+
+
+def test_dsstnes_batch_and_epochs_are_the_defaults():
+    """Spec 5.1: train's -b defaults to 1024 and -e to 40; predict's -b to 1024 (8.1)."""
+    from destiny.cli.predict import predict
+
+    defaults = {(cmd.name, p.name): p.default for cmd in (train, predict) for p in cmd.params}
+    assert defaults[(train.name, "batch")] == 1024
+    assert defaults[(train.name, "epochs")] == 40
+    assert defaults[(predict.name, "batch")] == 1024
