@@ -303,6 +303,23 @@ def test_multiply_filter_duplicates_and_no_filter(backend):
     np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [0.0, 2.0, 2.0]])
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_filter_entries_outside_the_items_are_ignored(backend):
+    """Both filters ignore entries outside [0, N): -1, N itself and beyond (spec 8.3: unknown
+    features are skipped); the entries inside still count."""
+    scores = np.array([[0.5, 0.9, 0.1, 0.7], [0.2, 0.3, 0.8, 0.4]], dtype=np.float32)
+    indptr = np.array([0, 4, 6], dtype=np.int64)
+    indices = np.array([-1, 4, 1, 9, 4, 2], dtype=np.int32)
+    check(backend, scores, 4, indptr, indices)
+    items, _ = run_top_k(backend, scores, 4, indptr, indices)
+    np.testing.assert_array_equal(items, [[3, 0, 2, -1], [3, 1, 0, -1]])
+    filtered = scores.copy()
+    values = np.array([5.0, 5.0, 2.0, 5.0, 5.0, 0.5], dtype=np.float32)
+    BACKENDS[backend].multiply_filter(filtered, indptr, indices, values)
+    expected = np.array([[0.5, 1.8, 0.1, 0.7], [0.2, 0.3, 0.4, 0.4]], dtype=np.float32)
+    np.testing.assert_array_equal(filtered, expected)  # (x2 and x0.5 are exact)
+
+
 ACTIVATIONS = [  # (code, slope, alpha, lambda): every activation top_k_activated takes
     (codes.SIGMOID, 0.0, 0.0, 0.0), (codes.TANH, 0.0, 0.0, 0.0), (codes.RELU, 0.0, 0.0, 0.0),
     (codes.LINEAR, 0.0, 0.0, 0.0), (codes.SOFTPLUS, 0.0, 0.0, 0.0),
