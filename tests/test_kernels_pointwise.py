@@ -202,6 +202,20 @@ def test_dropout_matches_reference_in_place(backend, act):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_dropout_keeps_a_unit_whose_draw_equals_p(backend):
+    """u < p drops, so a draw exactly p keeps its unit (as the reference, spec 3.8): p is set
+    to one unit's own draw (24-bit uniforms, exact in float64). With p = 0.3 no draw is p."""
+    a = np.random.default_rng(3).normal(size=shape(backend, 4, 6)).astype(np.float32)
+    u = draws(a.shape)
+    p = float(u[1, 2])
+    out, mask = run_dropout(backend, a, p, codes.RELU)
+    expected_out, expected_mask = run_dropout("reference", a, p, codes.RELU)
+    assert mask[1, 2] != 0 and expected_mask[1, 2] != 0
+    np.testing.assert_array_equal(mask, expected_mask)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_dropout_of_a_block_of_units_is_that_block_of_the_layers_dropout(backend):
     """A rank holding units 3.. of a layer drops what one process drops there (spec 7)."""
     a = np.random.default_rng(2).normal(size=shape(backend, 8, 12)).astype(np.float32)

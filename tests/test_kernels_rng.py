@@ -60,11 +60,16 @@ def random_csr(rng, rows, features, max_per_row):
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("dtype", [np.bool_, np.uint8])
-def test_denoise_keep_equals_the_hash(backend, dtype):
+@pytest.mark.parametrize("p_at", ["0.3", "a draw"])
+def test_denoise_keep_equals_the_hash(backend, dtype, p_at):
+    """keep is u >= p: with p one entry's own draw (exact), that entry is kept."""
     rng = np.random.default_rng(1)
     rows = 5 if tiny(backend) else 40
     indptr, indices = random_csr(rng, rows, 1000, 6)
     key, p = KEYS[1], 0.3
+    if p_at == "a draw":  # the first entry's uniform, which u >= p keeps and u > p would not
+        first = int(np.searchsorted(indptr, 0, side="right")) - 1
+        p = python_uniform(key, 20 + first, 500 + int(indices[0]))
     keep = np.full(len(indices), 7, dtype=dtype)
     BACKENDS[backend].denoise_keep(keep, indptr, indices, key, 20, 500, p)
     row_of = np.repeat(np.arange(rows), np.diff(indptr))
@@ -72,6 +77,8 @@ def test_denoise_keep_equals_the_hash(backend, dtype):
                 for r, i in zip(row_of, indices, strict=True)]
     np.testing.assert_array_equal(keep.astype(bool), expected)
     assert set(np.unique(keep).tolist()) <= {0, 1}
+    if p_at == "a draw":
+        assert keep[0]
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
