@@ -307,6 +307,31 @@ def test_duplicate_targets_count_twice_in_the_error_only(backend):
                                   sparse(backend, a, last, w, codes.L2, codes.SIGMOID)[1])
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("boost", [(1.0, 1.0), (1.5, 0.7)], ids=["plain", "boosted"])
+def test_units_listed_several_times_take_their_last_entrys_value(backend, boost):
+    """Rows of analog targets listing units up to five times with different values, the last
+    entry at every position: each unit's delta is its last entry's, as in the reference. On
+    the GPU the entries of a row are spread over the block's threads, and only the entry that
+    ``_is_last`` finds writes (DeltaBoost's rewrite of the listed units too)."""
+    rng = np.random.default_rng(12)
+    rows, units, per_row = 5, 6, 7
+    a = rng.uniform(0.1, 0.9, size=(rows, units)).astype(np.float32)
+    indptr = np.arange(0, rows * per_row + 1, per_row, dtype=np.int64)
+    indices = rng.integers(0, units, size=rows * per_row).astype(np.int32)
+    values = rng.uniform(0.3, 1.5, size=len(indices)).astype(np.float32)
+    w = np.zeros(0, dtype=np.float32)
+    args = (codes.L2, codes.SIGMOID, SLOPE, ALPHA, LAM, 0.7, 0.3, 1.5, 0.8, *boost)
+    results = {}
+    for name in ("reference", backend):
+        delta = np.zeros_like(a)
+        error = BACKENDS[name][0].sparse_loss_delta(delta, a, indptr, indices, values, w, *args)
+        results[name] = float(error), delta
+    assert results[backend][0] == pytest.approx(results["reference"][0], rel=1e-6)
+    np.testing.assert_allclose(results[backend][1], results["reference"][1], rtol=1e-6,
+                               atol=1e-7)
+
+
 @pytest.mark.parametrize("err_fn, act", [
     (codes.CROSS_ENTROPY, codes.TANH), (codes.SMCE, codes.RELU), (codes.DSMCE, codes.SOFTMAX),
     (codes.CROSS_ENTROPY, codes.LINEAR), (codes.L2, 8), (9, codes.SIGMOID),
