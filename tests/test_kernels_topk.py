@@ -254,11 +254,13 @@ def test_cuda_heap_kernel_for_k_beyond_shared_memory(monkeypatch):
 
 def test_cuda_top_k_of_float64_scores_and_a_filter_not_starting_at_zero():
     """The radix select reads float32 bits: float64 scores take the heap kernel. A filter's
-    entries before indptr[0] belong to no row."""
+    entries before indptr[0] belong to no row. K above the row's candidates: the heap kernel
+    fills every slot past them with -1 and -inf."""
     scores = np.array([[0.1, 0.9, 0.5, 0.3], [0.7, 0.2, 0.8, 0.4]])
-    for k in (1, 2, 4):
-        np.testing.assert_array_equal(run_top_k("cuda", scores, k)[0],
-                                      run_top_k("reference", scores, k)[0])
+    for k in (1, 2, 4, 6):
+        got, expected = run_top_k("cuda", scores, k), run_top_k("reference", scores, k)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
     indptr, indices = np.array([1, 2, 3]), np.array([0, 1, 2], np.int32)
     scores = scores.astype(np.float32)
     np.testing.assert_array_equal(run_top_k("cuda", scores, 2, indptr, indices)[0],
