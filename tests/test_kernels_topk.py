@@ -261,6 +261,12 @@ def test_cuda_top_k_of_float64_scores_and_a_filter_not_starting_at_zero():
         got, expected = run_top_k("cuda", scores, k), run_top_k("reference", scores, k)
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
+    # A NaN fills the heap first: every later number beats that root.
+    nan_first = np.array([[np.nan, 0.5, 0.2, np.nan, 0.7]])
+    for k in (1, 2):
+        got, expected = run_top_k("cuda", nan_first, k), run_top_k("reference", nan_first, k)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
     indptr, indices = np.array([1, 2, 3]), np.array([0, 1, 2], np.int32)
     scores = scores.astype(np.float32)
     np.testing.assert_array_equal(run_top_k("cuda", scores, 2, indptr, indices)[0],
