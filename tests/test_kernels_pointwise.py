@@ -347,12 +347,14 @@ def test_penalty_and_norms_match_reference(backend):
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_weight_norm_of_a_tall_matrix_matches_reference(backend):
+@pytest.mark.parametrize("extra_row", [0, 1])
+def test_weight_norm_of_a_tall_matrix_matches_reference(backend, extra_row):
     """A layer's W with many more rows than columns (the CUDA kernels split its rows in
     chunks, several column groups to a block; the simulator's shape has 3 chunks and 3
-    groups over 2 blocks)."""
+    groups over 2 blocks; with the extra row, 10 rows: chunks of 4, the last one short)."""
     rng = np.random.default_rng(61)
-    W = rng.normal(size=(9, 5) if tiny(backend) else (3000, 70)).astype(np.float32)
+    rows, cols = (9, 5) if tiny(backend) else (3000, 70)
+    W = rng.normal(size=(rows + extra_row, cols)).astype(np.float32)
     norms = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))
     limit = np.median(norms)
     got, ref = W.copy(), W.copy()
