@@ -51,7 +51,7 @@ def test_tiled_gemm_tiles_beyond_the_grid(monkeypatch):
     rng = np.random.default_rng(9)
     m, n = 5 * matmul.TILE + 1, 3 * matmul.TILE + 1
     for trans_a, trans_b in itertools.product([False, True], repeat=2):
-        a, b, product = operands(rng, m, n, matmul.TILE + 3, trans_a, trans_b)
+        a, b, product = operands(rng, m, n, matmul.TILE + 1, trans_a, trans_b)  # one k past a tile
         out = np.full((m, n), np.nan, dtype=np.float32)
         tiled_gemm(out, a, b, trans_a, trans_b)
         np.testing.assert_allclose(out, product, rtol=1e-5, atol=1e-5)
