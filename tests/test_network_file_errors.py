@@ -3,6 +3,7 @@ variable, exit code 1, no traceback and no output; never a Python exception, nor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -20,6 +21,7 @@ from destiny.io.dataset import SparseDataset, write_dataset
 from destiny.io.network_file import FORMAT_VERSION, read_network, write_network
 from destiny.netdef import LayerDef, LayerKind, NetworkDef
 
+from . import nctypes
 from .test_train import random_dataset, small_netdef
 
 DAMAGED = "The network file is damaged"
@@ -423,3 +425,91 @@ def test_a_newer_format_checkpoint_is_not_judged_another_run(checkpoints, tmp_pa
     result = run_train(tmp_path, "-e", "3", "-alpha", "0.5", flag)
     assert result.exit_code == 1 and "Upgrade Destiny to read it" in result.output, result.output
     assert "other settings" not in result.output
+
+
+
+def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
+    """A definition whose every field differs from its default and from the others (values
+    exact in float32), written and read back: the same definition, weights and biases, and
+    the values a hand reads in the file (spec 4.1 to 4.3), so that no attribute is written
+    from another field."""
+    from destiny.netdef import parse_netdef
+
+    d = {"Name": "roundtrip", "ErrorFunction": "ScaledMarginalCrossEntropy",
+         "ShuffleIndices": False, "Decay": 0.015625, "Maxout": {"k": 3},
+         "LRN": {"k": 2.5, "n": 7, "alpha": 0.0009765625, "beta": 0.625},
+         "SparsenessPenalty": {"p": 0.0625, "beta": 0.875},
+         "Denoising": {"p": 0.125},
+         "DeltaBoost": {"one": 1.75, "zero": 0.8125},
+         "ScaledMarginalCrossEntropy": {"oneTarget": 0.9375, "zeroTarget": 0.03125,
+                                        "oneScale": 2.5, "zeroScale": 0.375},
+         "Layers": [
+             {"Name": "In", "Kind": "Input", "N": 12, "DataSet": "gl_input", "Sparse": True},
+             {"Name": "Hid", "Kind": "Hidden", "N": 5, "Activation": "LeakyRectifiedLinear",
+              "pDropout": 0.25, "RELUSlope": 0.1875, "ELUAlpha": 1.25, "SELULambda": 1.125,
+              "WeightNorm": 2.5, "DeltaNorm": 3.5,
+              "SparsenessPenalty": {"p": 0.015625, "beta": 0.5625},
+              "WeightInit": {"Scheme": "Gaussian", "Scale": 0.0078125, "Bias": -0.4375}},
+             {"Name": "Out", "Kind": "Output", "N": 12, "DataSet": "gl_output",
+              "Activation": "Sigmoid", "Source": "Hid",
+              "WeightInit": {"Scheme": "Uniform", "Scale": 0.3125, "Bias": -2.5}}]}
+    nd = parse_netdef(d).resolve({"gl_input": 12, "gl_output": 12})
+    rng = np.random.default_rng(3)
+    weights = {0: rng.standard_normal((12, 5)).astype(np.float32),
+               1: rng.standard_normal((5, 12)).astype(np.float32)}
+    biases = {0: rng.standard_normal(5).astype(np.float32),
+              1: rng.standard_normal(12).astype(np.float32)}
+    path = tmp_path / "net.nc"
+    write_network(path, nd, weights, biases)
+    back = read_network(path)
+    # (NN_VERSION and the default SELULambda are float64 in the definition, float32 written)
+    f32 = lambda v: float(np.float32(v))  # noqa: E731
+    assert back.netdef == dataclasses.replace(nd, version=f32(nd.version), layers=tuple(
+        dataclasses.replace(layer, selu_lambda=f32(layer.selu_lambda)) for layer in nd.layers))
+    for k in (0, 1):
+        np.testing.assert_array_equal(back.weights[k], weights[k])
+        np.testing.assert_array_equal(back.biases[k], biases[k])
+    with netCDF4.Dataset(path) as nc:
+        got = {a: nc.getncattr(a) for a in nc.ncattrs()}
+    expected = {"name": "roundtrip", "errorFunction": 3, "maxout_k": 3, "decay": 0.015625,
+                "LRN_k": 2.5, "LRN_n": 7, "LRN_alpha": 0.0009765625, "LRN_beta": 0.625,
+                "bSparsenessPenalty": 1, "sparsenessPenalty_p": 0.0625,
+                "sparsenessPenalty_beta": 0.875, "bDenoising": 1, "denoising_p": 0.125,
+                "deltaBoost_one": 1.75, "deltaBoost_zero": 0.8125,
+                "SMCE_oneScale": 2.5, "SMCE_zeroScale": 0.375, "SMCE_oneTarget": 0.9375,
+                "SMCE_zeroTarget": 0.03125, "ShuffleIndices": 0, "layers": 3, "weights": 2,
+                "layer1_name": "Hid", "layer1_Nx": 5, "layer1_pDropout": 0.25,
+                "layer1_weightInitScale": 0.0078125, "layer1_biasInit": -0.4375,
+                "layer1_weightNorm": 2.5, "layer1_deltaNorm": 3.5,
+                "layer1_sparsenessPenalty_p": 0.015625, "layer1_sparsenessPenalty_beta": 0.5625,
+                "layer1_RELUSlope": 0.1875, "layer1_ELUAlpha": 1.25, "layer1_SELULambda": 1.125,
+                "layer1_sources": 1, "layer1_source0": "In", "layer2_dataSet": "gl_output",
+                "layer2_weightInitScale": 0.3125, "layer2_biasInit": -2.5,
+                "weight0_inputLayer": "In", "weight0_outputLayer": "Hid", "weight0_width": 5,
+                "weight0_height": 12, "weight1_width": 12, "weight1_height": 5}
+    assert {a: got[a] for a in expected} == expected
+    if nctypes.LIB is not None:  # the NetCDF types of spec 4.1 to 4.3
+        types = nctypes.types(path)
+        text = {"name", "checkpoint_name", "layer1_name", "layer1_dataSet", "layer1_source0",
+                "weight0_inputLayer", "weight0_outputLayer"}
+        ints = {"maxout_k", "LRN_n", "checkpoint_interval", "checkpoint_epochs"}
+        floats = {"version", "decay", "LRN_k", "LRN_alpha", "LRN_beta", "sparsenessPenalty_p",
+                  "sparsenessPenalty_beta", "denoising_p", "deltaBoost_one", "deltaBoost_zero",
+                  "SMCE_oneScale", "SMCE_zeroScale", "SMCE_oneTarget", "SMCE_zeroTarget",
+                  "weight0_norm"} | {f"layer1_{a}" for a in (
+                      "pDropout", "weightInitScale", "biasInit", "weightNorm", "deltaNorm",
+                      "sparsenessPenalty_p", "sparsenessPenalty_beta", "RELUSlope", "ELUAlpha",
+                      "SELULambda")}
+        uint64 = {f"weight0_{a}" for a in ("width", "height", "length", "depth", "breadth")}
+        uints = {"kind", "errorFunction", "bSparsenessPenalty", "bDenoising", "ShuffleIndices",
+                 "layers", "weights", "weight0_bShared", "weight0_bLocked"} | {
+                     f"layer1_{a}" for a in (
+                         "kind", "type", "Nx", "Ny", "Nz", "Nw", "dimensions", "kernelX",
+                         "kernelY", "kernelZ", "kernelDimensions", "kernelStrideX",
+                         "kernelStrideY", "kernelStrideZ", "kernelPaddingX", "kernelPaddingY",
+                         "kernelPaddingZ", "weightInit", "activation", "attributes", "sources",
+                         "skips")}
+        spec = {**dict.fromkeys(text, nctypes.NC_CHAR), **dict.fromkeys(ints, nctypes.NC_INT),
+                **dict.fromkeys(floats, nctypes.NC_FLOAT), **dict.fromkeys(uints, nctypes.NC_UINT),
+                **dict.fromkeys(uint64, nctypes.NC_UINT64)}
+        assert {a: types[a] for a in spec} == spec
