@@ -70,6 +70,16 @@ def test_json_output_and_counts():
     assert "1 held-out user has no line in recs.txt; it counts as an empty list" in result.stderr
 
 
+def test_a_user_with_nothing_held_out_and_no_line_is_skipped_not_missing():
+    """u5 holds out nothing and has no recommendation line: skipped (nothing to score), and
+    not among the held-out users missing a line (only u3 is), whose empty lists count."""
+    write("held.txt", HELD + "u5\t\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    same(json.loads(result.stdout), {**MODEL, "skipped": 2})
+    assert "1 held-out user has no line in recs.txt" in result.stderr
+
+
 def test_table_output():
     result = invoke(["--recommendations", "recs.txt", "--held-out", "held.txt", "--k", "2"])
     assert result.exit_code == 0, result.output + result.stderr
