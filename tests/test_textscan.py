@@ -346,3 +346,48 @@ def test_an_index_with_a_byte_order_mark_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"line 1, column 1: the file starts with the bytes "
                                               r"FF FE, a UTF-16 byte-order mark"):
         index.read_index(path)
+
+
+def test_an_index_line_may_end_with_a_tab_and_hold_the_largest_32_bit_index(tmp_path):
+    """Spec 1.3: ``label<TAB>index`` with a trailing TAB tolerated, as DSSTNE's reader does;
+    indices are 32-bit (int32 here), so 2**31 - 1 is the largest one read and 2**31 is refused
+    (it would wrap onto another feature)."""
+    from destiny.errors import DataFormatError
+    from destiny.io import index
+
+    path = tmp_path / "index"
+    path.write_bytes(b"a\t0\t\nb\t2147483647\n")
+    labels, values = index.read_index(path)
+    assert labels == ["a", "b"] and values.tolist() == [0, 2**31 - 1]
+    path.write_bytes(b"a\t0\nb\t2147483648\n")
+    with pytest.raises(DataFormatError, match=r"line 2: the index 2147483648 of 'b' is too "
+                                              r"large"):
+        index.read_index(path)
+
+
+def test_the_index_digest_covers_the_entries_below_n_as_written(tmp_path):
+    """A dataset records the digest of its feature index's entries numbered below n (the
+    index's size then): the sha256 of their lines as write_index writes them, sorted by index.
+    An index grown since by -m (entries n and up) has the same digest below n."""
+    import hashlib
+
+    from destiny.io import index
+
+    expected = hashlib.sha256(b"a\t0\nb\t1\n").hexdigest()[:32]
+    assert index.index_digest(["b", "a"], np.array([1, 0]), 2) == expected
+    assert index.index_digest(["b", "a", "c"], np.array([1, 0, 2]), 2) == expected
+    path = tmp_path / "features"
+    index.write_index(path, ["b", "a", "c"], np.array([1, 0, 2]))
+    assert path.read_bytes() == b"a\t0\nb\t1\nc\t2\n"
+
+
+def test_an_index_giving_one_index_to_two_labels_is_refused_even_with_two_lines(tmp_path):
+    """Two labels on one index would merge two features; the smallest such file, two lines."""
+    from destiny.errors import DataFormatError
+    from destiny.io import index
+
+    path = tmp_path / "index"
+    path.write_bytes(b"a\t0\nb\t0\n")
+    with pytest.raises(DataFormatError, match=r"line 2: index 0 is given to both 'a' \(line 1\) "
+                                              r"and 'b'"):
+        index.read_index(path)
