@@ -783,6 +783,32 @@ def test_keep_checkpoints_removes_only_this_runs_older_ones(files):
     assert (files / "net.nc5.nc").read_bytes() == earlier
 
 
+def test_the_latest_checkpoint_is_the_last_epoch_of_the_run_started_last(tmp_path):
+    """checkpoint_path names DSSTNE's gl.nc10.nc; latest_checkpoint takes the last epoch of
+    the run started last (destiny_run_started), a checkpoint of an earlier version (no start
+    recorded) counting as oldest and one that cannot be read as newest, whatever the epochs."""
+    import netCDF4
+
+    from destiny.io.checkpoint import checkpoint_path, latest_checkpoint
+
+    net = tmp_path / "gl.nc"
+    assert checkpoint_path(net, 10) == f"{net}10.nc"
+
+    def checkpoint(epoch, started=None):
+        with netCDF4.Dataset(checkpoint_path(net, epoch), "w", format="NETCDF4") as nc:
+            nc.setncattr("destiny_settings", "{}")
+            if started is not None:
+                nc.setncattr("destiny_run_started", np.float64(started))
+
+    checkpoint(9)             # an earlier version's, of a later epoch
+    checkpoint(7, started=200.0)
+    checkpoint(8, started=100.0)  # an earlier run's, of a later epoch
+    checkpoint(3, started=200.0)
+    assert latest_checkpoint(net) == (f"{net}7.nc", 7)
+    (tmp_path / "gl.nc2.nc").write_bytes(b"damaged")
+    assert latest_checkpoint(net) == (f"{net}2.nc", 2)
+
+
 def test_keep_checkpoints_without_checkpoints_says_so(files):
     result = run_train(files, "-e", "1", "--checkpoint-every", "0", "--keep-checkpoints", "2")
     assert result.exit_code == 0, result.output
