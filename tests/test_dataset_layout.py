@@ -88,6 +88,17 @@ def test_width_counts_index_entries_rounded_to_128():
     assert [round_up_width(n) for n in (1, 127, 128, 129, 27278)] == [128, 128, 128, 256, 27392]
 
 
+def test_width_is_the_index_size_rounded_not_the_largest_index_used(tmp_path):
+    """Spec 1.5: width0 = F rounded up to 128, F the feature index's entries (after updates),
+    "not max index + 1": an index of 130 entries gives 256 to a file using features 0 and 1."""
+    (tmp_path / "features").write_text("".join(f"f{i}\t{i}\n" for i in range(130)))
+    run(tmp_path, "u1\tf1:f0\n")
+    ds = read_dataset(tmp_path / "out.nc")
+    assert ds.width == 256 and ds.indices.tolist() == [1, 0]
+    run(tmp_path, "u1\tf1:new\n", "-m")  # 131 entries now: still 256
+    assert read_dataset(tmp_path / "out.nc").width == 256
+
+
 def test_first_appearance_order_and_duplicates_kept(tmp_path):
     # Features and samples are numbered in order of first appearance (spec 1.3); a feature
     # repeated within a sample is kept twice (quirk 10.5).
@@ -112,6 +123,16 @@ def test_rows_follow_reused_sample_index(tmp_path):
     assert "holds 1 sample that is not in this input" in result.output
     # No new samples: the sample index is left as it was.
     assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
+
+
+def test_samples_of_the_index_missing_from_the_input_are_counted_beside_new_ones(tmp_path):
+    """The note counts the sample index's samples this input lacks (b), not the input's new
+    ones (z, numbered after the index's: len(index), spec 1.3)."""
+    (tmp_path / "samples").write_text("a\t0\nb\t1\n")
+    result = run(tmp_path, "z\ty\na\tx\n", "-c")
+    assert "holds 1 sample that is not in this input" in result.output
+    assert (tmp_path / "samples").read_text() == "a\t0\nb\t1\nz\t2\n"
+    assert read_dataset(tmp_path / "out.nc").indices.tolist() == [1, 0]  # a (0), then z (2)
 
 
 def test_index_outputs_left_as_they_were_take_the_datasets_time_for_make(tmp_path):
@@ -159,6 +180,16 @@ def test_merge_appends_new_features(tmp_path):
     run(tmp_path, "u1\tc:a\nu2\td\n", "-m")
     assert (tmp_path / "features").read_text() == "a\t0\nb\t1\nc\t2\nd\t3\n"
     assert read_dataset(tmp_path / "out.nc").indices.tolist() == [2, 0, 3]
+
+
+def test_a_merged_index_is_written_sorted_by_index(tmp_path):
+    """An index numbered 0..n-1 but listed out of order (edited, or another tool's) is written
+    back in index order once -m adds to it, the new entries after; the sample index too."""
+    (tmp_path / "features").write_text("b\t1\na\t0\n")
+    (tmp_path / "samples").write_text("u2\t1\nu1\t0\n")
+    run(tmp_path, "u3\tc:a\n", "-m")
+    assert (tmp_path / "features").read_text() == "a\t0\nb\t1\nc\t2\n"
+    assert (tmp_path / "samples").read_text() == "u1\t0\nu2\t1\nu3\t2\n"
 
 
 def test_create_ignores_existing_feature_index(tmp_path):
@@ -369,3 +400,25 @@ def test_outputs_through_links_replace_the_target_and_devices_are_refused(tmp_pa
     assert "null: is a device, pipe or socket, not a file" in result.output
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
     assert not (tmp_path / "f2").exists() and not (tmp_path / "s2").exists()
+
+
+@pytest.mark.parametrize("datatype,stored,expected", [
+    (8, ("u1", [0, 64, 255]), [0.0, 0.25, 255 / 256]),   # UChar: x / 256 (spec 2.3)
+    (9, ("i1", [-128, 32, 127]), [-1.0, 0.25, 127 / 128]),  # Char: x / 128
+])
+def test_eight_bit_values_are_scaled_as_dsstne_scales_them(tmp_path, datatype, stored, expected):
+    kind, numbers = stored
+    with netCDF4.Dataset(tmp_path / "c.nc", "w", format="NETCDF4") as nc:
+        for key, value in (("datasets", 1), ("attributes0", 1), ("kind0", 0),
+                           ("dataType0", datatype), ("dimensions0", 1), ("width0", 128)):
+            nc.setncattr(key, np.uint32(value))
+        nc.setncattr("name0", "x")
+        nc.createDimension("examplesDim0", 1)
+        nc.createDimension("sparseDataDim0", 3)
+        for var, dtype, dim, value in (("sparseStart0", "u4", "examplesDim0", [0]),
+                                       ("sparseEnd0", "u4", "examplesDim0", [3]),
+                                       ("sparseIndex0", "u4", "sparseDataDim0", [0, 1, 2]),
+                                       ("sparseData0", kind, "sparseDataDim0", numbers)):
+            nc.createVariable(var, dtype, (dim,))[:] = value
+    back = read_dataset(tmp_path / "c.nc")
+    assert back.values.dtype == np.float32 and back.values.tolist() == expected
