@@ -211,6 +211,16 @@ def test_duplicate_sample_names_both_lines():
     assert "'u1'" in message and "first on line 1" in message
 
 
+def test_a_sample_repeated_in_the_next_file_of_a_directory_names_each_file_and_line():
+    os.mkdir("parts")
+    write("parts/a.txt", "u1\ta\nu2\tb\n")
+    write("parts/b.txt", "u2\tc\nu3\td\n")
+    message = fails(["-i", "parts", *OUTPUTS, "-c"])
+    assert message.startswith(f"Error: {os.path.join('parts', 'b.txt')}, line 1: the sample "
+                              f"'u2' appears again (first on line 2 of "
+                              f"{os.path.join('parts', 'a.txt')})"), message
+
+
 def test_byte_order_mark():
     """Some Windows editors start UTF-8 text with EF BB BF; read as text it would become part
     of the first sample's name ('\ufeff1'), which then matches nothing downstream."""
