@@ -672,3 +672,29 @@ def test_merging_the_ranks_top_k_is_the_top_k_of_all(ranks):
         merged = merge_top_k(items, best, k)
         np.testing.assert_array_equal(merged[0], expected[0])
         np.testing.assert_array_equal(merged[1], expected[1])
+
+
+def test_a_k_beyond_an_output_layer_without_padding_gives_every_item(tmp_path):
+    """A DSSTNE network whose output layer has exactly as many units as the index has items
+    (no padding units): -k beyond them lists all four, best first, each score as %4.3f."""
+    from destiny.io.network_file import write_network
+    from destiny.netdef import parse_netdef
+
+    nd = parse_netdef({"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "gl_output", "Source": "Input",
+         "Activation": "Linear"}]}).resolve({})
+    # Linear output: the scores are the rows of W listed plus the bias, worked by hand.
+    W = np.float32([[0.5, 0.25, 0.0, 0.125], [0.0, 0.5, 0.25, 0.0],
+                    [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    write_network(tmp_path / "gl.nc", nd, {0: W}, {0: np.float32([0.0, 0.0, 0.0625, 0.0])})
+    index = "a\t0\nb\t1\nc\t2\nd\t3\n"
+    for name in ("features_input", "features_output"):
+        (tmp_path / name).write_text(index)
+    (tmp_path / "in.txt").write_text("u1\ta:b\nu2\tc\n")
+    result = run(tmp_path, "-r", str(tmp_path / "in.txt"), "-k", "99",
+                 output=str(tmp_path / "recs.txt"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "recs.txt").read_text() == (
+        "u1\tb,0.750:a,0.500:c,0.312:d,0.125:\n"
+        "u2\tc,0.062:a,0.000:b,0.000:d,0.000:\n")
