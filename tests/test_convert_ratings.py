@@ -250,6 +250,8 @@ ERRORS = [
      "line 1: the rating 'inf' is not a number within float32's range"),
     ("value beyond float32", "1::10::4::-1e39\n", [],
      "line 1: the timestamp '-1e39' is not a number within float32's range"),
+    ("value float32 rounds to infinity", "1::10::4::3.4028236e38\n", [],
+     "line 1: the timestamp '3.4028236e38' is not a number within float32's range"),
     # Chunks of digits, points and separators only: their values are not read one by one.
     ("value two points", "1,10,4.0,1.2.3\n", [],
      "line 1: the timestamp '1.2.3' is not a number within float32's range"),
@@ -320,7 +322,7 @@ def test_a_chunk_is_plain_only_where_every_field_is_a_float32():
         plain = ratings_mod._plain(text)
         assert plain == bool(reference(fields)), text
         if plain:  # what the fast path relies on
-            assert all(abs(float(f)) <= ratings_mod._FLOAT32_MAX for f in fields), text
+            assert all(abs(float(f)) < ratings_mod._FLOAT32_OVERFLOW for f in fields), text
         seen.add(plain)
     assert seen == {True, False}
     assert not ratings_mod._plain("1,10,4.5,100\n2,é,4,5\n")
@@ -378,3 +380,11 @@ def test_error_names_file_and_line(tmp_path):
         convert(src)
     assert (info.value.path, info.value.line) == (str(src), 2)
     assert os.fspath(src) in str(info.value)
+
+
+def test_a_value_float32_rounds_to_its_max_is_written(tmp_path):
+    """float32's largest value, in full or as NumPy prints it, is within its range: written,
+    as generate-netcdf reads it (to that max)."""
+    path = tmp_path / "u.data"
+    path.write_text("1\t10\t4\t3.4028234663852886e38\n1\t11\t4\t-3.4028235e38\n")
+    assert convert(path) == "1\t10,3.4028234663852886e38:11,-3.4028235e38\n"

@@ -33,7 +33,9 @@ def parse_value(s: str):
 
 @pytest.mark.parametrize("text", ["0", "3", "-2", "+7", "1.5", "-0.25", ".5", "5.", "1e3",
                                   "2.5E-3", "-1e+2", "1364613781", "0.1", "3.4e38",
-                                  "123456789012345678901234", "0.000000000000000000000123"])
+                                  "123456789012345678901234", "0.000000000000000000000123",
+                                  # float32's max, exactly and as NumPy prints it (stof's too)
+                                  "3.4028234663852886e38", "-3.4028235e38"])
 def test_parse_value_accepts_decimal_numbers(text):
     ok, value = parse_value(text)
     assert ok
@@ -41,7 +43,8 @@ def test_parse_value_accepts_decimal_numbers(text):
 
 
 @pytest.mark.parametrize("text", ["-", "+", ".", "e3", "1e", "1e+", "12x", "x12", "nan", "inf",
-                                  "1_0", " 1", "1 ", "0x10", "1.2.3", "--1", "1e400", "3.5e38"])
+                                  "1_0", " 1", "1 ", "0x10", "1.2.3", "--1", "1e400", "3.5e38",
+                                  "3.4028236e38"])  # (float32 rounds it to infinity)
 def test_parse_value_rejects_the_rest(text):
     assert parse_value(text) == (False, 0.0)
 
@@ -149,7 +152,7 @@ def reference_fault(data: bytes, known: set | None) -> tuple[int, int]:
             if not name:
                 return textscan.EMPTY_FEATURE, p
             if value and not (_DECIMAL.fullmatch(value)
-                              and abs(float(value)) <= 3.4028234663852886e38):
+                              and abs(float(value)) < 2.0**128 - 2.0**103):  # float32 finite
                 return textscan.BAD_VALUE, p + len(name) + 1
             if known is not None and name not in known:
                 return textscan.UNKNOWN_FEATURE, p
@@ -391,3 +394,21 @@ def test_an_index_giving_one_index_to_two_labels_is_refused_even_with_two_lines(
     with pytest.raises(DataFormatError, match=r"line 2: index 0 is given to both 'a' \(line 1\) "
                                               r"and 'b'"):
         index.read_index(path)
+
+
+def test_a_value_that_float32_rounds_to_its_max_is_read_and_one_beyond_is_named(tmp_path):
+    """float32's largest value written in full (3.4028234663852886e38, Python's repr of it) was
+    refused as 'not a number': the parse's arithmetic put it a little above the max. It and
+    NumPy's 3.4028235e38 are read as that max, as C's stof reads them (a value is within
+    float32's range if float32 rounds it to a finite number); 3.4028236e38 rounds to infinity."""
+    from destiny.errors import DataFormatError
+
+    path = tmp_path / "in.txt"
+    path.write_text("u1\ta,3.4028234663852886e38:b,-3.4028235e38:c,1\n")
+    records = read_records([str(path)], LabelTable(), update=True)
+    big = np.finfo(np.float32).max
+    assert records.values.tolist() == [big, -big, 1.0]
+    path.write_text("u1\ta,3.4028236e38\n")
+    with pytest.raises(DataFormatError, match=r"column 6: the value '3.4028236e38' .* is beyond "
+                                              r"float32's range"):
+        read_records([str(path)], LabelTable(), update=True)

@@ -249,7 +249,7 @@ def _rating(text: str, path, lineno: int, fmt: str) -> float:
     return rating
 
 
-_FLOAT32_MAX = 3.4028234663852886e38  # np.finfo(np.float32).max
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103  # float32 rounds this and above to infinity
 _DIGITS = b"0123456789"
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _POINT_ALONE = re.compile(rb"\.(?![0-9])(?<![0-9]\.)")
@@ -275,7 +275,7 @@ def _plain(text: str) -> bool:
 def _check_number(text: str, value: str, path, lineno: int, fmt: str) -> None:
     """Raise unless ``text`` (the field --value writes) is a number within float32's range,
     as generate-netcdf will read it: checked here so that the message names this file's line."""
-    if not abs(_number(text)) <= _FLOAT32_MAX:  # (NaN too)
+    if not abs(_number(text)) < _FLOAT32_OVERFLOW:  # (NaN too)
         raise DataFormatError(path, f"the {value} {_show(text)} is not a number within float32's "
                               "range, but --value writes it as each item's value, which "
                               "generate-netcdf reads as a float32; expected rows of "

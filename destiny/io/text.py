@@ -260,7 +260,7 @@ def _beyond_float32(text: str) -> bool:
     if not _DECIMAL.fullmatch(text):
         return False
     value = float(text)
-    return math.isfinite(value) and abs(value) > float(np.finfo(np.float32).max)
+    return math.isfinite(value) and abs(value) >= textscan.FLOAT32_OVERFLOW
 
 
 def _chunks(path):

@@ -149,6 +149,13 @@ def table_rehash(slots, key_hash, n_keys):
         slots[i] = k
 
 
+# The least magnitude float32 rounds to infinity: 2**128 - 2**103, half an ulp above its largest
+# value (3.4028234663852886e38). A value below it is within float32's range as C's stof reads
+# it: 3.4028235e38, NumPy's float32 max, is that max; so too its exact decimal, which the
+# rounding of the arithmetic below can put a little above the max.
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
 @njit(cache=True)
 def _parse_value(buf, start, end):
     """Parse a decimal float (``-1.5``, ``3``, ``.5``, ``2e-3``); return (ok, value).
@@ -205,7 +212,7 @@ def _parse_value(buf, start, end):
         v /= 10.0**-exp10
     if neg:
         v = -v
-    if not np.isfinite(v) or abs(v) > 3.4028234663852886e38:
+    if not np.isfinite(v) or abs(v) >= FLOAT32_OVERFLOW:
         return False, 0.0
     return True, v
 
