@@ -241,6 +241,7 @@ def test_large_input_spans_several_chunks(tmp_path, monkeypatch):
     ds = read_dataset(tmp_path / "out.nc")
     expected = np.concatenate([[index[f"f{j}"] for j in r] for r in rows])
     np.testing.assert_array_equal(ds.indices, expected)
+    np.testing.assert_array_equal(ds.indptr, np.cumsum([0] + [len(r) for r in rows]))
     order = list(dict.fromkeys(f"f{j}" for r in rows for j in r))
     assert labels == order and values.tolist() == list(range(len(order)))
 
