@@ -698,3 +698,14 @@ def test_a_k_beyond_an_output_layer_without_padding_gives_every_item(tmp_path):
     assert (tmp_path / "recs.txt").read_text() == (
         "u1\tb,0.750:a,0.500:c,0.312:d,0.125:\n"
         "u2\tc,0.062:a,0.000:b,0.000:d,0.000:\n")
+
+
+def test_without_k_a_sample_gets_100_recommendations_and_4_3f_scores(model, tmp_path):
+    """Spec 8.1: -k defaults to 100 and -p to 4.3f. The model's 90 items give every line
+    all its recommendable items, as -k 100 -p 4.3f does, more than 10 on a line."""
+    default, explicit = tmp_path / "default.txt", tmp_path / "explicit.txt"
+    assert run(model, "-r", str(model / "ratings.txt"), output=str(default)).exit_code == 0
+    assert run(model, "-r", str(model / "ratings.txt"), "-k", "100", "-p", "4.3f",
+               output=str(explicit)).exit_code == 0
+    assert default.read_text() == explicit.read_text()
+    assert max(len(v) for v in records(default).values()) > 10
