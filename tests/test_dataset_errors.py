@@ -142,6 +142,10 @@ CASES = [
     ("nan-weight", dict(attrs={"attributes0": np.uint32(3 | 128)}, variables={
         "dataWeight0": ("f4", changed(np.ones(ROWS, np.float32), 3, np.nan))}),
      "has the weight nan for example 3 in dataWeight0"),
+    # (index0 names the stored examples 0..ROWS-1: ROWS, one past the last, is outside)
+    ("row-index-one-past", dict(attrs={"attributes0": np.uint32(3 | 64)}, variables={
+        "index0": ("u4", changed(np.arange(ROWS), 5, ROWS))}),
+     f"has index0 values outside 0..{ROWS - 1}"),
     ("float-row-index", dict(attrs={"attributes0": np.uint32(3 | 64)}, variables={
         "index0": ("f4", np.arange(ROWS) + 0.5)}),
      "the variable 'index0' is stored as float32; expected one dimension of integers"),

@@ -232,7 +232,7 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
         rows = _var(nc, path, f"index{n}", integer=True).astype(np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(start)):
             raise DataFormatError(path, f"dataset {name!r} has index{n} values outside "
-                                  f"0..{len(start) - 1}.")
+                                  f"0..{len(start) - 1}; {_DAMAGED}.")
         start, lengths = start[rows], lengths[rows]
     if not lengths.any():
         # As write_dataset and DSSTNE's loader (spec 2.4): nothing to train on or to predict.
