@@ -388,3 +388,11 @@ def test_a_value_float32_rounds_to_its_max_is_written(tmp_path):
     path = tmp_path / "u.data"
     path.write_text("1\t10\t4\t3.4028234663852886e38\n1\t11\t4\t-3.4028235e38\n")
     assert convert(path) == "1\t10,3.4028234663852886e38:11,-3.4028235e38\n"
+
+
+def test_the_float32_bound_is_the_scanners():
+    """convert_ratings restates the text scanner's bound (to read CSV without numba): the two
+    must agree, or it would pass a value generate-netcdf then refuses."""
+    from destiny.io import ratings, textscan
+
+    assert ratings._FLOAT32_OVERFLOW == textscan.FLOAT32_OVERFLOW

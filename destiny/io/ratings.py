@@ -249,7 +249,9 @@ def _rating(text: str, path, lineno: int, fmt: str) -> float:
     return rating
 
 
-_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103  # float32 rounds this and above to infinity
+# float32 rounds this and above to infinity: textscan.FLOAT32_OVERFLOW, restated so that
+# convert_ratings does not load numba (textscan's kernels) to read a CSV file.
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 _DIGITS = b"0123456789"
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _POINT_ALONE = re.compile(rb"\.(?![0-9])(?<![0-9]\.)")
