@@ -364,6 +364,9 @@ MPI_SCRIPT = textwrap.dedent("""
     seen = []
     gather_in_order(comm, 10, 2, lambda lo, hi: list(range(lo, hi)), seen.extend)
     assert seen == (list(range(10)) if r == 0 else []), seen
+    seen = []  # 11 items by 2: a chunk boundary every 2 items, the last chunk one item
+    gather_in_order(comm, 11, 2, lambda lo, hi: (lo, hi), seen.append)
+    assert seen == ([(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 11)] if r == 0 else []), seen
     try:
         with all_or_none(comm):
             if r == 1:
