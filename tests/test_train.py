@@ -548,6 +548,18 @@ def test_the_same_seed_writes_the_same_network_file_byte_for_byte(files):
     assert "run_started" in destiny_attributes(files / "net.nc2.nc")
 
 
+def test_without_seed_or_checkpoint_flags_train_seeds_12134_and_checkpoints_every_10(files):
+    """The defaults: DSSTNE's FIXED_SEED 12134 (spec 1) and a checkpoint every 10 epochs
+    (README's --checkpoint-every): 10 epochs write NET.nc10.nc and no other checkpoint, and
+    the weights are those of an explicit --seed 12134."""
+    assert run_train(files, "-b", "300", "-e", "10").exit_code == 0
+    assert sorted(p.name for p in files.glob("net.nc*.nc")) == ["net.nc10.nc"]
+    assert run_train(files, "-b", "300", "-e", "10", "--seed", "12134", "--checkpoint-every",
+                     "0", network="again.nc").exit_code == 0
+    for a, b in zip(weights_of(files / "net.nc"), weights_of(files / "again.nc"), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_train_refuses_to_overwrite(files):
     (files / "net.nc").write_bytes(b"keep me")
     result = run_train(files, "-e", "1")
