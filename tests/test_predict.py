@@ -235,6 +235,24 @@ def test_tf32_on_the_cpu_changes_nothing(model, tmp_path):
     assert tf32.read_text() == plain.read_text()
 
 
+@pytest.mark.parametrize("flags, expected", [([], ("auto", False)),
+                                             (["--backend", "cpu", "--tf32"], ("cpu", True))])
+def test_backend_and_tf32_reach_the_backend(model, tmp_path, monkeypatch, flags, expected):
+    """--backend (auto by default) and --tf32 (off) choose the kernels predict scores with."""
+    import destiny.kernels
+
+    real, asked = destiny.kernels.get_backend, []
+
+    def spy(backend, tf32=False, **kw):
+        asked.append((backend, tf32))
+        return real("cpu", **kw)
+
+    monkeypatch.setattr(destiny.kernels, "get_backend", spy)
+    result = run(model, "-r", str(model / "ratings.txt"), *flags, output=str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert asked == [expected]
+
+
 def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     index = tmp_path / "features_output"
     lines = (model / "features_output").read_text()

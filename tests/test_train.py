@@ -560,6 +560,23 @@ def test_without_seed_or_checkpoint_flags_train_seeds_12134_and_checkpoints_ever
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("flags, expected", [([], ("auto", False)),
+                                             (["--backend", "cpu", "--tf32"], ("cpu", True))])
+def test_backend_and_tf32_reach_the_backend(files, monkeypatch, flags, expected):
+    """--backend (auto by default) and --tf32 (off) choose the kernels train gets."""
+    import destiny.fit
+
+    asked = []
+
+    def spy(backend, tf32=False, **kw):
+        asked.append((backend, tf32))
+        return get_backend("cpu", **kw)
+
+    monkeypatch.setattr(destiny.fit, "get_backend", spy)
+    assert run_train(files, "-b", "300", "-e", "1", *flags).exit_code == 0
+    assert asked == [expected]
+
+
 def test_train_refuses_to_overwrite(files):
     (files / "net.nc").write_bytes(b"keep me")
     result = run_train(files, "-e", "1")
