@@ -253,6 +253,24 @@ def test_backend_and_tf32_reach_the_backend(model, tmp_path, monkeypatch, flags,
     assert asked == [expected]
 
 
+def test_quiet_predict_writes_nothing_to_stderr_and_batches_1024(model, tmp_path, monkeypatch):
+    """-q: no summary on stderr (README); without -b, batches of 1024 samples (spec 8.1)."""
+    import destiny.predict
+
+    real, batches = destiny.predict.predict_file, []
+
+    def spy(*args, **kw):
+        batches.append(kw["batch_size"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(destiny.predict, "predict_file", spy)
+    result = run(model, "-r", str(model / "ratings.txt"), "-q", output=str(tmp_path / "r"))
+    assert result.exit_code == 0 and result.output == "", result.output
+    assert batches == [1024]
+    assert "wrote" in run(model, "-r", str(model / "ratings.txt"),
+                          output=str(tmp_path / "again")).output  # (the summary -q leaves out)
+
+
 def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     index = tmp_path / "features_output"
     lines = (model / "features_output").read_text()
@@ -269,8 +287,9 @@ def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(model / "ratings.txt"), "-k", "2", "-p", fmt, output=str(out))
     assert result.exit_code == 0, result.output
-    first = out.read_text().splitlines()[0].split("\t")[1].split(":")[0]
-    float(first.split(",")[1])
+    for pair in out.read_text().splitlines()[0].split("\t")[1].split(":")[:-1]:
+        score = pair.split(",")[1]
+        assert f"%{fmt}" % float(score) == score  # written with -p's conversion
 
 
 @pytest.mark.parametrize("args,message", [
