@@ -580,14 +580,19 @@ def test_no_features_at_all(mode):
     assert "NAME<TAB>feature" in message and "-f" not in message
 
 
-def test_unknown_features_dropped():
-    """Not an error: the unknown feature is dropped and counted on stderr; outputs are written."""
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["", "quiet"])
+def test_unknown_features_dropped(quiet):
+    """Not an error: the unknown feature is dropped and counted on stderr, -q or not (the
+    data lost is no progress or summary); outputs are written."""
     write("in.txt", "u1\tg_a:zz\nu2\tg_b\n")
     before = snapshot()
-    result = invoke(["-i", "in.txt", *OUTPUTS])
+    result = invoke(["-i", "in.txt", *OUTPUTS, *quiet])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert "dropped 1 feature that is not in features.idx, from 1 line " in result.stderr
+    if quiet:  # (the dropped line alone)
+        assert result.stderr.startswith("generate-netcdf: dropped") and "wrote" not in \
+            result.stderr, result.stderr
     after = snapshot()
     assert after["features.idx"] == before["features.idx"]  # reused, not rewritten
     assert after["out.nc"] != before["out.nc"]
