@@ -341,6 +341,17 @@ def test_launcher_without_mpi4py_is_a_clear_error():
                                   "but mpi4py is not installed"), done.stdout + done.stderr
 
 
+def test_a_command_under_a_launcher_without_mpi4py_exits_1_with_the_message():
+    """Bad input's exit status 1 (not click's 2 for usage), the message on stderr alone."""
+    code = ("import sys; sys.modules['mpi4py'] = None; sys.argv = ['train', '-h']\n"
+            "from destiny.cli.train import main; main()")
+    done = subprocess.run([sys.executable, "-c", code], env=plain_env(PMI_SIZE="2", PMI_RANK="0"),
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.startswith("Error: started by an MPI launcher with 2 processes, but "
+                                  "mpi4py is not installed"), done.stderr
+
+
 # The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2;
 # then a stop signal that one rank gets.
 MPI_SCRIPT = textwrap.dedent("""
