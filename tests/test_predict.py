@@ -194,13 +194,16 @@ def test_k_above_128_and_above_the_item_count(model, tmp_path):
     assert max(len(v) for v in recs.values()) > 0
 
 
-def test_unknown_features_still_get_a_line(model, tmp_path):
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["", "quiet"])
+def test_unknown_features_still_get_a_line(model, tmp_path, quiet):
+    """The features dropped are reported, -q or not (it leaves out the summary alone)."""
     src = tmp_path / "in.txt"
     known = (model / "ratings.txt").read_text().splitlines()[0].split("\t")[1]
     src.write_text(f"stranger\tnot-an-item:nor-this\nregular\t{known}:unknown-item\n")
     out = tmp_path / "recs.txt"
-    result = run(model, "-r", str(src), "-k", "3", output=str(out))
+    result = run(model, "-r", str(src), "-k", "3", *quiet, output=str(out))
     assert result.exit_code == 0, result.output
+    assert ("wrote" in result.stderr) != bool(quiet)
     assert "dropped 3 features" in result.stderr and "from 2 lines" in result.stderr
     assert "1 sample has no known feature; its recommendations" in result.stderr
     recs = records(out)
@@ -303,11 +306,15 @@ def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     (["-p", "4.3f,9"], "'4.3f,9' is not a printf conversion"),  # a ',' inside the records
     (["-r", "nope.txt"], "nope.txt: the input file does not exist; check the -r path"),
     (["-f", "nope.txt"], "nope.txt: the input file does not exist; check the -f path"),
+    (["-k", "0"], "0 is not in the range x>=1"),
+    (["-b", "0"], "0 is not in the range x>=1"),
 ])
 def test_predict_errors(model, tmp_path, args, message):
+    """Bad input exits 1; a value the command line refuses (-p, -k, -b) is a usage error, 2."""
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(model / "ratings.txt"), *args, output=str(out))
-    assert result.exit_code in (1, 2) and message in result.output
+    assert result.exit_code == (2 if args[0] in ("-p", "-k", "-b") else 1), result.output
+    assert message in result.output
     assert not out.exists()
 
 

@@ -660,6 +660,10 @@ def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files
     ("-mu1", "-0.5", "-0.5 is not in the range 0.0<=x<1.0"),
     ("--seed", "-1", "-1 is not in the range 0<=x<=9223372036854775807"),  # (a traceback)
     ("--seed", str(2**63), "is not in the range"),  # (failed once the network was trained)
+    ("-e", "0", "0 is not in the range x>=1"),
+    ("-b", "0", "0 is not in the range x>=1"),
+    ("--checkpoint-every", "-1", "-1 is not in the range x>=0"),
+    ("--keep-checkpoints", "-1", "-1 is not in the range x>=0"),
 ])
 def test_hyperparameters_out_of_range_are_usage_errors(files, flag, value, message):
     """A negative or NaN learning rate used to train (or 'diverge') instead of being refused."""
