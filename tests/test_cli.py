@@ -1208,7 +1208,8 @@ def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatc
         return GenerateReport(samples=1, entries=2, width=2, features=2, new_features=2,
                               new_samples=1, dropped=0, lines_with_drops=0)
 
-    monkeypatch.setattr(command, "progress_bar", lambda total, desc: Bar())
+    bars = []
+    monkeypatch.setattr(command, "progress_bar", lambda total, desc: bars.append(Bar()) or bars[0])
     monkeypatch.setattr(destiny.generate, "generate_netcdf", run)
     (tmp_path / "in.txt").write_text("u1\tx:y\n")
     result = CliRunner().invoke(command.generate_netcdf, [
@@ -1218,6 +1219,7 @@ def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatc
     size = (tmp_path / "in.txt").stat().st_size
     assert events == [("update", 3), ("lock taken",), ("reset", size), ("update", 5),
                       ("update", 7)]
+    assert bars[0].disable  # -q: no bar
 
 
 # Names that are not UTF-8: Python holds a byte of a file name or of the command line that is
