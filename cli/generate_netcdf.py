@@ -37,7 +37,9 @@ NAME = "generate-netcdf"
                    "analog: keep each value (0.0 where a feature has none).")
 @click.option("--strict", is_flag=True,
               help="Make features missing from a reused index an error instead of dropping them.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary or progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No summary or progress on stderr (features dropped as unknown are still "
+                   "reported).")
 @library_errors
 def generate_netcdf(input_path, output, dataset_name, feature_index, sample_index, create, merge,
                     data_type, strict, quiet):

@@ -69,7 +69,9 @@ def _check_format(ctx, param, fmt: str) -> str:
                    "process. Without it every process holds the whole network and scores its "
                    "share of the samples, with no collective per batch.")
 @tf32_option
-@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress or summary on stderr (input features dropped as unknown are "
+                   "still reported).")
 @library_errors
 def predict(network_path, input_path, input_index, output_index, output_path, filter_path,
             filter_mode, dataset, k, batch, score_format, layer, backend, split_layers, tf32,
