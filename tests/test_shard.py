@@ -103,6 +103,11 @@ def test_each_rank_holds_its_part_of_every_matrix_and_dataset():
         net.initialize(7)
         first, second = net.connections
         assert (first.layout, second.layout) == (shard.ROWS, shard.COLS)
+        # Every rank's unit counts, in rank order (the collectives' offsets), by hand: the
+        # floor rule gives 20 as 6, 7, 7 and 250 as 83, 83, 84 (only the mpiexec tests caught
+        # them reversed).
+        assert net.counts == {"Input": [100, 100, 100], "Hidden": [6, 7, 7],
+                              "Output": [83, 83, 84]}
         r0, r1 = unit_range(300, rank, 3)
         c0, c1 = unit_range(250, rank, 3)
         np.testing.assert_array_equal(first.W, whole.connections[0].W[r0:r1])
