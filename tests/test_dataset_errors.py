@@ -154,6 +154,9 @@ CASES = [
                                    "sparseIndex0": ("u4", np.zeros(0))}),
      f"has no entries: all {ROWS} examples list no feature (sparseDataDim0 = 0), which DSSTNE's "
      "loader refuses"),
+    ("range-past-the-entries", dict(variables={"sparseEnd0": ("u4", changed(
+        OFFSETS[1:], ROWS - 1, ENTRIES + 5))}),
+     f"has sparseStart0/sparseEnd0 ranges outside 0..{ENTRIES}; the file is damaged"),
     ("all-rows-empty", dict(variables={"sparseEnd0": ("u4", OFFSETS[:-1])}),
      f"has no entries: all {ROWS} examples list no feature, which DSSTNE's loader refuses"),
     ("width-beyond-int32", dict(attrs={"width0": np.uint32(4_000_000_000)}),

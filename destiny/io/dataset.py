@@ -223,10 +223,11 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
     n_entries = _vector(nc, path, f"sparseIndex{n}", integer=True).size
     if len(start) != len(end) or len(start) == 0:
         raise DataFormatError(path, f"dataset {name!r} has {len(start)} sparseStart{n} and "
-                              f"{len(end)} sparseEnd{n} entries; expected the same number, > 0.")
+                              f"{len(end)} sparseEnd{n} entries; expected the same number, > 0. "
+                              f"{_DAMAGED.capitalize()}.")
     if np.any(end < start) or np.any(start < 0) or end.max() > n_entries:
         raise DataFormatError(path, f"dataset {name!r} has sparseStart{n}/sparseEnd{n} ranges "
-                              f"outside 0..{n_entries}; the file is damaged.")
+                              f"outside 0..{n_entries}; {_DAMAGED}.")
     lengths = end - start
     if attrs & INDEXED:
         rows = _var(nc, path, f"index{n}", integer=True).astype(np.int64)
