@@ -37,8 +37,8 @@ from destiny.network import Network
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
                               stop_together)
 from destiny.signals import uninterrupted
-from destiny.train import (EpochRecord, TrainConfig, TrainData, TrainState, train_epochs,
-                           too_narrow, unknown_dataset)
+from destiny.train import (SETTING_FLAGS, EpochRecord, TrainConfig, TrainData, TrainState,
+                           too_narrow, train_epochs, unknown_dataset)
 
 
 @dataclass
@@ -472,10 +472,10 @@ def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] 
     return None
 
 
-# TrainConfig's fields as train's flags, for the resume refusal.
-_FLAGS = {"batch": "-b", "optimizer": "--optimizer", "alpha": "-alpha", "lam": "-lambda",
-          "lam1": "-lambda1", "mu": "-mu", "mu1": "-mu1", "seed": "--seed",
-          "shuffle": "--shuffle/--no-shuffle"}
+# TrainConfig's fields as train's flags, for the resume refusal: the optimizer's settings'
+# (SETTING_FLAGS) and the rest.
+_FLAGS = SETTING_FLAGS | {"batch": "-b", "optimizer": "--optimizer", "seed": "--seed",
+                          "shuffle": "--shuffle/--no-shuffle"}
 
 
 def _differences(saved: dict, now: dict) -> list[str]:
