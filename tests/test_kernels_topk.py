@@ -85,6 +85,19 @@ def test_ties_by_ascending_item(backend, k):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_more_ties_at_the_threshold_than_shared_memory_holds(backend):
+    """1,297 items tie at the K-th score, more than the cuda select's SELECT_MAX_K slots: the
+    first in item order are taken (its tie gather walks the row a block's width at a time)."""
+    scores = np.full((2, 1300), 0.25, dtype=np.float32)
+    scores[0, [5, 700, 1299]] = 0.5
+    scores[1, 1200] = np.nan
+    for k in (2, 10, 1024):
+        items = check(backend, scores, k)
+        assert items[1, -1] == (k - 1 if k < 1200 else k)
+    assert list(check(backend, scores, 10)[0]) == [5, 700, 1299, 0, 1, 2, 3, 4, 6, 7]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_k_larger_than_items_fills_with_minus_one(backend):
     rng = np.random.default_rng(3)
     scores = tied_scores(rng, 6, 9)
