@@ -537,10 +537,11 @@ class Network:
 
         A sparse input layer's matrix has a gradient only in the rows of the batch's features.
         Where the optimizer leaves a weight with a zero gradient as it is (``LAZY_MODES``, no
-        weight decay, no weight norm), only those rows are updated; the decay that the skipped
-        updates make to the other rows' state (RMSProp, AdaDelta) is applied when a row next
-        has a gradient, or by `settle_optimizer` before the state is read. Same numbers, bit
-        for bit, as updating every row; a fraction of the memory traffic.
+        weight decay), only those rows are updated; the decay that the skipped updates make to
+        the other rows' state (RMSProp, AdaDelta) is applied when a row next has a gradient, or
+        by `settle_optimizer` before the state is read. WeightNorm then rescales the whole
+        matrix, as after a dense update (the other rows are the same either way). Same numbers,
+        bit for bit, as updating every row; a fraction of the memory traffic.
 
         While rows lag behind, ``backward`` leaves such a layer's gradient pending and it is
         computed here, with the update (``sparse_grad_update_rows``: on the GPU each thread
@@ -551,8 +552,7 @@ class Network:
         lazy = opt.mode in LAZY_MODES and opt.lam == 0 and opt.lam1 == 0
         for c in reversed(self.connections):  # DSSTNE updates in reverse creation order
             if not c.shared:
-                rows_only = (lazy and len(c.touched) == 1 and c.sharing == 1
-                             and c.dest.weight_norm <= 0)
+                rows_only = lazy and len(c.touched) == 1 and c.sharing == 1
                 if rows_only and c.current is not None:  # backward left the gradient pending
                     kb.sparse_grad_update_rows(c.W, c.G, *c.state, c.current, *c.pending, t,
                                                opt.mode, step, opt.mu)

@@ -298,12 +298,14 @@ def test_data_within_the_budget_is_held_whole():
     assert not fits.streamed and fits.chunks(np.arange(fits.examples), 16) == [(0, 203)]
 
 
-def _train_small(files, backend, optimizer, epochs, *, net=None, state=None):
+def _train_small(files, backend, optimizer, epochs, *, net=None, state=None, hidden=None):
     from destiny.io.dataset import read_dataset
 
     datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
     if net is None:
-        nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
+        d = small_netdef()
+        d["Layers"][1].update(hidden or {})
+        nd = parse_netdef(d).resolve({"gl_input": 128, "gl_output": 128})
         net = Network(nd, get_backend(backend))
         net.initialize(7)
         net.connections[0].W[::3] = -0.0  # as a Constant 0 init draws: the sign must survive
@@ -325,14 +327,22 @@ def _parameters(net):
 
 
 @pytest.mark.parametrize("optimizer", ["rmsprop", "adadelta", "adagrad", "sgd"])
-def test_lazy_input_rows_train_exactly_as_dense_updates(files, optimizer, monkeypatch):
-    """Updating only the batch's rows of the input layer (Network.update) changes no bit."""
+@pytest.mark.parametrize("weight_norm", [0.0, 0.4])
+def test_lazy_input_rows_train_exactly_as_dense_updates(files, optimizer, weight_norm,
+                                                        monkeypatch):
+    """Updating only the batch's rows of the input layer (Network.update) changes no bit, with
+    WeightNorm too: it rescales the whole matrix after either update, and a row the batch
+    does not list is the same in both."""
     import destiny.network
 
-    lazy, _ = _train_small(files, "cpu", optimizer, 2)
+    hidden = {"WeightNorm": weight_norm}
+    lazy, _ = _train_small(files, "cpu", optimizer, 2, hidden=hidden)
     assert lazy.connections[0].current is not None  # the lazy path ran: rows lag behind
     monkeypatch.setattr(destiny.network, "LAZY_MODES", ())
-    dense, _ = _train_small(files, "cpu", optimizer, 2)
+    dense, _ = _train_small(files, "cpu", optimizer, 2, hidden=hidden)
+    if weight_norm:  # (columns were rescaled: the limit is below their norms)
+        norms = np.sqrt((dense.connections[0].W.astype(np.float64) ** 2).sum(axis=0))
+        assert norms.max() == pytest.approx(weight_norm, rel=1e-5)
     for a, b in zip(_parameters(lazy), _parameters(dense), strict=True):
         np.testing.assert_array_equal(a, b)
 
