@@ -132,6 +132,53 @@ def test_softplus_is_accepted():
     assert load_netdef(data).layers[1].activation == Activation.SoftPlus
 
 
+# Every spelling DSSTNE's parser takes (spec 3.6 table, 3.2 ErrorFunction), in some other case
+# (enum strings are case-insensitive, spec 3.1), with the enum of spec 11 it means.
+@pytest.mark.parametrize("spelling, expected", [
+    ("SIGMOID", Activation.Sigmoid), ("tanh", Activation.Tanh), ("LINEAR", Activation.Linear),
+    ("relu", Activation.RectifiedLinear), ("RectifiedLinear", Activation.RectifiedLinear),
+    ("LRELU", Activation.LeakyRectifiedLinear),
+    ("leakyRectifiedLinear", Activation.LeakyRectifiedLinear),
+    ("Elu", Activation.ExponentialLinear), ("exponentiallinear", Activation.ExponentialLinear),
+    ("SELU", Activation.ScaledExponentialLinear),
+    ("ScaledExponentialLinear", Activation.ScaledExponentialLinear),
+    ("softmax", Activation.SoftMax), ("SOFTPLUS", Activation.SoftPlus),
+    ("softSign", Activation.SoftSign),
+])
+def test_every_activation_spelling_of_the_spec(spelling, expected):
+    net = load_netdef(_with(_set_layer(1, "Activation", spelling)))
+    assert net.layers[1].activation is expected
+
+
+@pytest.mark.parametrize("spelling, expected", [
+    ("l1", ErrorFunction.L1), ("L2", ErrorFunction.L2), ("l2HINGE", ErrorFunction.L2Hinge),
+    ("HINGE", ErrorFunction.Hinge), ("crossentropy", ErrorFunction.CrossEntropy),
+    ("CROSS ENTROPY", ErrorFunction.CrossEntropy),
+    ("scaledmarginalcrossentropy", ErrorFunction.ScaledMarginalCrossEntropy),
+    ("DATASCALEDMARGINALCROSSENTROPY", ErrorFunction.DataScaledMarginalCrossEntropy),
+])
+def test_every_error_function_spelling_of_the_spec(spelling, expected):
+    # (the Output layer is Sigmoid, which every error function trains)
+    assert load_netdef(_with(_set_top("ErrorFunction", spelling))).error_function is expected
+
+
+def test_auto_is_case_insensitive_as_in_dsstne():
+    """DSSTNE lower-cases the N string before comparing it with "auto" (spec 3.1)."""
+    net = load_netdef(_with(_set_layer(0, "N", "AUTO")), {"in": 128, "out": 128})
+    assert net.layers[0].n == 128 and net.layers[0].n_auto
+
+
+@pytest.mark.parametrize("spelling", ["RELUMax", "linearmax", "ParametricRectifiedLinear",
+                                      "PRelu", "MaxOut"])
+def test_activations_dsstne_cannot_run_are_refused_with_the_reason(spelling):
+    """RELUMax and LinearMax ran as an identity without a delta (quirk 10.12); PRelu, MaxOut
+    (LDL.txt's) and ParametricRectifiedLinear do not parse in DSSTNE (spec 3.3, 10.10, 11).
+    Each is refused as unsupported, saying why, not as a misspelling."""
+    with pytest.raises(NetDefError, match=rf"^Layers\[1\]\.Activation: '{spelling}' is not "
+                                          r"supported: DSSTNE.*Destiny does not support it$"):
+        load_netdef(_with(_set_layer(1, "Activation", spelling)))
+
+
 def test_auto_needs_a_width():
     net = load_netdef(minimal())
     assert net.layers[0].n is None and net.layers[0].n_auto
