@@ -456,3 +456,40 @@ def test_a_long_chain_of_layers_is_checked_and_ordered_without_recursion():
     with pytest.raises(NetDefError, match=r"cycle in the layer graph: H5 -> H4 -> H3 -> H2 -> "
                                           r"H1 -> H0 -> H5; sources"):
         load_netdef({"Layers": layers})
+
+
+# Spec 3.3's table of the keys each kind takes: a key marked there as an error for a kind.
+@pytest.mark.parametrize("layer, key, value", [
+    (0, "Source", "Hidden1"), (0, "Skip", "Hidden1"), (0, "WeightInit", {"Scheme": "Gaussian"}),
+    (0, "SparsenessPenalty", {"p": 0.1}), (1, "DataSet", "in"),
+    (2, "BatchNormalization", False), (2, "SparsenessPenalty", {"p": 0.1}),
+])
+def test_keys_the_spec_refuses_for_a_kind(layer, key, value):
+    kind = ("Input", "Hidden", "Output")[layer]
+    article = "a" if kind == "Hidden" else "an"
+    with pytest.raises(NetDefError, match=rf"^Layers\[{layer}\]\.{key}: not allowed on "
+                                          rf"{article} {kind} layer \(spec 3\.3\); allowed keys: "):
+        load_netdef(_with(_set_layer(layer, key, value)))
+
+
+def test_the_refusal_lists_the_keys_of_that_kind_only():
+    with pytest.raises(NetDefError) as raised:
+        load_netdef(_with(_set_layer(0, "Activation", "Tanh")))
+    assert raised.value.detail.endswith(
+        "allowed keys: Kind, Type, Name, Sparse, N, pDropout, DataSet")
+    with pytest.raises(NetDefError) as raised:
+        load_netdef(_with(_set_layer(2, "SparsenessPenalty", {})))
+    assert raised.value.detail == (
+        "not allowed on an Output layer (spec 3.3); allowed keys: Kind, Type, Name, Sparse, N, "
+        "pDropout, Source, Kernel, KernelStride, Function, Skip, Activation, RELUSlope, "
+        "ELUAlpha, SELULambda, WeightNorm, DeltaNorm, WeightInit, SharedWeights, DataSet")
+
+
+def test_keys_the_spec_allows_on_input_and_hidden_layers():
+    """pDropout is allowed on every kind (an Input layer's drops dense inputs, spec 3.8), and
+    BatchNormalization false on a Hidden layer asks for nothing Destiny lacks (README)."""
+    data = minimal()
+    data["Layers"][0]["pDropout"] = 0.2
+    data["Layers"][1]["BatchNormalization"] = False
+    net = load_netdef(data)
+    assert net.layers[0].p_dropout == 0.2
