@@ -493,3 +493,47 @@ def test_keys_the_spec_allows_on_input_and_hidden_layers():
     data["Layers"][1]["BatchNormalization"] = False
     net = load_netdef(data)
     assert net.layers[0].p_dropout == 0.2
+
+
+def test_every_network_default_of_spec_3_2():
+    net = load_netdef(minimal())
+    assert net.name == "" and net.kind.name == "FeedForward" and net.weights_data is None
+    assert (net.smce.one_scale, net.smce.zero_scale, net.smce.one_target,
+            net.smce.zero_target) == (1.0, 1.0, 0.9, 0.1)
+    assert (net.delta_boost.one, net.delta_boost.zero) == (1.0, 1.0)
+    assert (net.sparseness_penalty.p, net.sparseness_penalty.beta) == (0.0, 0.0)
+    assert net.denoising.p == 0.0
+    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, 0.0001, 0.75)
+    assert net.maxout_k == 2.0
+    # An object giving some of the parameters keeps the defaults of the others.
+    net = load_netdef({**minimal(), "ScaledMarginalCrossEntropy": {"oneTarget": 1},
+                       "DeltaBoost": {"one": 30}, "LRN": {"beta": 0.5}, "Maxout": {},
+                       "Kind": "autoencoder"})
+    assert (net.smce.one_scale, net.smce.zero_scale, net.smce.one_target,
+            net.smce.zero_target) == (1.0, 1.0, 1.0, 0.1)
+    assert (net.delta_boost.one, net.delta_boost.zero) == (30.0, 1.0)
+    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, 0.0001, 0.5)
+    assert net.maxout_k == 2.0 and net.kind.name == "AutoEncoder"
+    assert load_netdef({**minimal(), "Maxout": {"k": 3}}).maxout_k == 3.0
+
+
+def test_every_layer_default_of_spec_3_3():
+    hidden = load_netdef(minimal()).layers[1]
+    assert (hidden.weight_init.scheme, hidden.weight_init.scale,
+            hidden.weight_init.bias) == (WeightInit.Xavier, 1.0, 0.0)
+    assert (hidden.weight_norm, hidden.delta_norm, hidden.skips, hidden.shared_weights) == (
+        0.0, 0.0, (), ())
+    assert (hidden.sparseness_penalty.p, hidden.sparseness_penalty.beta) == (0.0, 0.0)
+    # A WeightInit object giving the scheme only keeps Scale 1 and Bias 0.
+    net = load_netdef(_with(_set_layer(1, "WeightInit", {"Scheme": "Gaussian"})))
+    assert (net.layers[1].weight_init.scale, net.layers[1].weight_init.bias) == (1.0, 0.0)
+
+
+def test_layer_slope_alpha_and_lambda_default_to_the_networks():
+    """RELUSlope, ELUAlpha and SELULambda on a layer default to the network's (spec 3.3)."""
+    data = {**minimal(), "RELUSlope": 0.25, "ELUAlpha": 1.5, "SELULambda": 1.25}
+    data["Layers"][2].update(RELUSlope=0.5, ELUAlpha=2.0, SELULambda=3.0)
+    net = load_netdef(data)
+    hidden, out = net.layers[1], net.layers[2]
+    assert (hidden.relu_slope, hidden.elu_alpha, hidden.selu_lambda) == (0.25, 1.5, 1.25)
+    assert (out.relu_slope, out.elu_alpha, out.selu_lambda) == (0.5, 2.0, 3.0)
