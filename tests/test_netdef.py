@@ -365,6 +365,38 @@ INVALID = [
      r"^Layers\[2\]\.Source: '\\udc80' holds half of a UTF-16 surrogate pair"),
     ("surrogate_in_dataset", _set_layer(0, "DataSet", "in\udc80"),
      r"^Layers\[0\]\.DataSet: 'in\\udc80' holds half"),
+    # Each message names the element at fault: the item of an array, the key of a sub-object.
+    ("source_item", _set_layer(2, "Source", ["Hidden1", 3]),
+     r"^Layers\[2\]\.Source\[1\]: expected a string, got a number \(3\)$"),
+    ("n_array_item", _set_layer(1, "N", [0]),
+     r"^Layers\[1\]\.N\[0\]: expected a positive integer or 'auto', got a number \(0\)$"),
+    ("n_empty_array", _set_layer(1, "N", []),
+     r"^Layers\[1\]\.N: .*expected a positive integer or 'auto'$"),
+    ("n_boolean", _set_layer(1, "N", True),
+     r"^Layers\[1\]\.N: expected a positive integer or 'auto', got a boolean \(true\)$"),
+    ("boolean_for_number", _set_layer(1, "RELUSlope", True),
+     r"^Layers\[1\]\.RELUSlope: expected a number, got a boolean \(true\)$"),
+    ("minus_infinity", _set_layer(1, "pDropout", -math.inf),
+     r"^Layers\[1\]\.pDropout: expected a finite number, got -Infinity"),
+    ("smce_parameter", _set_top("ScaledMarginalCrossEntropy", {"oneScale": "x"}),
+     r"^ScaledMarginalCrossEntropy\.oneScale: expected a number, got a string \('x'\)$"),
+    ("layer_not_object", lambda d: d["Layers"].__setitem__(0, 3),
+     r"^Layers\[0\]: expected a layer object, got a number \(3\)$"),
+    ("error_function_aliases", _set_top("ErrorFunction", "MSE"),
+     r"^ErrorFunction: unknown 'MSE'; expected one of L1, L2, CrossEntropy, "
+     r"ScaledMarginalCrossEntropy, DataScaledMarginalCrossEntropy, Hinge, L2Hinge "
+     r"\(aliases: cross entropy\)$"),
+    ("layer_error_function", _set_layer(2, "ErrorFunction", "L2"),
+     r"^Layers\[2\]\.ErrorFunction: unknown key \(ErrorFunction is a network-level key\)"),
+    ("transpose_key", _set_layer(1, "SharedWeights", {"InputLayer": "Input0", "Transpose": 1}),
+     r"^Layers\[1\]\.SharedWeights\[0\]\.Transpose: unknown key \(the SharedWeights key is "
+     r"Transposed\); expected one of InputLayer, SourceInputLayer, SourceOutputLayer, "
+     r"Transposed$"),
+    ("share_key_missing", _set_layer(1, "SharedWeights", {"InputLayer": "Input0",
+                                                          "SourceInputLayer": "Input0"}),
+     r"^Layers\[1\]\.SharedWeights\[0\]\.SourceOutputLayer: required key missing$"),
+    ("shares_not_objects", _set_layer(1, "SharedWeights", "Input0"),
+     r"^Layers\[1\]\.SharedWeights: expected an object or an array of objects"),
 ]
 
 
