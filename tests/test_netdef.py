@@ -397,6 +397,22 @@ INVALID = [
      r"^Layers\[1\]\.SharedWeights\[0\]\.SourceOutputLayer: required key missing$"),
     ("shares_not_objects", _set_layer(1, "SharedWeights", "Input0"),
      r"^Layers\[1\]\.SharedWeights: expected an object or an array of objects"),
+    ("pooling", _set_layer(1, "Type", "pooling"),
+     r"^Layers\[1\]\.Type: Pooling layers are cuDNN-only in DSSTNE \(spec 3\.17\)"),
+    ("function", _set_layer(1, "Function", "Max"), r"^Layers\[1\]\.Function: convolution and "),
+    ("kernel_stride", _set_layer(1, "KernelStride", 2),
+     r"^Layers\[1\]\.KernelStride: convolution and pooling"),
+    ("delta_norm_negative", _set_layer(1, "DeltaNorm", -0.5),
+     r"^Layers\[1\]\.DeltaNorm: -0\.5 is out of range; expected a number, 0 or more"),
+    ("unknown_skip", _set_layer(2, "Skip", "Hiden"),
+     r"^Layers\[2\]\.Skip: unknown layer 'Hiden'; expected one of Input0, Hidden1, Output2$"),
+    ("share_input_not_a_source", lambda d: d["Layers"].insert(2, {
+        "Kind": "Hidden", "N": 8, "SharedWeights": {"InputLayer": "Input0", "SourceInputLayer":
+                                                     "Input0", "SourceOutputLayer": "Hidden1"}}),
+     r"^Layers\[2\]\.SharedWeights\[0\]\.InputLayer: 'Input0' is not a Source of this layer; "
+     r"expected one of Hidden1$"),
+    ("layers_empty_array", _set_top("Layers", []),
+     r"^Layers: expected a non-empty array of layer objects$"),
 ]
 
 
@@ -569,3 +585,27 @@ def test_layer_slope_alpha_and_lambda_default_to_the_networks():
     hidden, out = net.layers[1], net.layers[2]
     assert (hidden.relu_slope, hidden.elu_alpha, hidden.selu_lambda) == (0.25, 1.5, 1.25)
     assert (out.relu_slope, out.elu_alpha, out.selu_lambda) == (0.5, 2.0, 3.0)
+
+
+def test_four_sources_and_a_fully_connected_type_are_taken():
+    """A layer takes up to 4 sources (spec 3.4); Type FullyConnected is the default (3.3)."""
+    data = minimal()
+    data["Layers"][1]["Type"] = "fullyCONNECTED"
+    data["Layers"][2:2] = [{"Kind": "Hidden", "N": 8}, {"Kind": "Hidden", "N": 8}]
+    data["Layers"][4]["Source"] = ["Input0", "Hidden1", "Hidden2", "Hidden3"]
+    assert load_netdef(data).layers[4].sources == ("Input0", "Hidden1", "Hidden2", "Hidden3")
+
+
+def test_auto_sizes_are_checked_once_resolved():
+    """A Skip's equal sizes (spec 3.16) are checked once "auto" has a width, and a width must
+    be a positive integer; load_netdef resolves a dict's "auto" when given the widths."""
+    data = minimal()
+    data["Layers"][2]["Skip"] = "Hidden1"  # N 8
+    net = load_netdef(data)
+    assert load_netdef(data, {"in": 4, "out": 8}).layers[2].n == 8
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.Skip: 'Hidden1' has N=8 but this "
+                                          r"layer has N=16; skip layers must have equal sizes$"):
+        net.resolve({"in": 4, "out": 16})
+    with pytest.raises(NetDefError, match=r"^Layers\[0\]\.N: dataset 'in' has width 0; expected "
+                                          r"a positive integer$"):
+        net.resolve({"in": 0, "out": 8})
