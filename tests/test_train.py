@@ -1368,7 +1368,8 @@ def test_resume_refuses_other_settings(files):
     ("metrics-on-network", "given as both the network file (-n) and the metrics file"),
     ("narrow-layer", "gl_output.nc: the dataset 'gl_output' has width 128, but Layers[2].N gives "
                      "layer 'Output' only 64 units; use N \"auto\" or an N of at least 128."),
-    ("output-dropout", "Layers[2].pDropout: dropout on an Output layer is not supported"),
+    ("output-dropout", "dropout.json: Layers[2].pDropout: dropout on an Output layer is not "
+                       "supported"),
 ])
 def test_train_bad_input(files, case, expected, monkeypatch):
     args = {"-c": str(files / "net.json"), "-i": str(files / "gl_input.nc"),
