@@ -413,6 +413,26 @@ INVALID = [
      r"expected one of Hidden1$"),
     ("layers_empty_array", _set_top("Layers", []),
      r"^Layers: expected a non-empty array of layer objects$"),
+    ("array_for_string", _set_layer(1, "Name", ["H"]),
+     r"^Layers\[1\]\.Name: expected a string, got an array$"),
+    ("n_auto_hidden_as_written", lambda d: d["Layers"][1].update({"n": "auto"}) or d[
+        "Layers"][1].pop("N"), r"^Layers\[1\]\.n: 'auto' is allowed only on Input and Output"),
+    ("transposed_not_bool", _set_layer(1, "SharedWeights", {
+        "InputLayer": "a", "SourceInputLayer": "b", "SourceOutputLayer": "c", "transposed": "no"}),
+     r"^Layers\[1\]\.SharedWeights\[0\]\.transposed: expected true or false"),
+    # The first layer of an array is Input without a Kind (spec 3.3), even the only one.
+    ("single_layer_positional", _set_top("Layers", {"N": 3, "DataSet": "in"}),
+     r"^Layers: no Output layer"),
+    ("unknown_layer_key_list", _set_layer(1, "Sparsity", True),
+     r"^Layers\[1\]\.Sparsity: unknown key; expected one of Kind, Type, Name, Sparse, N, "
+     r"pDropout, Source, Kernel, KernelStride, BatchNormalization, SparsenessPenalty, Function, "
+     r"Skip, Activation, RELUSlope, ELUAlpha, SELULambda, WeightNorm, DeltaNorm, WeightInit, "
+     r"SharedWeights, DataSet$"),
+    # A generated name taken already: the message says the name was not written.
+    ("duplicate_generated_name", lambda d: (d["Layers"][1].update(Name="Hidden2"), d[
+        "Layers"].insert(2, {"Kind": "Hidden", "N": 8})),
+     r"^Layers\[2\]\.Name: duplicate layer name 'Hidden2' \(a generated default name\); also "
+     r"used by Layers\[1\]$"),
 ]
 
 
@@ -609,3 +629,28 @@ def test_auto_sizes_are_checked_once_resolved():
     with pytest.raises(NetDefError, match=r"^Layers\[0\]\.N: dataset 'in' has width 0; expected "
                                           r"a positive integer$"):
         net.resolve({"in": 0, "out": 8})
+
+
+def test_names_are_kept_as_written_and_decay_has_no_upper_bound():
+    """Names (of the network, layers, datasets) are kept as written, a comma included; Decay
+    may exceed 1 (the step is alpha / (1 + Decay * batches), spec 5.2)."""
+    data = {**minimal(), "Name": "MovieLens AE", "Decay": 2.5}
+    data["Layers"][0]["DataSet"] = "Gl_Input"
+    data["Layers"][1]["Name"] = "Hidden, 1st"
+    data["Layers"][2]["Source"] = "Hidden, 1st"
+    net = load_netdef(data, {"Gl_Input": 128, "out": 128})
+    assert (net.name, net.decay, net.layers[0].dataset) == ("MovieLens AE", 2.5, "Gl_Input")
+    assert net.layers[2].sources == ("Hidden, 1st",)
+
+
+def test_a_file_error_keeps_the_item_it_names(tmp_path):
+    """NetDefError.item (the entry of a Source or Skip list at fault) survives the file name
+    being put in front (with_file), for a reader that names each entry."""
+    data = minimal()
+    data["Layers"][2]["Source"] = ["Hidden1", "Hiden"]
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(NetDefError) as raised:
+        load_netdef(path)
+    assert (raised.value.json_path, raised.value.item) == ("Layers[2].Source", 1)
+    assert str(raised.value).startswith(f"{path}: Layers[2].Source: unknown layer 'Hiden'")
