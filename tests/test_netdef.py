@@ -77,6 +77,7 @@ def test_only_input_layers_sparse_in_the_json_are_denoised():
     data = minimal()
     data["Denoising"] = {"p": 0.2}
     data["Layers"][1]["Sparse"] = True  # a Sparse hidden layer: the penalty's, not denoised
+    data["Layers"][2]["Sparse"] = True  # (an Output layer's Sparse has no effect, spec 3.5)
     net = load_netdef(data, {"in": 4, "out": 4})
     assert [layer.denoising for layer in net.layers] == [False, False, False]
     data["Layers"][0]["Sparse"] = True
@@ -251,7 +252,7 @@ INVALID = [
     ("key_not_allowed_for_kind", _set_layer(0, "Activation", "Tanh"),
      r"^Layers\[0\]\.Activation: not allowed on an Input layer .*allowed keys: Kind, Type"),
     ("key_twice", lambda d: d["Layers"][1].update(RELUSlope=1, slope=2),
-     r"^Layers\[1\]\.slope: given twice"),
+     r"^Layers\[1\]\.slope: given twice \(also as 'RELUSlope'\)$"),
     ("string_for_number", _set_layer(1, "pDropout", "0.5"),
      r"^Layers\[1\]\.pDropout: expected a number, got a string \('0.5'\)"),
     ("bool_expected", _set_top("ShuffleIndices", 2),
@@ -413,6 +414,10 @@ INVALID = [
      r"expected one of Hidden1$"),
     ("layers_empty_array", _set_top("Layers", []),
      r"^Layers: expected a non-empty array of layer objects$"),
+    ("null_for_string", _set_layer(1, "Name", None),
+     r"^Layers\[1\]\.Name: expected a string, got null$"),
+    ("weight_init_sub_key", _set_layer(1, "WeightInit", {"Seed": 1}),
+     r"^Layers\[1\]\.WeightInit\.Seed: unknown key; expected one of Scheme, Scale, Bias$"),
     ("array_for_string", _set_layer(1, "Name", ["H"]),
      r"^Layers\[1\]\.Name: expected a string, got an array$"),
     ("n_auto_hidden_as_written", lambda d: d["Layers"][1].update({"n": "auto"}) or d[
@@ -654,3 +659,18 @@ def test_a_file_error_keeps_the_item_it_names(tmp_path):
         load_netdef(path)
     assert (raised.value.json_path, raised.value.item) == ("Layers[2].Source", 1)
     assert str(raised.value).startswith(f"{path}: Layers[2].Source: unknown layer 'Hiden'")
+
+
+def test_a_tied_share_with_an_auto_side_is_checked_once_resolved():
+    """An autoencoder's output weight shares the input weight transposed (spec 3.14); with
+    the Input's N "auto", its dimensions are compared once the width is known."""
+    data = minimal()
+    data["Layers"][2].update(N=4, SharedWeights={
+        "InputLayer": "Hidden1", "SourceInputLayer": "Input0", "SourceOutputLayer": "Hidden1",
+        "Transposed": True})
+    net = load_netdef(data)  # (Input0's N unknown yet: 8 x 4 against ? x 8 transposed)
+    assert net.resolve({"in": 4, "out": 4}).layers[0].n == 4
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.SharedWeights\[0\]\.SourceOutputLayer: "
+                                          r"the weight Hidden1 -> Output2 is 8 x 4 units, and "
+                                          r"Input0 -> Hidden1 transposed is 8 x 6"):
+        net.resolve({"in": 6, "out": 4})
