@@ -753,3 +753,59 @@ def test_without_k_a_sample_gets_100_recommendations_and_4_3f_scores(model, tmp_
                output=str(explicit)).exit_code == 0
     assert default.read_text() == explicit.read_text()
     assert max(len(v) for v in records(default).values()) > 10
+
+
+def test_the_multiplying_filter_scales_the_activations_even_on_a_wide_layer():
+    """Spec 8.3: DSSTNE's filter multiplies the output layer's activations, score *= value
+    (0.0 without one). On a layer wide enough for the fused top-k (which ranks pre-activations
+    z and applies f inside), the multiply mode must still scale f(z), not z: an item filtered
+    without a value scores 0.0 (never Sigmoid(0 * z) = 0.5), one with 2.0 scores 2 f(z)."""
+    from destiny.predict import fused_activation, queue_recommendations, score_batches, top_k
+
+    net, (indptr, indices) = wide_network()
+    rows, k = len(indptr) - 1, 20
+    assert fused_activation(net, "Output", k, 3000) is not None  # (the remove mode's way)
+    (_, activations), = score_batches(net, indptr, indices, batch_size=64)
+    expected = activations.copy()
+    # Every row's filter: items 0..9 without a value (0.0), item 10 with 2.0. Its scores by
+    # hand: the activations with those columns scaled.
+    expected[:, :10] = 0.0
+    expected[:, 10] *= 2.0
+    filter_csr = (np.arange(0, 11 * rows + 1, 11, dtype=np.int64),
+                  np.tile(np.arange(11, dtype=np.int32), rows),
+                  np.tile(np.float32([0.0] * 10 + [2.0]), rows))
+    (_, items, scores), = queue_recommendations(net, indptr, indices, k, layer="Output",
+                                                batch_size=64, filter_csr=filter_csr,
+                                                multiply=True)
+    items, scores = items.get(), scores.get()
+    want_items, want_scores = top_k(expected, k)
+    np.testing.assert_array_equal(items, want_items)
+    np.testing.assert_array_equal(scores, want_scores)
+    assert (scores > 1.0).any()  # (item 10 doubled: above what a Sigmoid gives)
+
+
+def test_an_output_layer_that_feeds_another_is_ranked_after_its_activation():
+    """A wide output layer that another layer reads keeps its activations (the fused top-k,
+    which needs its pre-activations, cannot be taken): the K best are those of f(z)."""
+    from destiny.kernels import get_backend
+    from destiny.netdef import parse_netdef
+    from destiny.network import Network
+    from destiny.predict import fused_activation, queue_recommendations, score_batches, top_k
+
+    layers = [{"Name": "Input", "Kind": "Input", "N": 400, "DataSet": "in", "Sparse": True},
+              {"Name": "Output", "Kind": "Output", "N": 3000, "DataSet": "out",
+               "Activation": "Sigmoid"},
+              {"Name": "Echo", "Kind": "Output", "N": 8, "DataSet": "echo", "Source": ["Output"],
+               "Activation": "Sigmoid"}]
+    net = Network(parse_netdef({"ErrorFunction": "L2", "Layers": layers}), get_backend("cpu"))
+    net.initialize(3)
+    indptr = np.arange(0, 41 * 6, 6, dtype=np.int64)
+    indices = np.random.default_rng(3).integers(0, 400, 40 * 6).astype(np.int32)
+    assert fused_activation(net, "Output", 2, 3000) is None  # (wide enough, but read by Echo)
+    (_, items, scores), = queue_recommendations(net, indptr, indices, 2, layer="Output",
+                                                batch_size=64)
+    (_, activations), = score_batches(net, indptr, indices, batch_size=64)
+    want_items, want_scores = top_k(activations, 2)
+    np.testing.assert_array_equal(items.get(), want_items)
+    np.testing.assert_array_equal(scores.get(), want_scores)
+
