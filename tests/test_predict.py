@@ -196,10 +196,12 @@ def test_k_above_128_and_above_the_item_count(model, tmp_path):
 
 @pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["", "quiet"])
 def test_unknown_features_still_get_a_line(model, tmp_path, quiet):
-    """The features dropped are reported, -q or not (it leaves out the summary alone)."""
+    """The features dropped are reported, -q or not (it leaves out the summary alone); a
+    sample left one known feature is scored from it, not counted as having none."""
     src = tmp_path / "in.txt"
     known = (model / "ratings.txt").read_text().splitlines()[0].split("\t")[1]
-    src.write_text(f"stranger\tnot-an-item:nor-this\nregular\t{known}:unknown-item\n")
+    src.write_text(f"stranger\tnot-an-item:nor-this\nregular\t{known}:unknown-item\n"
+                   f"single\t{known.split(':')[0]}\n")
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(src), "-k", "3", *quiet, output=str(out))
     assert result.exit_code == 0, result.output
@@ -207,7 +209,7 @@ def test_unknown_features_still_get_a_line(model, tmp_path, quiet):
     assert "dropped 3 features" in result.stderr and "from 2 lines" in result.stderr
     assert "1 sample has no known feature; its recommendations" in result.stderr
     recs = records(out)
-    assert list(recs) == ["stranger", "regular"] and len(recs["stranger"]) == 3
+    assert list(recs) == ["stranger", "regular", "single"] and len(recs["stranger"]) == 3
 
 
 def test_stdout_and_batches_agree(model, tmp_path):
@@ -809,3 +811,33 @@ def test_an_output_layer_that_feeds_another_is_ranked_after_its_activation():
     np.testing.assert_array_equal(items.get(), want_items)
     np.testing.assert_array_equal(scores.get(), want_scores)
 
+
+def test_an_output_index_numbering_an_item_past_the_layer_is_refused(model, tmp_path):
+    """The model's output layer has 128 units (0..127): an index grown since training with an
+    item numbered 128 has no unit for it, and is named, as an index the network was not
+    trained with (not an IndexError's traceback)."""
+    index = tmp_path / "features_output"
+    index.write_text((model / "features_output").read_text() + "late-item\t128\n")
+    out = tmp_path / "recs.txt"
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o", str(index),
+        "-s", str(out), "-r", str(model / "ratings.txt")])
+    assert result.exit_code == 1, result.output
+    assert result.output == (f"Error: {index}: has index 128 but the layer 'Output' has 128 "
+                             "units; it is not the output index this network was trained "
+                             "with.\n")
+    assert not out.exists()
+
+
+def test_a_sample_repeated_in_the_input_is_refused(model, tmp_path):
+    """README: a sample repeated in the input is an error (DSSTNE kept its last line)."""
+    first, second = (model / "ratings.txt").read_text().splitlines()[:2]
+    name = first.split("\t")[0]
+    src = tmp_path / "in.txt"
+    src.write_text(f"{first}\n{second}\n{name}\t{second.split(chr(9))[1]}\n")
+    out = tmp_path / "recs.txt"
+    result = run(model, "-r", str(src), output=str(out))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {src}, line 3: the sample {name!r} appears again "
+                                    "(first on line 1)."), result.output
+    assert not out.exists()
