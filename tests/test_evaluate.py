@@ -90,6 +90,28 @@ def test_table_output():
     assert len(lines) == 2
 
 
+
+def test_the_notes_and_the_table_give_each_count_apart():
+    """u5 and u6 hold out nothing (2 lines without items), u4 and u7 are not in the held-out
+    file (2 samples), u3 alone has no recommendation line. By hand at k = 3, u1's top 3
+    (a, b, c) hit b at rank 2 of {b, d}: P 1/3, R 1/2, NDCG (1/log2 3) / (1 + 1/log2 3), AP
+    (1/2)/2; averaged over u1, u2, u3: 0.1111, 0.1667, 0.1290, 0.0833; skipped 2 + 2, no recs
+    1. The longest list (3 items) is not shorter than k, and held-out users have lines: no
+    note says otherwise."""
+    write("recs.txt", RECS + "u7\ty,0.4:\n")
+    write("held.txt", HELD + "u5\t\nu6\t\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "3"])
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.splitlines()[1].split() == ["model", "0.1111", "0.1667", "0.1290",
+                                                     "0.0833", "3", "4", "1"]
+    assert result.stderr.splitlines() == [
+        "evaluate: scored 3 held-out users at k=3",
+        "evaluate: skipped 2 samples of recs.txt that are not in held.txt",
+        "evaluate: skipped 2 lines of held.txt without items",
+        "evaluate: 1 held-out user has no line in recs.txt; it counts as an empty list "
+        "(all misses)"]
+
+
 def test_popularity_baseline(tmp_path):
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "train.txt",
                      "--json", "--json-out", "metrics.json", "-q"])
