@@ -279,6 +279,32 @@ def test_standard_input_given_twice_is_a_usage_error(args, flags):
     assert f"{flags} are both '-', but standard input can be read only once" in result.stderr
 
 
+
+def test_one_input_read_from_standard_input_scores_as_its_file():
+    """'-' reads standard input (README; the command's own process: '-' is /dev/stdin).
+    Given once, it is no usage error, and the scores are those of the file."""
+    import pathlib
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "evaluate"), "-r", "-", "-t", "held.txt",
+         "-k", "2", "--json", "-q"], input=RECS, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    same(json.loads(result.stdout), MODEL)
+
+
+def test_a_k_past_every_list_and_past_int64_is_taken():
+    """-k has no upper bound: at k = 10**23 (past int64) u1's one hit, b at rank 2 of {b, d},
+    gives m = min(k, 2) = 2 and so the recall, NDCG and MAP of k = 2; precision is tiny."""
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", str(10**23), "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    got = json.loads(result.stdout)
+    same({key: got[key] for key in ("recall", "ndcg", "map", "users", "skipped")},
+         {key: MODEL[key] for key in ("recall", "ndcg", "map", "users", "skipped")})
+    assert 0 < got["precision"] < 1e-18
+
+
 def test_a_directory_is_refused(tmp_path):
     (tmp_path / "dir").mkdir()
     result = invoke(["-r", "dir", "-t", "held.txt"])
