@@ -141,6 +141,15 @@ def test_lines_without_a_trailing_colon_are_accepted():
     same(json.loads(result.stdout), MODEL)
 
 
+def test_held_out_values_are_ignored_in_any_order():
+    """The held-out file is DSSTNE text whose values are ignored: values that rise along a
+    line (ratings, timestamps) are no recommendation order to check."""
+    write("held.txt", "u1\tb,1:d,5\nu2\tc,2:\nu3\ta,1e9:\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    same(json.loads(result.stdout), MODEL)
+
+
 def test_no_recommendations_at_all_is_pointed_out():
     write("recs.txt", "x1\ta,0.9:\n")
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
@@ -182,7 +191,8 @@ def test_scores_are_read_closely_enough_to_order_them():
         write("recs.txt", line)
         result = invoke(["-r", "recs.txt", "-t", "held.txt", "--json"])
         assert result.exit_code == 0, (line, result.stderr)
-    for text in ("100e-310", "1e-320", "0." + "4" * 400, "1" + "0" * 40 + ".5e-30"):
+    for text in ("100e-310", "1e-320", "0." + "4" * 400, "1" + "0" * 40 + ".5e-30",
+                 "0." + "0" * 30 + "1234"):  # (zeros before the first significant digit)
         buf = np.frombuffer(text.encode() + b":", dtype=np.uint8)
         assert _number(buf, 0)[1] == pytest.approx(float(text), rel=1e-12, abs=0), text
     write("recs.txt", "u1\ta,100e-310:b,1e-308:\n")  # (10.0 ** -310 is 0: this rose)
@@ -193,6 +203,7 @@ def test_scores_are_read_closely_enough_to_order_them():
         assert str(_number(buf, 0)[1]) == str(float(text))
     assert _rises(0.9, 0.5) and not _rises(0.5, 0.9) and not _rises(float("nan"), 0.5)
     assert not _rises(0.5, 0.5) and not _rises(1 + 1e-14, 1.0) and _rises(1 + 1e-10, 1.0)
+    assert not _rises(-1 + 1e-14, -1.0) and _rises(-1 + 1e-10, -1.0)  # (Linear: below 0)
 
 
 @pytest.mark.parametrize("which, content, expected", [
