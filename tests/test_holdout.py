@@ -125,3 +125,30 @@ def test_popularity_counts_rows_so_an_item_repeated_on_a_row_counts_once():
     indices = np.array([0, 0, 0, 1, 2, 1])
     lists = popularity_lists(indptr, indices, 4, 2, [None, 2])
     assert [list(x) for x in lists] == [[1, 0], [0, 2]]
+
+
+def test_a_network_is_scored_on_unseen_items_without_padding_units():
+    """score_network ranks as ``predict -r X -f X`` does: each user's training items and the
+    output units past the index's items (padding) are never recommended. A Linear output of
+    biases alone (0.4, 0.3, 0.2, 0.1 for items 0..3; 0.9, 0.8 for padding units 4, 5), k = 1:
+    user 0 (trained on 0, held out 1) gets 1, a hit; user 1 (trained on 1, 2, held out 3)
+    gets 0, a miss. By hand: precision, recall, NDCG and MAP 1/2."""
+    from destiny.holdout import SampleSplit, score_network
+    from destiny.kernels import get_backend
+    from destiny.netdef import parse_netdef
+    from destiny.network import Network
+
+    nd = parse_netdef({"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 6, "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Output", "Kind": "Output", "N": 6, "DataSet": "gl_output", "Source": "Input",
+         "Activation": "Linear"}]})
+    net = Network(nd, get_backend("cpu"))
+    net.initialize(1)
+    (connection,) = net.connections
+    connection.W[:] = 0.0
+    connection.b[:] = np.float32([0.4, 0.3, 0.2, 0.1, 0.9, 0.8])
+    split = SampleSplit(None, None, None, 4, np.array([0, 1, 3], np.int64),
+                        np.array([0, 1, 2], np.int32), [{1}, {3}])
+    metrics = score_network(net, split, 1)
+    assert (metrics.users, metrics.skipped) == (2, 0)
+    assert (metrics.precision, metrics.recall, metrics.ndcg, metrics.map) == (0.5,) * 4
