@@ -66,6 +66,9 @@ def test_split(work, fraction, seed):
     train, held = Path("train.txt").read_text(), Path("held.txt").read_text()
     assert (train, held) == expected_split(GOOD, fraction, seed)
     assert sorted(p.name for p in work.iterdir()) == ["held.txt", "in.txt", "train.txt"]
+    n_held = sum(len(line.split("\t")[1].split(":")) for line in held.splitlines())
+    assert result.output == (f"split_holdout: {51 - n_held} features to train.txt, {n_held} to "
+                             "held.txt\n")  # (GOOD holds 5 + 1 + 0 + 2 + 40 + 3 = 51)
     rows = dict(line.split("\t") for line in train.splitlines())
     assert rows["u2"] == "7" and rows["u3"] == "" and len(rows) == 6  # < 2 features: all kept
     assert all(features for name, features in rows.items() if name != "u3")
