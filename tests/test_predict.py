@@ -841,3 +841,19 @@ def test_a_sample_repeated_in_the_input_is_refused(model, tmp_path):
     assert result.output.startswith(f"Error: {src}, line 3: the sample {name!r} appears again "
                                     "(first on line 1)."), result.output
     assert not out.exists()
+
+
+def test_the_rows_an_mpi_rank_scores_are_their_own_csr_arrays():
+    """``_rows`` (the share of the samples a rank scores under mpiexec) starts its rows at 0,
+    as every CSR reader takes them: rows 1..2 of [[1, 2], [3], [4, 5]] are [[3], [4, 5]]."""
+    from destiny.io.text import Records
+    from destiny.predict import _rows
+
+    records = Records(labels=["a", "b", "c"], indptr=np.array([0, 2, 3, 5]),
+                      indices=np.array([1, 2, 3, 4, 5], np.int32))
+    filter_csr = (np.array([0, 1, 1, 3]), np.array([7, 8, 9], np.int32),
+                  np.float32([0.5, 1.0, 2.0]))
+    sub, sub_filter = _rows(records, filter_csr, 1, 3)
+    assert sub.labels == ["b", "c"]
+    assert sub.indptr.tolist() == [0, 1, 3] and sub.indices.tolist() == [3, 4, 5]
+    assert [x.tolist() for x in sub_filter] == [[0, 0, 2], [8, 9], [1.0, 2.0]]
