@@ -857,3 +857,29 @@ def test_the_rows_an_mpi_rank_scores_are_their_own_csr_arrays():
     assert sub.labels == ["b", "c"]
     assert sub.indptr.tolist() == [0, 1, 3] and sub.indices.tolist() == [3, 4, 5]
     assert [x.tolist() for x in sub_filter] == [[0, 0, 2], [8, 9], [1.0, 2.0]]
+
+
+def test_the_filter_is_read_against_the_output_index(tmp_path):
+    """Spec 8.3: a filter's items are looked up in the output index (-o). Here the input's
+    features (w, x, y, z) are not the output's items (a, b, c, d): filtering b removes item b.
+    By hand (Linear output, W rows of x and y plus the bias): a 0.5, b 0.75, c 0.3125 (written
+    0.312, half to even), d 0.125."""
+    from destiny.io.network_file import write_network
+    from destiny.netdef import parse_netdef
+
+    nd = parse_netdef({"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "gl_output", "Source": "Input",
+         "Activation": "Linear"}]}).resolve({})
+    W = np.float32([[0.0, 0.0, 0.0, 0.0], [0.5, 0.25, 0.0, 0.125],
+                    [0.0, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    write_network(tmp_path / "gl.nc", nd, {0: W}, {0: np.float32([0.0, 0.0, 0.0625, 0.0])})
+    (tmp_path / "features_input").write_text("w\t0\nx\t1\ny\t2\nz\t3\n")
+    (tmp_path / "features_output").write_text("a\t0\nb\t1\nc\t2\nd\t3\n")
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    (tmp_path / "filter.txt").write_text("u1\tb:w\n")  # (w: no item of the output, skipped)
+    result = run(tmp_path, "-r", str(tmp_path / "in.txt"), "-f", str(tmp_path / "filter.txt"),
+                 "-k", "9", output=str(tmp_path / "recs.txt"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "recs.txt").read_text() == "u1\ta,0.500:c,0.312:d,0.125:\n"
+    assert "1 filter entry applied" in result.output
