@@ -883,3 +883,16 @@ def test_the_filter_is_read_against_the_output_index(tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "recs.txt").read_text() == "u1\ta,0.500:c,0.312:d,0.125:\n"
     assert "1 filter entry applied" in result.output
+
+
+def test_the_notes_count_one_dropped_feature_and_several_featureless_samples(model, tmp_path):
+    """The notes agree with their counts: 1 feature 'is' dropped, 2 samples 'have' none."""
+    src = tmp_path / "in.txt"
+    src.write_text("s1\tnot-an-item\ns2\t\n")
+    result = run(model, "-r", str(src), "-k", "3", "-q", output=str(tmp_path / "recs.txt"))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        f"predict: dropped 1 feature that is not in {model / 'features_input'} or that no "
+        "training example had, from 1 line",
+        "predict: 2 samples have no known feature; their recommendations come from the output "
+        "biases alone (the most popular items)"]
