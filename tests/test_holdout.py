@@ -152,3 +152,13 @@ def test_a_network_is_scored_on_unseen_items_without_padding_units():
     metrics = score_network(net, split, 1)
     assert (metrics.users, metrics.skipped) == (2, 0)
     assert (metrics.precision, metrics.recall, metrics.ndcg, metrics.map) == (0.5,) * 4
+
+
+def test_a_recipe_s_values_are_read_as_booleans_integers_or_floats():
+    """evaluate_recipe's 'optimizer key=value ...': true/false in any case are booleans,
+    whole numbers integers, the rest floats."""
+    from destiny.holdout import _value
+
+    assert [_value(t) for t in ("true", "False", "TRUE", "3", "0.5", "1e-3")] == [
+        True, False, True, 3, 0.5, 0.001]
+    assert type(_value("3")) is int and type(_value("true")) is bool
