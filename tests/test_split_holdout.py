@@ -177,6 +177,9 @@ def test_output_is_input_or_twice(work, train, heldout, text):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--fraction", "nan", "'nan' is not a finite number"),
+    # (1.0 is no share: every sample would keep one feature only by held_out_count's cap)
+    ("--fraction", "1", "1.0 is not in the range 0.0<=x<1.0"),
+    ("--fraction", "-0.1", "-0.1 is not in the range 0.0<=x<1.0"),
     ("--seed", "-1", "-1 is not in the range 0<="),
 ])
 def test_out_of_range_flags_are_usage_errors(work, flag, value, message):
