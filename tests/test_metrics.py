@@ -94,3 +94,12 @@ def test_a_huge_k_costs_only_the_ranks_there_are():
     got = ranking_metrics([["a", "b", "c"]], [{"b", "z"}], 10**9)
     assert got.precision == 1 / 10**9 and got.recall == 0.5
     assert got.ndcg == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))
+
+
+def test_a_short_list_is_held_to_the_ideal_of_m_ranks():
+    # recs [b], held-out {b, c}, k = 2: one hit at rank 1 of a list of 1. m = min(2, 2) = 2:
+    # IDCG is that of 2 hits, 1 + 1/log2(3), whatever the list's length, so NDCG < 1;
+    # precision 1/2, recall 1/2, AP = 1 / 2.
+    m = ranking_metrics([["b"]], [{"b", "c"}], 2)
+    assert m.ndcg == pytest.approx(1 / (1 + 1 / L3))
+    assert (m.precision, m.recall, m.map) == pytest.approx((0.5, 0.5, 0.5))
