@@ -157,6 +157,7 @@ def test_multiply_filter_is_dsstnes(model, tmp_path):
     top = records(out)[name]
     assert {item for item, _ in top[: min(5, len(seen))]} <= seen
     assert top[0][1] > 1e6  # score x timestamp
+    assert "filter entries applied (multiply)" in result.output
 
 
 def test_a_dsstne_network_with_dropout_on_its_output_layer_predicts(model, tmp_path):
