@@ -28,7 +28,8 @@ from destiny.io import atomic, failures
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network,
                                    superseded_checkpoints)
-from destiny.io.dataset import DatasetSummary, dataset_summaries, dataset_widths, read_dataset
+from destiny.io.dataset import (DatasetSummary, contents_digests, dataset_summaries, dataset_widths,
+                                read_dataset)
 from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
@@ -120,10 +121,12 @@ def fit(
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())
             # What a checkpoint must share to be resumed: all but -e, the data included
-            # (the same numbers of examples and entries, and the same feature indexes).
+            # (the same numbers of examples and entries, the same feature indexes, and the
+            # same contents: rank 0 reads the files whole to tell, once they have been read).
             settings = {"config": asdict(cfg), "netdef": netdef_text, "examples": data.examples,
                         "entries": {name: s.entries for name, s in summaries.items()},
-                        "indexes": run.get("indexes", "")}
+                        "indexes": run.get("indexes", ""),
+                        "contents": _contents(pool, summaries) if comm.is_root else None}
             state, resumed_from, passed_over = TrainState(), None, None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
             if found is not None and restart:  # (from its attributes: rank 0 alone)
@@ -133,7 +136,8 @@ def fit(
             if resume and found is None and comm.is_root:  # (it starts afresh: writes it)
                 _check_initial_network(initial_network, force)
         # (no collective inside all_or_none: a failed rank skips it)
-        found, passed_over = comm.bcast((found, passed_over))
+        found, passed_over, settings["contents"] = comm.bcast((found, passed_over,
+                                                               settings["contents"]))
         if passed_over is not None and on_restart is not None:
             on_restart(*passed_over)
         # When this run started, in every checkpoint: --resume goes on with the run started
@@ -366,6 +370,15 @@ def _summaries(pool, netdef) -> dict[str, DatasetSummary]:
     return {name: by_file[pool[name][0]][name] for name in used}
 
 
+def _contents(pool, summaries: dict[str, DatasetSummary]) -> dict[str, str]:
+    """``contents_digests`` of the datasets of ``summaries``, by name."""
+    by_file: dict[str, list[str]] = {}
+    for name in summaries:
+        by_file.setdefault(pool[name][0], []).append(name)
+    return {name: digest for path, names in by_file.items()
+            for name, digest in contents_digests(path, names).items()}
+
+
 def _check_rows_line_up(pool, summaries: dict[str, DatasetSummary]) -> None:
     """Refuse datasets whose rows are other samples: row r of the input must be the same
     example as row r of the targets. generate-netcdf numbers rows by the samples present in
@@ -490,6 +503,11 @@ def _differences(saved: dict, now: dict) -> list[str]:
         out.append(f"dataset {name}: " + (
             "not in the checkpoint's data" if old is None else "not in this data" if new is None
             else f"{_shown(old)} entries in the checkpoint's data, {_shown(new)} in this data"))
+    entries = saved.get("entries", {}), now.get("entries", {})
+    for name, old, new in _changed(saved.get("contents", {}), now.get("contents", {})):
+        if None not in (old, new) and entries[0].get(name) == entries[1].get(name):
+            out.append(f"dataset {name}: other entries in this data than in the checkpoint's "
+                       "(as many of them)")
     if saved.get("indexes") != now.get("indexes"):
         out.append("other feature indexes (generate-netcdf's -f files) for the datasets")
     return out or ["settings of another version"]

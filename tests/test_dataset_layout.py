@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from destiny.cli.generate_netcdf import generate_netcdf
-from destiny.io.dataset import SparseDataset, read_dataset, round_up_width, write_dataset
+from destiny.io.dataset import (SparseDataset, contents_digests, read_dataset, round_up_width,
+                                write_dataset)
 from destiny.io.index import index_digest, read_index
 
 from . import nctypes
@@ -423,3 +424,23 @@ def test_eight_bit_values_are_scaled_as_dsstne_scales_them(tmp_path, datatype, s
             nc.createVariable(var, dtype, (dim,))[:] = value
     back = read_dataset(tmp_path / "c.nc")
     assert back.values.dtype == np.float32 and back.values.tolist() == expected
+
+
+def test_contents_digest_tells_any_change_and_only_a_change(tmp_path):
+    """What --resume compares beside the sizes: a value, an index, the Boolean bit or a
+    row's bounds changed make another digest; the same dataset written again does not."""
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    indices = np.array([1, 4, 2], dtype=np.int32)
+    values = np.array([0.5, 1.0, 2.0], dtype=np.float32)
+
+    def digest(name, ds):
+        write_dataset(tmp_path / name, ds)
+        return contents_digests(tmp_path / name, ["x"])["x"]
+
+    base = digest("a.nc", SparseDataset("x", 128, indptr, indices, values))
+    assert digest("b.nc", SparseDataset("x", 128, indptr, indices, values)) == base
+    others = [SparseDataset("x", 128, indptr, indices, values * np.float32(2)),
+              SparseDataset("x", 128, indptr, indices[::-1].copy(), values),
+              SparseDataset("x", 128, np.array([0, 1, 3]), indices, values),
+              SparseDataset("x", 128, indptr, indices)]  # (Boolean: no values)
+    assert len({base} | {digest(f"o{i}.nc", ds) for i, ds in enumerate(others)}) == 5

@@ -1125,6 +1125,36 @@ def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
     assert "entries in the checkpoint's data" in result.output
 
 
+def test_resume_tells_data_changed_in_place_from_the_same_data_written_again(files):
+    """Data whose sizes did not change (one user's item swapped for another: as many examples,
+    entries and the same index) is not the run's data: --resume refuses it and
+    --resume-or-restart trains afresh. The same entries written again to a new file resume."""
+    ds = random_dataset("x")
+    assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
+    (files / "net.nc").unlink()
+    (files / "net.nc2.nc").unlink()  # (as a run stopped after epoch 1)
+    for name in ("gl_input", "gl_output"):  # the same entries, a new file
+        write_dataset(files / f"{name}.nc", SparseDataset(name, ds.width, ds.indptr, ds.indices))
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1", "--resume")
+    assert result.exit_code == 0 and "resumed from" in result.output, result.output
+    (files / "net.nc").unlink()
+    (files / "net.nc2.nc").unlink()
+    swapped = ds.indices.copy()
+    row = ds.indices[ds.indptr[0]:ds.indptr[1]]
+    swapped[ds.indptr[0]] = next(i for i in range(ds.width) if i not in row)
+    write_dataset(files / "gl_output.nc",
+                  SparseDataset("gl_output", ds.width, ds.indptr, swapped))
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1", "--resume")
+    assert result.exit_code == 1
+    assert ("this file is made with other settings (dataset gl_output: other entries in this "
+            "data than in the checkpoint's (as many of them)); resuming from it would not "
+            "continue the same run") in result.output, result.output
+    result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1",
+                       "--resume-or-restart")
+    assert result.exit_code == 0 and "resumed from" not in result.output, result.output
+    assert "--resume-or-restart trains afresh" in result.output
+
+
 def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     """A make rule or cron job that passes --resume-or-restart every time: it resumes its own
     interrupted run, and where --resume would refuse the newest checkpoint (new data, or a run
@@ -1318,6 +1348,11 @@ def test_resume_refusal_names_each_difference():
         "dataset out: not in the checkpoint's data",
         "other feature indexes (generate-netcdf's -f files) for the datasets"]
     assert _differences(saved, saved) == ["settings of another version"]
+    saved["contents"] = {"in": "1", "out": "2"}
+    same_counts = dict(saved, contents={"in": "3", "out": "4"}, entries={"in": 5000, "out": 8})
+    assert _differences(saved, same_counts) == [  # (out: not in the checkpoint: said above)
+        "dataset out: not in the checkpoint's data",
+        "dataset in: other entries in this data than in the checkpoint's (as many of them)"]
 
 
 def test_resume_names_another_definition_of_other_layers(files):

@@ -14,6 +14,7 @@ offsets, rows that are not contiguous, and the Indexed and Weighted attributes.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -183,6 +184,41 @@ def dataset_summaries(path) -> dict[str, DatasetSummary]:
             entries = nc.dimensions.get(f"sparseDataDim{n}")  # (None: a dense dataset)
             found[name] = DatasetSummary(entries and len(entries), index, rows)
         return found
+
+
+# What a dataset's contents are: its attributes and its variables as stored (spec 2.3, 2.4).
+_CONTENT_ATTRIBUTES = ("attributes", "dataType", "datatype", "dimensions", "width", "height",
+                       "length")
+_CONTENT_VARIABLES = ("sparseStart", "sparseEnd", "index", "sparseIndex", "sparseData",
+                      "dataWeight")
+
+
+def contents_digests(path, names) -> dict[str, str]:
+    """A digest of each of the datasets ``names`` of a file, of everything that decides what
+    it holds (its attributes and variables as stored), read a block at a time.
+
+    ``train`` records them in its checkpoints, so that ``--resume`` tells data changed in
+    place from the data the run started on even where the sizes are the same. Call it on a
+    file ``read_dataset`` has read (the variables are then known to be one-dimensional).
+    """
+    with _open(path) as nc:
+        stored = _names(nc, path)
+        attrs = set(nc.ncattrs())
+        digests = {}
+        for name in names:
+            n = stored.index(name)
+            h = hashlib.sha256()  # (SHA-NI: about 1.8 GB/s here; blake2b 0.9)
+            for key in (f"{a}{n}" for a in _CONTENT_ATTRIBUTES):
+                if key in attrs:
+                    h.update(f"{key}={nc.getncattr(key)!r};".encode())
+            for key in (f"{v}{n}" for v in _CONTENT_VARIABLES):
+                if key in nc.variables:
+                    v = _variable(nc, path, key)
+                    h.update(f"{key}:{v.dtype.str}:{v.shape[0]};".encode())
+                    for a in range(0, v.shape[0], _Entries.BLOCK):
+                        h.update(np.ascontiguousarray(v[a:a + _Entries.BLOCK]))
+            digests[name] = h.hexdigest()[:32]
+        return digests
 
 
 def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
