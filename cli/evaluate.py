@@ -65,10 +65,9 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
                 f.write(payload + "\n")
     if not quiet:
         _notes(result, recs_path, held_out_path, k)
-    if as_json:
-        click.echo(payload)
-    else:
-        click.echo(_table(result))
+    # (through text_output, so that a failure to write it, a full disk, names standard output)
+    with text_output("-") as out:
+        out.write((payload if as_json else _table(result)) + "\n")
 
 
 def _check_one_stdin(recs_path, held_out_path, train_path) -> None:

@@ -480,3 +480,22 @@ def test_a_nul_is_refused_with_generate_netcdfs_remedy(flag):
     assert result.stderr.startswith("Error: bad.txt, line 1, column 5: ")
     assert result.stderr.endswith(f"; {NUL_REMEDY}\n")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_standard_output_is_named():
+    """The table (or JSON) written to a full device: the message names standard output, as
+    predict's does, not only 'No space left on device'."""
+    import pathlib
+    import subprocess
+    import sys
+
+    command = str(pathlib.Path(sys.executable).parent / "evaluate")
+    for extra in ([], ["--json"]):
+        with open("/dev/full", "wb") as full:
+            done = subprocess.run([command, "-r", "recs.txt", "-t", "held.txt", "-k", "2", "-q",
+                                   *extra], stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+        assert done.returncode == 1
+        assert done.stderr.startswith("Error: standard output: No space left on device; it is "
+                                      "written as the command goes"), done.stderr
