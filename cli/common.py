@@ -280,15 +280,44 @@ def run_program(command: click.Command, name: str):
     taking it for an ordinary failure it may go past."""
     try:
         return command(prog_name=name)
-    except BaseException:  # (also the message's own failure: stderr gone with SIGHUP)
+    except BaseException as e:  # (also the message's own failure: stderr gone with SIGHUP)
         # (also after a success: a signal that came too late to stop the command, or that
         # was lost, still ends it as the signal would)
         if _stopped_by is not None:
             _say_finished(name)
             _die_by(_stopped_by)
+        if isinstance(e, OSError) and _failed_on_stdout(e):
+            _click_output_failed(e)
         raise
     finally:
         _ignore_stop_signals()
+
+
+def _failed_on_stdout(e: OSError) -> bool:
+    """Whether ``e`` is a write to standard output failing (a full disk, an I/O error) in the
+    frame that raised it: click's ``echo`` of the help or version, whose ``file`` is stdout
+    (click stops silently on a closed pipe itself)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    stream = tb.tb_frame.f_locals.get("file") if tb is not None else None
+    try:
+        return (bool(e.strerror) and not isinstance(e, BrokenPipeError)
+                and stream is not None and stream.fileno() == 1)
+    except (AttributeError, ValueError, OSError):  # (no descriptor: not the process's stdout)
+        return False
+
+
+def _click_output_failed(e: OSError):
+    """Exit 1 with a message where click's own output failed: --help or --version written to
+    a full disk or a failing device (the command's own failures are library_errors'). A
+    traceback said it before."""
+    with contextlib.suppress(OSError, ValueError):  # (what stdout still holds, unwritable)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (kept open until the exit)
+    with contextlib.suppress(OSError, ValueError):  # (stderr failing too: nowhere to say it)
+        click.echo(f"Error: standard output: {e.strerror}; the help or version was not "
+                   "written.", err=True)
+    sys.exit(1)
 
 
 def _ignore_stop_signals():

@@ -1299,6 +1299,27 @@ def test_a_file_named_not_utf8_shows_its_bytes_in_its_errors(tmp_path, monkeypat
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["train", "-h"], ["predict", "--help"], ["destiny", "--version"],
+                                  ["evaluate", "-h"], ["generate-netcdf", "-h"]])
+def test_help_or_version_to_a_full_standard_output_is_a_message(argv):
+    """click writes the help and the version itself, outside the command: a full device there
+    gave a traceback. A usage error is still click's (exit 2), and a closed pipe is silent."""
+    command = [str(pathlib.Path(sys.executable).parent / argv[0]), *argv[1:]]
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert (done.returncode, done.stderr) == (1, "Error: standard output: No space left on "
+                                                 "device; the help or version was not written.\n")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([*command, "--no-such-flag"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert done.returncode == 2 and "No such option" in done.stderr, done.stderr
+    piped = subprocess.run(f"'{command[0]}' {' '.join(argv[1:])} | head -c 1 >/dev/null",
+                           shell=True, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert piped.stderr == "", piped.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_failing_write_named_not_utf8_shows_its_bytes(tmp_path, monkeypatch):
     """The system's failure (OSError's file name, errors.system_failure) is worded in cli/."""
     monkeypatch.chdir(tmp_path)
