@@ -379,6 +379,8 @@ def read_n(kw, path, value) -> None:
         kw["n"], kw["n_auto"] = None, True
         return
     if isinstance(value, list):
+        if not value:
+            raise NetDefError(path, "expected a positive integer or 'auto', got an empty array")
         if len(value) != 1:
             raise NetDefError(path, "multi-dimensional layers (an array of 2-4 sizes) are not "
                                     "supported by Destiny; expected a positive integer or "

@@ -372,7 +372,7 @@ INVALID = [
     ("n_array_item", _set_layer(1, "N", [0]),
      r"^Layers\[1\]\.N\[0\]: expected a positive integer or 'auto', got a number \(0\)$"),
     ("n_empty_array", _set_layer(1, "N", []),
-     r"^Layers\[1\]\.N: .*expected a positive integer or 'auto'$"),
+     r"^Layers\[1\]\.N: expected a positive integer or 'auto', got an empty array$"),
     ("n_boolean", _set_layer(1, "N", True),
      r"^Layers\[1\]\.N: expected a positive integer or 'auto', got a boolean \(true\)$"),
     ("boolean_for_number", _set_layer(1, "RELUSlope", True),
