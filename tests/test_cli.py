@@ -749,6 +749,41 @@ def test_a_descriptor_named_as_a_file_is_a_stream(tmp_path):
     assert is_stream("-") and is_stream("/dev/null") and not is_stream(plain)
 
 
+def test_a_stream_given_where_a_file_is_renamed_into_place_is_named_in_the_refusal(tmp_path):
+    """An output renamed into place that is this process's descriptor is refused naming which
+    stream it is (standard output, standard error, descriptor N), not as some other stream."""
+    from destiny.errors import OutputError
+    from destiny.io.atomic import check_outputs
+
+    with open(tmp_path / "log", "a") as f:
+        for name, kind in (("/dev/stdout", "standard output"), ("/dev/stderr", "standard error"),
+                           (f"/dev/fd/{f.fileno()}", f"this process's file descriptor "
+                                                     f"{f.fileno()}")):
+            with pytest.raises(OutputError) as raised:
+                check_outputs([(name, "dataset file (-o)")])
+            assert str(raised.value) == (
+                f"{name}: is {kind}, not a file; the dataset file (-o) is written to a "
+                "temporary file and renamed into place, which would replace it. Give the path "
+                "of a file."), name
+
+
+def test_a_descriptor_written_through_stays_open_after_what_the_process_wrote(tmp_path):
+    """/dev/stdout (or /dev/fd/N) written in place: what the process had written to stdout
+    and not yet flushed comes first, and the descriptor stays open for what follows (the
+    summary line after predict's records)."""
+    code = ("import sys\nfrom destiny.io.atomic import text_output\n"
+            "print('before')\n"  # (buffered: stdout is a file)
+            "with text_output('/dev/stdout') as f:\n    f.write('records\\n')\n"
+            "print('after')\n")
+    log = tmp_path / "log"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # (buffered)
+    with open(log, "wb") as out:
+        done = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=subprocess.PIPE,
+                              timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["before", "records", "after"]
+
+
 def test_records_to_a_closed_stdout_are_refused(model):
     """`predict -s - >&-`: a message, not an AttributeError's traceback."""
     done = subprocess.run(
