@@ -1148,6 +1148,39 @@ def test_locks_failing_while_waiting_run_unlocked_and_sweep_nothing(tmp_path, mo
     assert ran and len(waits) == 1 and len(calls) == 2 and old.exists()
 
 
+def test_a_wait_that_ends_as_the_holder_removes_its_lock_file_locks_the_new_one(tmp_path,
+                                                                                monkeypatch):
+    """The run waited for removes its lock file as it finishes: the lock the waiter then gets
+    is on a file no longer there, which a third run would not see. The waiter locks the file
+    at the lock's path instead, so that a run coming meanwhile stops at it."""
+    import errno
+    import fcntl
+
+    from destiny.errors import OutputError
+    from destiny.io import atomic
+
+    real, calls = fcntl.flock, []
+    lock = atomic.lock_path(tmp_path / "out.txt")
+
+    def busy_then_released(fd, operation):
+        calls.append(operation)
+        if len(calls) == 1:  # the other run holds it
+            raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+        if len(calls) == 2:  # the wait ends as the other run, done, removes its file
+            os.unlink(lock)
+        return real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", busy_then_released)
+    waits = []
+    with atomic.exclusive(tmp_path / "out.txt", "output", on_wait=waits.append):
+        monkeypatch.setattr(fcntl, "flock", real)
+        assert len(waits) == 1 and os.path.exists(lock)
+        with pytest.raises(OutputError, match="another run is writing this output now"):
+            with atomic.exclusive(tmp_path / "out.txt", "output"):
+                pass
+    assert not os.path.exists(lock)
+
+
 def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete(tmp_path,
                                                                                monkeypatch):
     import signal
