@@ -1181,6 +1181,25 @@ def test_a_wait_that_ends_as_the_holder_removes_its_lock_file_locks_the_new_one(
     assert not os.path.exists(lock)
 
 
+def test_a_killed_runs_temporary_file_is_removed_once_an_hour_old_and_only_it(tmp_path):
+    """The README's promise: the next run that takes an output's lock removes its temporary
+    files (`.NAME.XXXXXXXX.tmp`) once they are an hour old; one younger (perhaps a live
+    run's on another machine) and a file only starting like one are left."""
+    import time
+
+    from destiny.io import atomic
+
+    now = time.time()
+    ages = {".out.txt.aaaaaaaa.tmp": 61 * 60, ".out.txt.bbbbbbbb.tmp": 59 * 60,
+            ".out.txt.cccccccc.tmp.bak": 120 * 60}
+    for name, age in ages.items():
+        (tmp_path / name).write_text("partial")
+        os.utime(tmp_path / name, (now - age, now - age))
+    with atomic.exclusive(tmp_path / "out.txt", "output"):
+        left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))
+    assert left == [".out.txt.bbbbbbbb.tmp", ".out.txt.cccccccc.tmp.bak"]
+
+
 def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete(tmp_path,
                                                                                monkeypatch):
     import signal
