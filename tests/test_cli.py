@@ -1012,6 +1012,23 @@ def test_outputs_reach_the_disk_before_they_are_renamed(tmp_path, monkeypatch):
                       + [("fsync", directory)])
 
 
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640)], ids=["022", "027"])
+def test_outputs_get_the_permissions_a_new_file_gets(tmp_path, umask, mode):
+    """An output put in place has the mode any new file gets under the umask (0644 under
+    0022), not the private 0600 of the temporary file it was written as: others read it."""
+    import stat
+
+    from destiny.io import atomic
+
+    before = os.umask(umask)
+    try:
+        with atomic.text_output(tmp_path / "out.txt") as f:
+            f.write("data\n")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == mode
+
+
 def test_a_file_system_that_cannot_sync_still_takes_outputs(tmp_path, monkeypatch):
     """Some FUSE and SMB mounts cannot fsync (EINVAL, ENOTSUP): outputs are put in place
     there as before."""
