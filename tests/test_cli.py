@@ -1101,6 +1101,56 @@ def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, mon
     assert raised.value.paths == [str(tmp_path / "data.nc"), str(tmp_path / "index")]
 
 
+def test_an_interrupt_while_an_output_fails_to_be_put_in_place_does_not_call_it_complete(
+        tmp_path, monkeypatch):
+    """Ctrl-C held while the rename into place fails (an immutable file): the interrupt is a
+    plain one once the renames stop, not one saying that the outputs are complete."""
+    import errno
+    import signal
+
+    from destiny.errors import InterruptedAfterOutputs
+    from destiny.io import atomic
+
+    def refused(src, dst):
+        os.kill(os.getpid(), signal.SIGINT)
+        raise OSError(errno.EPERM, "Operation not permitted", dst)
+
+    (tmp_path / "out.txt").write_text("old")
+    monkeypatch.setattr(atomic.os, "replace", refused)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest run as `&`)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            with atomic.text_output(tmp_path / "out.txt") as f:
+                f.write("new")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert not isinstance(raised.value, InterruptedAfterOutputs)
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("out.txt", "old")]
+
+
+def test_a_directory_that_cannot_be_synced_after_the_renames_still_takes_the_outputs(
+        tmp_path, monkeypatch):
+    """The directory's sync comes after the renames, which are done: its failure (an I/O
+    error, a file system that cannot sync a directory) is passed over, not reported as an
+    output that was not replaced."""
+    import errno
+    import stat
+
+    from destiny.io import atomic
+
+    fsync = os.fsync
+
+    def directories_fail(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", directories_fail)
+    with atomic.text_output(tmp_path / "out.txt") as f:
+        f.write("new")
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("out.txt", "new")]
+
+
 @pytest.mark.parametrize("where", ["temporary", "lock"])
 def test_an_interrupt_as_a_file_is_created_leaves_no_file(tmp_path, monkeypatch, where):
     """SIGTERM just after a temporary output or a lock file is created, before it was noted
