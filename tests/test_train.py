@@ -852,6 +852,22 @@ def test_the_latest_checkpoint_is_the_last_epoch_of_the_run_started_last(tmp_pat
     assert latest_checkpoint(net) == (f"{net}2.nc", 2)
 
 
+def test_a_checkpoints_name_is_one_in_the_networks_directory_however_spelt(tmp_path):
+    """checkpoint_epoch: gl.nc7.nc beside gl.nc, through any spelling of its directory, is
+    the epoch-7 checkpoint; a file of that name in another directory (a metrics file kept
+    elsewhere) is none, nor is one whose epoch is not a number."""
+    from destiny.io.checkpoint import checkpoint_epoch
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "other").mkdir()
+    net = tmp_path / "gl.nc"
+    assert checkpoint_epoch(net, tmp_path / "gl.nc7.nc") == 7
+    assert checkpoint_epoch(net, tmp_path / "sub" / ".." / "gl.nc12.nc") == 12
+    assert checkpoint_epoch(net, tmp_path / "other" / "gl.nc7.nc") is None
+    assert checkpoint_epoch(net, tmp_path / "gl.ncx.nc") is None
+    assert checkpoint_epoch(net, tmp_path / "gl.nc.nc") is None
+
+
 def test_keep_checkpoints_without_checkpoints_says_so(files):
     result = run_train(files, "-e", "1", "--checkpoint-every", "0", "--keep-checkpoints", "2")
     assert result.exit_code == 0, result.output
