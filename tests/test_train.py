@@ -852,6 +852,46 @@ def test_the_latest_checkpoint_is_the_last_epoch_of_the_run_started_last(tmp_pat
     assert latest_checkpoint(net) == (f"{net}2.nc", 2)
 
 
+def test_checkpoints_are_found_by_their_exact_names_and_a_start_not_a_time_counts_newest(
+        tmp_path):
+    """latest_checkpoint: a network path with glob's characters finds its checkpoints; a
+    file only starting like one (gl[1].nc9.nc.copy.nc) is none; a run start that is not a
+    finite time (damaged) counts as newest, so that --resume says so."""
+    import netCDF4
+
+    from destiny.io.checkpoint import checkpoint_path, latest_checkpoint
+
+    net = tmp_path / "gl[1].nc"
+
+    def checkpoint(path, started):
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.setncattr("destiny_settings", "{}")
+            nc.setncattr("destiny_run_started", np.float64(started))
+
+    checkpoint(checkpoint_path(net, 7), 200.0)
+    checkpoint(tmp_path / "gl1.nc8.nc", 300.0)  # (what gl[1].nc*.nc matches as a pattern)
+    checkpoint(tmp_path / "gl[1].nc9.nc.copy.nc", 300.0)
+    assert latest_checkpoint(net) == (f"{net}7.nc", 7)
+    checkpoint(checkpoint_path(net, 2), -np.inf)
+    assert latest_checkpoint(net) == (f"{net}2.nc", 2)
+
+
+def test_keep_checkpoints_keeps_all_while_there_are_fewer_than_it_keeps(tmp_path):
+    """superseded_checkpoints: after epoch 3 of a run with --keep-checkpoints K, epochs 1 and
+    2 are removed for K=1, epoch 1 for K=2, none for K of 3 or more."""
+    import netCDF4
+
+    from destiny.io.checkpoint import checkpoint_path, superseded_checkpoints
+
+    net = tmp_path / "gl.nc"
+    for epoch in (1, 2, 3):
+        with netCDF4.Dataset(checkpoint_path(net, epoch), "w", format="NETCDF4") as nc:
+            nc.setncattr("destiny_settings", "{}")
+            nc.setncattr("destiny_run_started", np.float64(100.0))
+    removed = {keep: superseded_checkpoints(net, 100.0, keep, 3) for keep in (1, 2, 3, 4, 5)}
+    assert removed == {1: [f"{net}1.nc", f"{net}2.nc"], 2: [f"{net}1.nc"], 3: [], 4: [], 5: []}
+
+
 def test_a_checkpoints_name_is_one_in_the_networks_directory_however_spelt(tmp_path):
     """checkpoint_epoch: gl.nc7.nc beside gl.nc, through any spelling of its directory, is
     the epoch-7 checkpoint; a file of that name in another directory (a metrics file kept
