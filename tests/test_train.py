@@ -879,15 +879,9 @@ def test_checkpoints_are_found_by_their_exact_names_and_a_start_not_a_time_count
 def test_keep_checkpoints_keeps_all_while_there_are_fewer_than_it_keeps(tmp_path):
     """superseded_checkpoints: after epoch 3 of a run with --keep-checkpoints K, epochs 1 and
     2 are removed for K=1, epoch 1 for K=2, none for K of 3 or more."""
-    import netCDF4
+    from destiny.io.checkpoint import superseded_checkpoints
 
-    from destiny.io.checkpoint import checkpoint_path, superseded_checkpoints
-
-    net = tmp_path / "gl.nc"
-    for epoch in (1, 2, 3):
-        with netCDF4.Dataset(checkpoint_path(net, epoch), "w", format="NETCDF4") as nc:
-            nc.setncattr("destiny_settings", "{}")
-            nc.setncattr("destiny_run_started", np.float64(100.0))
+    net = superseded(tmp_path, (1, 2, 3))
     removed = {keep: superseded_checkpoints(net, 100.0, keep, 3) for keep in (1, 2, 3, 4, 5)}
     assert removed == {1: [f"{net}1.nc", f"{net}2.nc"], 2: [f"{net}1.nc"], 3: [], 4: [], 5: []}
 
@@ -1256,6 +1250,91 @@ def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     assert result.exit_code == 1 and "--resume takes the newest checkpoint" in result.output
     (files / "net.nc3.nc").unlink()
     assert run_train(files, "-e", "2", *args, "-q").output == ""  # (a restart; -q: no note)
+
+
+def test_resuming_keeps_the_metrics_lines_up_to_the_checkpoint_and_lines_not_its_own(tmp_path):
+    """_kept_metrics: on resuming from epoch 2, the lines of epochs 1 and 2 and any line that
+    is not an epoch's (a note someone added) stay; a later epoch's goes. A metrics stream
+    (standard output, /dev/fd/N: a log) is not read back: it keeps what it holds."""
+    from destiny.fit import _kept_metrics
+
+    lines = ['{"epoch": 1, "loss": 3.0}\n', '{"epoch": 2, "loss": 2.0}\n', "# moved hosts\n",
+             '{"epoch": 3, "loss": 1.0}\n', '{"note": "by hand"}\n']
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(lines))
+    assert _kept_metrics(path, 2) == lines[:3] + lines[4:]
+    assert _kept_metrics(path, 0) == []
+    with open(path, "a") as log:
+        assert _kept_metrics(f"/dev/fd/{log.fileno()}", 2) == []
+
+
+def test_a_checkpoint_of_an_earlier_version_is_judged_by_the_settings_it_records():
+    """Checkpoints of earlier versions recorded fewer settings (no feature indexes): those
+    they record must agree, the others are not taken for differences."""
+    from destiny.fit import _other_settings
+
+    settings = {"config": {"batch": 64, "epochs": 5}, "netdef": "{}", "examples": 300,
+                "entries": {"gl_input": 1350}, "indexes": ""}
+    earlier = {k: v for k, v in settings.items() if k != "indexes"}
+    assert _other_settings({"settings": json.dumps(earlier)}, settings) == []
+    assert _other_settings({"settings": json.dumps(earlier | {"examples": 200})}, settings) == [
+        "200 examples in the checkpoint's data, 300 in this data"]
+
+
+def superseded(tmp_path, epochs):
+    """Checkpoints of ``epochs`` of one run (started at 100) beside ``tmp_path / "gl.nc"``."""
+    import netCDF4
+
+    from destiny.io.checkpoint import checkpoint_path
+
+    net = tmp_path / "gl.nc"
+    for epoch in epochs:
+        with netCDF4.Dataset(checkpoint_path(net, epoch), "w", format="NETCDF4") as nc:
+            nc.setncattr("destiny_settings", "{}")
+            nc.setncattr("destiny_run_started", np.float64(100.0))
+    return net
+
+
+def test_a_superseded_checkpoint_removed_meanwhile_is_no_failure(tmp_path, monkeypatch):
+    """--keep-checkpoints: a checkpoint gone before its removal (removed by hand meanwhile) is
+    not noted as one that could not be removed."""
+    from destiny.fit import _remove_superseded
+
+    net = superseded(tmp_path, (1, 2, 3))
+    remove = os.remove
+
+    def gone_first(path):
+        if os.fspath(path).endswith("gl.nc1.nc"):
+            remove(path)
+            raise FileNotFoundError(2, "No such file or directory", path)
+        remove(path)
+
+    monkeypatch.setattr(os, "remove", gone_first)
+    assert _remove_superseded(net, 100.0, 1, 3) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gl.nc3.nc"]
+
+
+def test_an_interrupt_during_the_removal_of_superseded_checkpoints_waits_for_all(
+        tmp_path, monkeypatch):
+    """Ctrl-C as --keep-checkpoints removes this run's older checkpoints: the removals all
+    happen, then the interrupt."""
+    from destiny.fit import _remove_superseded
+
+    net = superseded(tmp_path, (1, 2, 3))
+    remove = os.remove
+
+    def remove_then_signal(path):
+        remove(path)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "remove", remove_then_signal)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest run as `&`)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _remove_superseded(net, 100.0, 1, 3)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gl.nc3.nc"]
 
 
 def test_metrics_to_stdout_append_to_the_log_that_stdout_is(files):
