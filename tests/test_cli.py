@@ -266,6 +266,24 @@ def test_a_failing_read_is_not_named_as_the_output(model, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failure_naming_no_file_between_writes_of_an_opened_output_is_not_put_down_to_it(
+        tmp_path):
+    """An output opened with ``OutputSet.open`` names its own write failures: a failure naming
+    no file that comes while it is open (an input read between two writes) is left as it was,
+    not said to be the output's, and nothing is put in place."""
+    import errno
+
+    from destiny.io import atomic
+
+    failure = OSError(errno.EIO, "Input/output error")
+    with pytest.raises(OSError) as raised:
+        with atomic.atomic_outputs() as out, out.open(tmp_path / "recs.txt") as f:
+            f.write("1\t2,0.5\n")
+            raise failure
+    assert raised.value is failure and raised.value.filename is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):
     """Each command's own entry point (generate-netcdf, evaluate, ... not only those run
     through run_command) stops on SIGTERM and SIGHUP as on Ctrl-C; a signal the command was
