@@ -1295,6 +1295,20 @@ def superseded(tmp_path, epochs):
     return net
 
 
+def test_keep_checkpoints_never_removes_a_run_started_later(tmp_path):
+    """superseded_checkpoints: only this run's (the same start) older checkpoints go; one of
+    a run started later (a copy, another machine's clock) is never among them."""
+    import netCDF4
+
+    from destiny.io.checkpoint import checkpoint_path, superseded_checkpoints
+
+    net = superseded(tmp_path, (2,))  # (this run's, started at 100)
+    with netCDF4.Dataset(checkpoint_path(net, 1), "w", format="NETCDF4") as nc:
+        nc.setncattr("destiny_settings", "{}")
+        nc.setncattr("destiny_run_started", np.float64(200.0))
+    assert superseded_checkpoints(net, 100.0, 1, 3) == [f"{net}2.nc"]
+
+
 def test_a_superseded_checkpoint_removed_meanwhile_is_no_failure(tmp_path, monkeypatch):
     """--keep-checkpoints: a checkpoint gone before its removal (removed by hand meanwhile) is
     not noted as one that could not be removed."""
