@@ -197,7 +197,7 @@ def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
 
 
 class _Progress:
-    """A bar per epoch (samples/s, running loss) and one line per epoch, on stderr."""
+    """A bar per epoch (examples/s, running loss) and one line per epoch, on stderr."""
 
     def __init__(self, cfg, quiet: bool, ranks: int):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
