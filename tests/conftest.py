@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 
 # Without an NVIDIA driver the CUDA kernels run in numba's simulator (every thread in Python,
 # hence the tests' tiny shapes for them). numba reads this when it is first imported, so it
@@ -27,6 +28,25 @@ from destiny.generate import generate_netcdf  # noqa: E402
 from destiny.train import train_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# A test that hangs (a run waiting for its own lock, a rank waiting for a message that never
+# comes) fails after this long with its traceback, instead of holding CI until its own limit
+# with no word of which test it was. The slowest test takes under a minute on 2 cores.
+HANG_SECONDS = 300
+
+
+@pytest.fixture(autouse=True)
+def _fail_if_hung():
+    def hung(signum, frame):  # (Failed is a BaseException: no `except Exception` swallows it)
+        pytest.fail(f"still running after {HANG_SECONDS} s: hung?")
+
+    previous = signal.signal(signal.SIGALRM, hung)  # (neither Destiny nor a test uses SIGALRM)
+    signal.alarm(HANG_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_sessionfinish(session, exitstatus):
