@@ -549,6 +549,17 @@ def test_an_output_inside_an_input_directory():
                               "written into texts, the input text (-i)"), message
 
 
+def test_an_output_below_an_input_directory_is_written():
+    """Its subdirectories are not read (spec 1.1): an output there is no input of a later run."""
+    os.makedirs(os.path.join("texts", "nc"))
+    write(os.path.join("texts", "a.txt"), "u1\ta:b\n")
+    args = ["-i", "texts", *OUTPUTS, "-c"]
+    args[args.index("samples.idx")] = os.path.join("texts", "nc", "samples.idx")
+    result = CliRunner().invoke(generate_netcdf, args)
+    assert result.exit_code == 0, result.output
+    assert open(os.path.join("texts", "nc", "samples.idx")).read() == "u1\t0\n"
+
+
 def test_empty_dataset_name():
     write("in.txt", "u1\ta:b\n")
     args = ["-i", "in.txt", *OUTPUTS, "-c"]

@@ -197,12 +197,11 @@ def check_distinct(outputs, inputs=()) -> None:
 
 
 def _inside(path: str, directory: str) -> bool:
-    """Whether ``path`` would be a file in the directory ``directory`` (or below it)."""
+    """Whether ``path`` would be a file in the directory ``directory`` itself: an input
+    directory's files are read, not its subdirectories' (spec 1.1, ``text.input_files``)."""
     if not os.path.isdir(directory):
         return False
-    parent = _place(path)[0]
-    root = os.path.realpath(directory)
-    return os.path.commonpath([parent, root]) == root
+    return _place(path)[0] == os.path.realpath(directory)
 
 
 def same_file(a, b) -> bool:
