@@ -73,6 +73,11 @@ SUMMARY_CASES = [
      "the attribute 'destiny_indexDigest0' is 5 (int32); expected text"),
     ("rows-digest-number", {"destiny_rowsDigest0": np.int32(5)},
      "the attribute 'destiny_rowsDigest0' is 5 (int32); expected text"),
+    ("entries-two-numbers", {"destiny_indexEntries0": np.uint32([100, 7])},
+     "the attribute 'destiny_indexEntries0' is [100, 7] (uint32); expected one non-negative "
+     "integer"),
+    ("no-datasets", {"datasets": np.uint32(0)},
+     "the global attribute 'datasets' is 0; expected at least 1."),
 ]
 
 
@@ -142,6 +147,12 @@ CASES = [
     ("nan-weight", dict(attrs={"attributes0": np.uint32(3 | 128)}, variables={
         "dataWeight0": ("f4", changed(np.ones(ROWS, np.float32), 3, np.nan))}),
      "has the weight nan for example 3 in dataWeight0"),
+    ("inf-weight", dict(attrs={"attributes0": np.uint32(3 | 128)}, variables={
+        "dataWeight0": ("f4", changed(np.ones(ROWS, np.float32), 3, np.inf))}),
+     "has the weight inf for example 3 in dataWeight0"),
+    ("index-at-the-width", dict(variables={"sparseIndex0": ("u4", changed(INDICES, 7, WIDTH))}),
+     "has feature index 128 in sparseIndex0 (entry 7, example 1; both count from 0), but its "
+     "width is 128; every index must be 0 to 127"),
     # (index0 names the stored examples 0..ROWS-1: ROWS, one past the last, is outside)
     ("row-index-one-past", dict(attrs={"attributes0": np.uint32(3 | 64)}, variables={
         "index0": ("u4", changed(np.arange(ROWS), 5, ROWS))}),
@@ -155,8 +166,21 @@ CASES = [
      f"has no entries: all {ROWS} examples list no feature (sparseDataDim0 = 0), which DSSTNE's "
      "loader refuses"),
     ("range-past-the-entries", dict(variables={"sparseEnd0": ("u4", changed(
-        OFFSETS[1:], ROWS - 1, ENTRIES + 5))}),
+        OFFSETS[1:], ROWS - 1, ENTRIES + 1))}),
      f"has sparseStart0/sparseEnd0 ranges outside 0..{ENTRIES}; the file is damaged"),
+    ("range-ending-before-its-start", dict(variables={"sparseEnd0": ("u4", changed(
+        OFFSETS[1:], 4, OFFSETS[4] - 1))}),
+     f"has sparseStart0/sparseEnd0 ranges outside 0..{ENTRIES}; the file is damaged"),
+    ("range-starting-below-0", dict(variables={"sparseStart0": ("i8", changed(
+        OFFSETS[:-1], 0, -1))}),
+     f"has sparseStart0/sparseEnd0 ranges outside 0..{ENTRIES}; the file is damaged"),
+    ("no-examples", dict(variables={"sparseStart0": ("u4", np.zeros(0)),
+                                    "sparseEnd0": ("u4", np.zeros(0))}),
+     "has 0 sparseStart0 and 0 sparseEnd0 entries; expected the same number, > 0. The file "
+     "is damaged"),
+    ("negative-row-index", dict(attrs={"attributes0": np.uint32(3 | 64)}, variables={
+        "index0": ("i4", changed(np.arange(ROWS), 5, -1))}),
+     f"has index0 values outside 0..{ROWS - 1}"),
     ("all-rows-empty", dict(variables={"sparseEnd0": ("u4", OFFSETS[:-1])}),
      f"has no entries: all {ROWS} examples list no feature, which DSSTNE's loader refuses"),
     ("width-beyond-int32", dict(attrs={"width0": np.uint32(4_000_000_000)}),
@@ -237,3 +261,26 @@ def test_a_ranks_shard_is_refused_for_a_bad_entry_outside_its_columns(tmp_path, 
         with pytest.raises(DataFormatError, match=f"has the value nan in sparseData0 "
                            fr"\(entry {at}, example {ROWS - 1}; both count from 0\)"):
             read_dataset(path, columns=columns)
+
+
+def test_a_damaged_shape_of_the_dataset_is_named(tmp_path):
+    """Weights for another number of examples, a zero width and entries stored as a matrix:
+    each named, not read as something else (an index past a width of 0, the first row)."""
+    path = write(tmp_path / "w.nc", "x", attrs={"attributes0": np.uint32(3 | 128)},
+                 variables={"dataWeight0": ("f4", np.ones(ROWS - 1, np.float32))})
+    with pytest.raises(DataFormatError) as e:
+        read_dataset(path)
+    assert str(e.value) == (f"{path}: dataset 'x' has {ROWS - 1} dataWeight0 entries for "
+                            f"{ROWS} examples.")
+    path = write(tmp_path / "z.nc", "x", attrs={"width0": np.uint32(0)})
+    with pytest.raises(DataFormatError) as e:
+        read_dataset(path)
+    assert str(e.value) == f"{path}: dataset 'x' has a zero width, height or length."
+    path = write(tmp_path / "m.nc", "x")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.renameVariable("sparseIndex0", "stored")
+        nc.createDimension("rows", 2)
+        nc.createVariable("sparseIndex0", "u4", ("rows", "sparseDataDim0"))[:] = [INDICES] * 2
+    with pytest.raises(DataFormatError, match="the variable 'sparseIndex0' has 2 dimensions; "
+                       "expected one dimension of integers"):
+        read_dataset(path)
