@@ -8,8 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from destiny.cli.generate_netcdf import generate_netcdf
-from destiny.io.dataset import (SparseDataset, contents_digests, read_dataset, round_up_width,
-                                write_dataset)
+from destiny.errors import DataFormatError
+from destiny.io.dataset import (DatasetSummary, SparseDataset, contents_digests,
+                                dataset_summaries, read_dataset, round_up_width, write_dataset)
 from destiny.io.index import index_digest, read_index
 
 from . import nctypes
@@ -444,3 +445,147 @@ def test_contents_digest_tells_any_change_and_only_a_change(tmp_path):
               SparseDataset("x", 128, np.array([0, 1, 3]), indices, values),
               SparseDataset("x", 128, indptr, indices)]  # (Boolean: no values)
     assert len({base} | {digest(f"o{i}.nc", ds) for i, ds in enumerate(others)}) == 5
+
+
+def dsstne_file(path, attrs, variables, dims):
+    """A one-dataset file written as DSSTNE's tools may write it: ``attrs`` (uint, or text),
+    ``variables`` name -> (type, dimension, values), ``dims`` name -> size."""
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        for key, value in attrs.items():
+            nc.setncattr(key, value if isinstance(value, str) else np.uint32(value))
+        for dim, size in dims.items():
+            nc.createDimension(dim, size)
+        for var, (dtype, dim, values) in variables.items():
+            nc.createVariable(var, dtype, (dim,))[:] = values
+    return path
+
+
+def test_contents_digest_covers_the_width_the_row_index_and_the_stored_types(tmp_path):
+    """Beside values and bounds, what else decides what a dataset holds: its width, an
+    Indexed dataset's index0 (which stored rows are the examples), and the type its values
+    are stored as (the same bytes as int32 are other values)."""
+    def digest(name, width=128, index=(0, 1, 0), data=("f4", (1.0, 2.0, 3.0))):
+        path = dsstne_file(tmp_path / name, {
+            "datasets": 1, "name0": "x", "attributes0": 1 | 64, "kind0": 0, "dataType0": 4,
+            "dimensions0": 1, "width0": width}, {
+            "sparseStart0": ("u4", "uniqueExamplesDim0", [0, 2]),
+            "sparseEnd0": ("u4", "uniqueExamplesDim0", [2, 3]),
+            "sparseIndex0": ("u4", "sparseDataDim0", [4, 9, 1]),
+            "index0": ("u4", "examplesDim0", index),
+            "sparseData0": (data[0], "sparseDataDim0", data[1])},
+            {"examplesDim0": 3, "uniqueExamplesDim0": 2, "sparseDataDim0": 3})
+        read_dataset(path)  # (contents_digests is called on a file the reader took)
+        return contents_digests(path, ["x"])["x"]
+
+    base = digest("a.nc")
+    assert digest("b.nc") == base
+    as_int = np.float32([1, 2, 3]).view(np.int32)
+    assert read_dataset(dsstne_file(tmp_path / "c.nc", {
+        "datasets": 1, "name0": "x", "attributes0": 1, "kind0": 0, "dataType0": 4,
+        "dimensions0": 1, "width0": 128}, {
+        "sparseStart0": ("u4", "examplesDim0", [0]), "sparseEnd0": ("u4", "examplesDim0", [3]),
+        "sparseIndex0": ("u4", "sparseDataDim0", [4, 9, 1]),
+        "sparseData0": ("i4", "sparseDataDim0", as_int)},
+        {"examplesDim0": 1, "sparseDataDim0": 3})).values.tolist() == as_int.tolist()
+    others = [digest("w.nc", width=256), digest("i.nc", index=(1, 0, 0)),
+              digest("t.nc", data=("i4", as_int))]
+    assert len({base, *others}) == 4
+
+
+@pytest.mark.skipif(nctypes.LIB is None, reason="libnetcdf not found for ctypes")
+def test_a_name_that_is_not_ascii_is_written_as_dsstnes_text(tmp_path):
+    """netCDF4-python would write it as NC_STRING, which DSSTNE cannot read (spec 1.5)."""
+    write_dataset(tmp_path / "a.nc", SparseDataset("données_été", 128, np.array([0, 1]),
+                                                   np.array([5], np.int32)))
+    assert nctypes.types(tmp_path / "a.nc")["name0"] == nctypes.NC_CHAR
+    assert read_dataset(tmp_path / "a.nc").name == "données_été"
+
+
+def test_each_dataset_of_a_file_has_its_own_contents_digest(tmp_path):
+    path = tmp_path / "a.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.setncattr("datasets", np.uint32(2))
+        for n, name in enumerate(["first", "second"]):
+            for key, value in (("attributes", 3), ("kind", 0), ("dataType", 0),
+                               ("dimensions", 1), ("width", 128)):
+                nc.setncattr(f"{key}{n}", np.uint32(value))
+            nc.setncattr(f"name{n}", name)
+            nc.createDimension(f"examplesDim{n}", 1)
+            nc.createDimension(f"sparseDataDim{n}", 2)
+            for var, dim, values in ((f"sparseStart{n}", f"examplesDim{n}", [0]),
+                                     (f"sparseEnd{n}", f"examplesDim{n}", [2]),
+                                     (f"sparseIndex{n}", f"sparseDataDim{n}", [3, 4 + n])):
+                nc.createVariable(var, "u4", (dim,))[:] = values
+    first, second = (contents_digests(path, ["first", "second"])[name]
+                     for name in ("first", "second"))
+    assert contents_digests(path, ["second"]) == {"second": second} and first != second
+
+
+@pytest.mark.parametrize("ignore_zero", [True, False])
+def test_the_ignore_zero_bit_is_written_and_read_back(tmp_path, ignore_zero):
+    write_dataset(tmp_path / "a.nc", SparseDataset("x", 128, np.array([0, 1]),
+                                                   np.array([5], np.int32),
+                                                   ignore_zero=ignore_zero))
+    with netCDF4.Dataset(tmp_path / "a.nc") as nc:
+        assert nc.getncattr("attributes0") == (1 | 2 | 32 if ignore_zero else 1 | 2)
+    assert read_dataset(tmp_path / "a.nc").ignore_zero is ignore_zero
+
+
+@pytest.mark.parametrize("indptr", [[0], [0, 0, 0]], ids=["no-examples", "no-entries"])
+def test_a_dataset_without_examples_or_entries_is_not_written(tmp_path, indptr):
+    ds = SparseDataset("x", 128, np.array(indptr), np.zeros(0, np.int32))
+    with pytest.raises(DataFormatError, match="would have no examples or no entries, which "
+                       "DSSTNE's loader refuses"):
+        write_dataset(tmp_path / "a.nc", ds)
+    assert not (tmp_path / "a.nc").exists()
+
+
+def test_dataset_summaries_tell_what_each_dataset_records(tmp_path):
+    """The entries of a sparse dataset, None for a dense one (no sparseDataDim<n>); the index
+    only where both its entries and its digest are recorded; the rows' digest where it is."""
+    path = tmp_path / "a.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.setncattr("datasets", np.uint32(3))
+        for n, name in enumerate(["sparse", "dense", "half"]):
+            nc.setncattr(f"name{n}", name)
+        nc.createDimension("sparseDataDim0", 7)
+        nc.createDimension("sparseDataDim2", 2)
+        nc.setncattr("destiny_indexEntries1", np.uint32(9))
+        nc.setncattr("destiny_indexDigest1", "abc")
+        nc.setncattr("destiny_rowsDigest1", "def")
+        nc.setncattr("destiny_indexEntries2", np.uint32(4))  # (no digest: no index)
+    assert dataset_summaries(path) == {"sparse": DatasetSummary(7, None, None),
+                                       "dense": DatasetSummary(None, (9, "abc"), "def"),
+                                       "half": DatasetSummary(2, None, None)}
+
+
+@pytest.mark.parametrize("dims,width", [(1, 4), (2, 32), (3, 64)])
+def test_width_is_width_times_height_times_length_of_the_dimensions_used(tmp_path, dims,
+                                                                           width):
+    """DSSTNE's dimensions<n> of 1 to 3 (spec 2.3): the features are width0 x height0 x
+    length0, each size counted only if the dataset has that many dimensions."""
+    path = dsstne_file(tmp_path / "a.nc", {
+        "datasets": 1, "name0": "x", "attributes0": 3, "kind0": 0, "dataType0": 0,
+        "dimensions0": dims, "width0": 4, "height0": 8, "length0": 2}, {
+        "sparseStart0": ("u4", "examplesDim0", [0]), "sparseEnd0": ("u4", "examplesDim0", [2]),
+        "sparseIndex0": ("u4", "sparseDataDim0", [width - 1, 0])},
+        {"examplesDim0": 1, "sparseDataDim0": 2})
+    ds = read_dataset(path)
+    assert ds.width == width and ds.indices.tolist() == [width - 1, 0]
+
+
+@pytest.mark.parametrize("bounds,indices", [((2, 4), [1, 5]), ((0, 2), [7, 8])])
+def test_one_example_reads_its_own_entries_among_others_stored(tmp_path, bounds, indices):
+    """Entries stored before or after an example's range (DSSTNE allows any layout, spec
+    2.4) are not read as its own."""
+    path = dsstne_file(tmp_path / "a.nc", {
+        "datasets": 1, "name0": "x", "attributes0": 1, "kind0": 0, "dataType0": 4,
+        "dimensions0": 1, "width0": 128}, {
+        "sparseStart0": ("u4", "examplesDim0", [bounds[0]]),
+        "sparseEnd0": ("u4", "examplesDim0", [bounds[1]]),
+        "sparseIndex0": ("u4", "sparseDataDim0", [7, 8, 1, 5]),
+        "sparseData0": ("f4", "sparseDataDim0", [0.5, 1.5, 2.5, 3.5])},
+        {"examplesDim0": 1, "sparseDataDim0": 4})
+    ds = read_dataset(path)
+    assert ds.indptr.tolist() == [0, 2] and ds.indices.tolist() == indices
+    assert ds.values.tolist() == ([2.5, 3.5] if bounds[0] else [0.5, 1.5])

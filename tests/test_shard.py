@@ -63,6 +63,7 @@ def test_reading_columns_keeps_the_shard_of_every_row(tmp_path, monkeypatch):
     lengths = rng.integers(0, 9, size=40)
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     indices = rng.integers(0, 256, size=indptr[-1]).astype(np.int32)
+    indices[:3] = (99, 100, 200)  # (on the bounds of the shards below)
     values = rng.random(indptr[-1]).astype(np.float32)
     write_dataset(tmp_path / "d.nc", SparseDataset("d", 256, indptr, indices, values))
     monkeypatch.setattr(dataset._Entries, "BLOCK", 17)  # entries read in many blocks
