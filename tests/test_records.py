@@ -61,13 +61,34 @@ def test_dsstnes_format_on_scores_in_zero_one(monkeypatch):
     assert text == python_records(["a", "b"], items, scores, LABELS)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e20])
+# (-1e16: -1e19 once scaled, beyond int64 though within uint64)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e20, -1e16])
 def test_scores_the_kernel_cannot_write_exactly_take_python(bad):
     rng = np.random.default_rng(3)
     labels, items, scores = batch(rng, 4, 5, rng.random((4, 5)).astype(np.float32))
     items[2, 3], scores[2, 3] = 1, bad
     assert format_records(labels, items, scores, EncodedLabels(LABELS)) == python_records(
         labels, items, scores, LABELS)
+
+
+@pytest.mark.parametrize("fmt", ["4.3f", "1.12f"])
+@pytest.mark.parametrize("longest", ["labels", "scores"])
+def test_the_longest_labels_and_numbers_fit_the_kernels_buffer(fmt, longest, monkeypatch):
+    """Every record at its longest: item labels of 300 bytes, or, with one-byte labels,
+    negative scores just below what the kernel writes (2**53 / 10**P)."""
+    kernel_only(monkeypatch)
+    decimals = int(fmt.split(".")[1][:-1])
+    rng = np.random.default_rng(6)
+    if longest == "labels":
+        item_labels = np.array(["x" * 300, "y" * 300], dtype=object)
+        scores = rng.random((20, 30)).astype(np.float32)
+    else:
+        item_labels = np.array(["4", "5"], dtype=object)
+        scores = np.full((20, 30), -np.float32(2.0 ** 53 / 10 ** decimals * 0.99))
+    items = rng.integers(0, 2, size=(20, 30)).astype(np.int32)
+    labels = [f"u{r}" for r in range(20)]
+    text = format_records(labels, items, scores, EncodedLabels(item_labels), fmt)
+    assert text == python_records(labels, items, scores, item_labels, fmt)
 
 
 @pytest.mark.parametrize("fmt", ["+.3f", "-8.3f", "08.3f", " .3f", ".13f", "e", "8.2e", "g"])
@@ -82,8 +103,10 @@ def test_other_conversions_take_python(fmt):
 def test_float64_scores_and_empty_batches():
     rng = np.random.default_rng(5)
     labels, items, scores = batch(rng, 3, 4, rng.random((3, 4)))
+    items[0, 0], scores[0, 0] = 0, 0.0005  # (just above the tie: '0.001'; x 1000 is 0.5)
     assert format_records(labels, items, scores, EncodedLabels(LABELS)) == python_records(
         labels, items, scores, LABELS)
+    assert "i0,0.001:" in python_records(labels, items, scores, LABELS)
     assert format_records([], np.zeros((0, 4), np.int32), np.zeros((0, 4), np.float32),
                           EncodedLabels(LABELS)) == ""
     none = np.full((2, 3), -1, np.int32)
