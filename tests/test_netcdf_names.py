@@ -60,6 +60,11 @@ def test_generate_dataset_name_not_utf8(work):
     assert "\\udcff" not in message  # the byte as the user typed it, not Python's escape
 
 
+def test_a_run_of_bytes_not_utf8_is_named_whole(work):
+    refused(generate_netcdf, [*GENERATE, "-o", "out.nc", "-d", f"g{BAD}\udcfeh"],
+            "the dataset name (-d) 'g\\xff\\xfeh' is not valid UTF-8 (the bytes \\xff\\xfe)")
+
+
 def test_generate_output_not_utf8(work):
     refused(generate_netcdf, [*GENERATE, "-o", f"{BAD}.nc", "-d", "g"],
             "the output NetCDF file (-o) '\\xff.nc' is not valid UTF-8 (the byte \\xff)",
