@@ -513,3 +513,56 @@ def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
                 **dict.fromkeys(floats, nctypes.NC_FLOAT), **dict.fromkeys(uints, nctypes.NC_UINT),
                 **dict.fromkeys(uint64, nctypes.NC_UINT64)}
         assert {a: types[a] for a in spec} == spec
+
+
+def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
+    """A shared, transposed weight beside an unshared one into the same layer, read back as
+    written; DSSTNE's attributes that Destiny fixes (one-dimensional layers, kernels of 1 and
+    no padding, unlocked weights, no checkpointing), each weight's norm its destination's, and
+    the flags that follow from the definition (an Input layer's Sparse bit, no penalty)."""
+    from destiny.netdef import parse_netdef
+
+    d = {"ErrorFunction": "L2",  # (ShuffleIndices as default: true)
+         "Layers": [
+             {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in"},
+             {"Name": "H1", "Kind": "Hidden", "N": 6, "WeightNorm": 1.5},
+             {"Name": "H2", "Kind": "Hidden", "N": 5},
+             {"Name": "H3", "Kind": "Hidden", "N": 6, "Source": ["H2", "H1"], "WeightNorm": 0.75,
+              "SharedWeights": {"SourceInputLayer": "H1", "SourceOutputLayer": "H2",
+                                "InputLayer": "H2", "Transposed": True}},
+             {"Name": "Output", "Kind": "Output", "N": 7, "DataSet": "out", "Source": "H3"}]}
+    nd = parse_netdef(d).resolve({"in": 7, "out": 7})
+    rng = np.random.default_rng(4)
+    sizes = {0: (7, 6), 1: (6, 5), 2: (5, 6), 3: (6, 6), 4: (6, 7)}  # (2: 1's, transposed)
+    weights = {k: rng.standard_normal(sizes[k]).astype(np.float32) for k in (0, 1, 3, 4)}
+    biases = {k: rng.standard_normal(sizes[k][1]).astype(np.float32) for k in sizes}
+    path = tmp_path / "net.nc"
+    write_network(path, nd, weights, biases)
+    back = read_network(path)
+    assert [(layer.sources, layer.shared_weights) for layer in back.netdef.layers] == [
+        (layer.sources, layer.shared_weights) for layer in nd.layers]
+    assert back.netdef.layers[3].shared_weights[0].transposed and back.netdef.shuffle_indices
+    assert sorted(back.weights) == [0, 1, 3, 4] and sorted(back.biases) == [0, 1, 2, 3, 4]
+    for k in weights:
+        np.testing.assert_array_equal(back.weights[k], weights[k])
+    with netCDF4.Dataset(path) as nc:
+        got = {a: nc.getncattr(a) for a in nc.ncattrs()}
+        assert "weight2_weights" not in nc.variables and "weight3_weights" in nc.variables
+    expected = {"bSparsenessPenalty": 0, "bDenoising": 0, "ShuffleIndices": 1,
+                "checkpoint_name": "", "checkpoint_interval": 0, "checkpoint_epochs": 0,
+                "destiny_format_version": FORMAT_VERSION,
+                "weight2_bShared": 1, "weight2_bTransposed": 1, "weight2_sourceInputLayer": "H1",
+                "weight2_sourceOutputLayer": "H2", "weight2_inputLayer": "H2",
+                "weight2_outputLayer": "H3", "weight3_bShared": 0,
+                "weight3_inputLayer": "H1", "weight3_outputLayer": "H3"}
+    for i in range(5):
+        expected |= {f"layer{i}_{a}": 1 for a in (
+            "Ny", "Nz", "Nw", "dimensions", "kernelX", "kernelY", "kernelZ", "kernelDimensions",
+            "kernelStrideX", "kernelStrideY", "kernelStrideZ")}
+        expected |= {f"layer{i}_{a}": 0 for a in ("kernelPaddingX", "kernelPaddingY",
+                                                   "kernelPaddingZ")}
+        expected[f"layer{i}_attributes"] = 1 if i == 0 else 0  # (Input: its dataset's, sparse)
+    for k, norm in enumerate([1.5, 0.0, 0.75, 0.75, 0.0]):
+        expected |= {f"weight{k}_norm": norm, f"weight{k}_bLocked": 0, f"weight{k}_length": 1,
+                     f"weight{k}_depth": 1, f"weight{k}_breadth": 1}
+    assert {a: got[a] for a in expected} == expected
