@@ -71,6 +71,12 @@ def resized_counts(nc) -> None:
     nc.createVariable("destiny_target_counts_Output", "f4", ("five",))[:] = 1
 
 
+def resized_bias(nc) -> None:
+    nc.renameVariable("weight1_bias", "old_bias")
+    nc.createDimension("five", 5)
+    nc.createVariable("weight1_bias", "f4", ("five",))[:] = 0
+
+
 # Weight 1 (Hidden -> Output) made to share the weight Output -> Input, which there is not.
 SHARED = {"weight1_bShared": np.uint32(1), "weight1_bTransposed": np.uint32(0),
           "weight1_sourceInputLayer": "Output", "weight1_sourceOutputLayer": "Input"}
@@ -95,6 +101,8 @@ NETWORK_DAMAGE = [
     ("layers", np.uint32(0), "'layers' is 0 (uint32); expected a whole number of layers, 2 or "
                              "more"),
     ("layers", "abc", "'layers' is 'abc' (text); expected a whole number of layers"),
+    ("layers", np.uint32(1), "'layers' is 1 (uint32); expected a whole number of layers, 2 or "
+                             "more (an Input and an Output)"),
     ("layer1_source0", "Output", "the attribute 'layer2_source0' is 'Hidden' (text): cycle in "
                                  "the layer graph: Hidden -> Output -> Hidden; sources and skips "
                                  "must form an acyclic graph."),
@@ -107,6 +115,10 @@ NETWORK_DAMAGE = [
     ("layer1_Nx", np.float32(128.7), "'layer1_Nx' is 128.7 (float32); expected a whole number"),
     ("weights", np.uint32(0), "'weights' is 0 (uint32); expected 2, one weight per source of a "
                               "layer"),
+    (lambda nc: (nc.delncattr("weight1_bShared"), nc.setncattr("weights", np.uint32(1))), None,
+     "'weights' is 1 (uint32); expected 2, one weight per source of a layer"),
+    (resized_bias, None, "the variable 'weight1_bias' holds 5 values; the layer 'Output' it "
+                         "feeds has 128 units."),
     ("destiny_indexes", "{bad", "'destiny_indexes' is '{bad' (text); expected JSON text of an "
                                 "object"),
     ("destiny_indexes", '{"Input": 5}', "'destiny_indexes' is '{\"Input\": 5}' (text); "
@@ -320,6 +332,52 @@ def test_a_dsstne_network_file_has_no_format_version_and_reads(model, tmp_path):
         for key in [k for k in nc.ncattrs() if k.startswith("destiny_")]:
             nc.delncattr(key)
     assert read_network(net).destiny == {}
+
+
+def test_a_dsstne_file_without_decay_or_a_layers_penalty_reads_with_the_defaults(model,
+                                                                                  tmp_path):
+    """No decay: none (0); no sparseness penalty of a layer's own: the network's, which
+    DSSTNE reads in its place (quirk 10.25)."""
+    net = tmp_path / "dsstne.nc"
+    shutil.copy(model / "gl.nc", net)
+    with netCDF4.Dataset(net, "a") as nc:
+        for key in ("decay", "layer1_sparsenessPenalty_p", "layer1_sparsenessPenalty_beta"):
+            nc.delncattr(key)
+        nc.setncattr("sparsenessPenalty_p", np.float32(0.25))
+        nc.setncattr("sparsenessPenalty_beta", np.float32(0.5))
+    netdef = read_network(net).netdef
+    assert netdef.decay == 0.0
+    penalty = netdef.layers[1].sparseness_penalty
+    assert (penalty.p, penalty.beta) == (0.25, 0.5)
+
+
+def test_what_is_no_readable_network_has_no_destiny_attributes(model, tmp_path):
+    from destiny.io.network_file import destiny_attributes
+
+    (tmp_path / "text.nc").write_text("not NetCDF")
+    assert destiny_attributes(tmp_path / "missing.nc") is None
+    assert destiny_attributes(tmp_path / "text.nc") is None
+    assert destiny_attributes(model / "gl.nc")["format_version"] == FORMAT_VERSION
+
+
+def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path):
+    """predict maps the weights (mmap): the values read, also from a big-endian variable
+    (read, not mapped), and writable without writing the file."""
+    net = tmp_path / "big.nc"
+    shutil.copy(model / "gl.nc", net)
+    with netCDF4.Dataset(net, "a") as nc:
+        old = nc.variables["weight1_weights"]
+        nc.renameVariable("weight1_weights", "old_weights")
+        nc.createVariable("weight1_weights", ">f4", old.dimensions, endian="big",
+                          fill_value=False)[:] = old[:]
+    before = net.read_bytes()
+    read, mapped = read_network(net), read_network(net, mmap=True)
+    for k in (0, 1):
+        np.testing.assert_array_equal(mapped.weights[k], read.weights[k])
+    assert isinstance(mapped.weights[0].base, np.memmap)  # (a map, not a copy)
+    mapped.weights[0][:] = 7
+    del mapped
+    assert net.read_bytes() == before
 
 
 def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
