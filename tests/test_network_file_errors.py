@@ -313,6 +313,18 @@ def test_a_network_file_of_a_newer_format_is_refused_by_its_version(model, tmp_p
     assert not out.exists()
 
 
+def test_a_newer_format_that_names_no_writer_is_a_newer_destinys(model, tmp_path):
+    net = tmp_path / "newer.nc"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, "destiny_format_version", np.uint32(FORMAT_VERSION + 1))
+    with netCDF4.Dataset(net, "a") as nc:
+        nc.delncattr("destiny_version")
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"{net}: was written by a newer Destiny in network-file format version "
+            f"{FORMAT_VERSION + 1} (destiny_format_version)")):
+        read_network(net)
+
+
 @pytest.mark.parametrize("value,shown", [("2", "'2' (text)"), (np.float32(1.5), "1.5 (float32)"),
                                          (np.int32(0), "0 (int32)")])
 def test_a_format_version_that_is_not_one_is_damage(model, tmp_path, value, shown):
