@@ -113,6 +113,9 @@ NETWORK_DAMAGE = [
                                      "non-Input layer needs at least one source."),
     ("layer1_Nx", np.uint32(0), "'layer1_Nx' is 0 (uint32); expected a whole number, 1 or more"),
     ("layer1_Nx", np.float32(128.7), "'layer1_Nx' is 128.7 (float32); expected a whole number"),
+    ("layer1_Nx", np.uint32([128, 128]), "'layer1_Nx' is [128, 128] (uint32); expected a whole "
+                                         "number, 1 or more"),
+    ("layer1_name", np.uint32(5), "'layer1_name' is 5 (uint32); expected text"),
     ("weights", np.uint32(0), "'weights' is 0 (uint32); expected 2, one weight per source of a "
                               "layer"),
     (lambda nc: (nc.delncattr("weight1_bShared"), nc.setncattr("weights", np.uint32(1))), None,
@@ -123,6 +126,10 @@ NETWORK_DAMAGE = [
                                 "object"),
     ("destiny_indexes", '{"Input": 5}', "'destiny_indexes' is '{\"Input\": 5}' (text); "
                                         "expected JSON"),
+    ("destiny_indexes", '{"Input": [true, "d"]}', "'destiny_indexes' is '{\"Input\": [true, "
+                                                  "\"d\"]}' (text); expected JSON"),
+    ("destiny_indexes", '{"Input": [5, "d", 1]}', "'destiny_indexes' is '{\"Input\": [5, \"d\", "
+                                                  "1]}' (text); expected JSON"),
     ("weight1_weights[:1000]", np.nan, "the variable 'weight1_weights' holds 1,000 values that "
                                        "are not finite (NaN or infinity)"),
     ("weight0_weights[:1]", np.inf, "the variable 'weight0_weights' holds 1 value that is not "
@@ -169,6 +176,13 @@ NETWORK_DAMAGE = [
                                                  "holds 1 value that is not a count (a whole "
                                                  "number, 0 or more), the first nan (float32) "
                                                  "for unit 0."),
+    ("destiny_input_counts_Input[:2]", -2.0, "the variable 'destiny_input_counts_Input' holds 2 "
+                                             "values that are not a count (a whole number, 0 "
+                                             "or more), the first -2.0 (float32) for unit 0."),
+    ("destiny_target_counts_Output[:3]", 0.5, "the variable 'destiny_target_counts_Output' "
+                                              "holds 3 values that are not a count (a whole "
+                                              "number, 0 or more), the first 0.5 (float32) for "
+                                              "unit 0."),
     ("destiny_input_counts_Input[:2]", -1.5, "the variable 'destiny_input_counts_Input' holds 2 "
                                              "values that are not a count (a whole number, 0 "
                                              "or more), the first -1.5 (float32) for unit 0."),
@@ -446,6 +460,7 @@ CHECKPOINT_DAMAGE = [
                                  "object"),
     ("destiny_settings", "[]", "'destiny_settings' is '[]' (text); expected JSON text of an "
                                "object"),
+    (lambda nc: nc.delncattr("destiny_epoch"), None, "lacks the attribute 'destiny_epoch'"),
     ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
                                          "of"),
     ("layer1_pDropout", np.float32(np.nan), "'layer1_pDropout' is nan (float32); expected a "
@@ -585,11 +600,9 @@ def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
         assert {a: types[a] for a in spec} == spec
 
 
-def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
-    """A shared, transposed weight beside an unshared one into the same layer, read back as
-    written; DSSTNE's attributes that Destiny fixes (one-dimensional layers, kernels of 1 and
-    no padding, unlocked weights, no checkpointing), each weight's norm its destination's, and
-    the flags that follow from the definition (an Input layer's Sparse bit, no penalty)."""
+def shared_network(path):
+    """A network whose layer H3 takes a shared, transposed weight (weight 2, H1 -> H2's) and
+    an unshared one (weight 3, from H1); (definition, weights, biases) as written to ``path``."""
     from destiny.netdef import parse_netdef
 
     d = {"ErrorFunction": "L2",  # (ShuffleIndices as default: true)
@@ -606,8 +619,17 @@ def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
     sizes = {0: (7, 6), 1: (6, 5), 2: (5, 6), 3: (6, 6), 4: (6, 7)}  # (2: 1's, transposed)
     weights = {k: rng.standard_normal(sizes[k]).astype(np.float32) for k in (0, 1, 3, 4)}
     biases = {k: rng.standard_normal(sizes[k][1]).astype(np.float32) for k in sizes}
-    path = tmp_path / "net.nc"
     write_network(path, nd, weights, biases)
+    return nd, weights, biases
+
+
+def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
+    """A shared, transposed weight beside an unshared one into the same layer, read back as
+    written; DSSTNE's attributes that Destiny fixes (one-dimensional layers, kernels of 1 and
+    no padding, unlocked weights, no checkpointing), each weight's norm its destination's, and
+    the flags that follow from the definition (an Input layer's Sparse bit, no penalty)."""
+    path = tmp_path / "net.nc"
+    nd, weights, biases = shared_network(path)
     back = read_network(path)
     assert [(layer.sources, layer.shared_weights) for layer in back.netdef.layers] == [
         (layer.sources, layer.shared_weights) for layer in nd.layers]
@@ -636,3 +658,38 @@ def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
         expected |= {f"weight{k}_norm": norm, f"weight{k}_bLocked": 0, f"weight{k}_length": 1,
                      f"weight{k}_depth": 1, f"weight{k}_breadth": 1}
     assert {a: got[a] for a in expected} == expected
+
+
+@pytest.mark.parametrize("attribute,value,fragment", [
+    ({"weight3_bShared": np.uint32(1), "weight3_bTransposed": np.uint32(0),
+      "weight3_sourceInputLayer": "H1", "weight3_sourceOutputLayer": "Nope"}, None,
+     "the attribute 'weight3_sourceOutputLayer' is 'Nope' (text): unknown layer 'Nope'"),
+    ("layer3_source1", "Nope", "the attribute 'layer3_source1' is 'Nope' (text): unknown "
+                               "layer 'Nope'"),
+], ids=["second-share", "second-source"])
+def test_a_layers_second_source_or_share_is_named(tmp_path, attribute, value, fragment):
+    """check_graph's error of a layer's second source, or second share, told as the attribute
+    of that source, or of the weight the share is recorded on."""
+    path = tmp_path / "net.nc"
+    shared_network(path)
+    damage(path, attribute, value)
+    with pytest.raises(DataFormatError, match=re.escape(f"{path}: {fragment}")):
+        read_network(path)
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_weights_of_another_size_are_refused_also_unread(model, tmp_path, weights):
+    """A rank of a split network reads its blocks later (weights=False): the size is still
+    checked, with the same message."""
+    def resized(nc):
+        nc.renameVariable("weight1_weights", "old_weights")
+        nc.createDimension("five", 5)
+        nc.createVariable("weight1_weights", "f4", ("five",))[:] = 0
+
+    net = tmp_path / "resized.nc"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, resized, None)
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"{net}: the variable 'weight1_weights' holds 5 values; the layers it joins need "
+            "128 x ")):
+        read_network(net, weights=weights)
