@@ -31,6 +31,7 @@ from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoin
 from destiny.io.dataset import (DatasetSummary, contents_digests, dataset_summaries, dataset_widths,
                                 read_dataset)
 from destiny.io.netcdf_names import check_netcdf_names
+from destiny.io.network_checks import is_settings
 from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
 from destiny.netdef import LayerKind, load_netdef
@@ -471,6 +472,8 @@ def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] 
     try:
         if int(attrs.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
             return None  # (read_network refuses a later layout before reading anything)
+        if not is_settings(json.loads(attrs["settings"])):
+            return None  # (settings no train records: damaged, and loading says where)
         differences = _other_settings(attrs, settings)
         epoch = int(attrs["epoch"])
     except (KeyError, ValueError, TypeError, AttributeError):  # (damaged: loading says where)

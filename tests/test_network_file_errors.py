@@ -460,6 +460,11 @@ CHECKPOINT_DAMAGE = [
                                  "object"),
     ("destiny_settings", "[]", "'destiny_settings' is '[]' (text); expected JSON text of an "
                                "object"),
+    ("destiny_settings", '{"entries": {"gl_input": -1}}', "'destiny_settings' is '{\"entries\": "
+                                                          "{\"gl_input\": -1}}' (text); expected "
+                                                          "JSON text of an object"),
+    ("destiny_settings", '{"examples": 1.5}', "'destiny_settings' is '{\"examples\": 1.5}' "
+                                              "(text); expected JSON text of an object"),
     (lambda nc: nc.delncattr("destiny_epoch"), None, "lacks the attribute 'destiny_epoch'"),
     ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
                                          "of"),
@@ -496,6 +501,20 @@ def test_resume_refuses_a_checkpoint_of_a_newer_format(checkpoints, tmp_path):
     assert (f"{newest}: was written by Destiny {__version__} in network-file format version "
             f"{FORMAT_VERSION + 1} (destiny_format_version)") in result.output
     assert "Upgrade Destiny to read it" in result.output and DAMAGED not in result.output
+    assert not (tmp_path / "net.nc").exists()
+
+
+def test_damaged_settings_are_not_judged_another_runs(checkpoints, tmp_path):
+    """Settings that parse but are none train records (a count below 0) are damage:
+    --resume-or-restart refuses the checkpoint as damaged, rather than pass over it as made
+    with other settings and start afresh."""
+    for name in ("net.json", "gl_input.nc", "gl_output.nc", "net.nc1.nc", "net.nc2.nc"):
+        shutil.copy(checkpoints / name, tmp_path / name)
+    newest = tmp_path / "net.nc2.nc"
+    damage(newest, "destiny_settings", '{"examples": -1}')
+    result = run_train(tmp_path, "-e", "3", "--resume-or-restart")
+    refused(result, newest, "'destiny_settings' is '{\"examples\": -1}' (text); expected JSON "
+                            "text of an object of the run's settings")
     assert not (tmp_path / "net.nc").exists()
 
 

@@ -141,7 +141,7 @@ def check_destiny(get: Getter, netdef: NetworkDef) -> None:
         get.json("destiny_indexes", _is_indexes,
                  "an object: layer name -> [entries, digest] of its feature index")
     if "destiny_settings" in get.attrs:
-        get.json("destiny_settings", _is_settings, "an object of the run's settings (config, "
+        get.json("destiny_settings", is_settings, "an object of the run's settings (config, "
                  "netdef, examples, entries, indexes)")
         for key in ("destiny_epoch", "destiny_updates"):  # (what --resume goes on from)
             get.raw(key)
@@ -232,7 +232,8 @@ def _is_indexes(value) -> bool:
         for v in value.values())
 
 
-def _is_settings(value) -> bool:
+def is_settings(value) -> bool:
+    """A checkpoint's ``destiny_settings`` as train records them (``fit.py``)."""
     return (isinstance(value, dict)
             and isinstance(value.get("config", {}), dict)
             and isinstance(value.get("netdef", ""), str)
