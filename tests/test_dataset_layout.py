@@ -447,6 +447,17 @@ def test_contents_digest_tells_any_change_and_only_a_change(tmp_path):
     assert len({base} | {digest(f"o{i}.nc", ds) for i, ds in enumerate(others)}) == 5
 
 
+
+def test_contents_digest_is_the_same_under_numpy_1s_printing(tmp_path):
+    """numpy 1 (and numpy 2's legacy printing) write np.uint32(3) as '3': a checkpoint's
+    digest of unchanged data must not change with them (--resume would call it changed)."""
+    write_dataset(tmp_path / "a.nc", SparseDataset("x", 128, np.array([0, 2]),
+                                                   np.array([1, 4], np.int32)))
+    digest = contents_digests(tmp_path / "a.nc", ["x"])
+    with np.printoptions(legacy="1.25"):
+        assert contents_digests(tmp_path / "a.nc", ["x"]) == digest
+
+
 def dsstne_file(path, attrs, variables, dims):
     """A one-dataset file written as DSSTNE's tools may write it: ``attrs`` (uint, or text),
     ``variables`` name -> (type, dimension, values), ``dims`` name -> size."""

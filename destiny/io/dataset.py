@@ -210,7 +210,7 @@ def contents_digests(path, names) -> dict[str, str]:
             h = hashlib.sha256()  # (SHA-NI: about 1.8 GB/s here; blake2b 0.9)
             for key in (f"{a}{n}" for a in _CONTENT_ATTRIBUTES):
                 if key in attrs:
-                    h.update(f"{key}={nc.getncattr(key)!r};".encode())
+                    h.update(f"{key}={_stable_repr(nc.getncattr(key))};".encode())
             for key in (f"{v}{n}" for v in _CONTENT_VARIABLES):
                 if key in nc.variables:
                     v = _variable(nc, path, key)
@@ -219,6 +219,15 @@ def contents_digests(path, names) -> dict[str, str]:
                         h.update(np.ascontiguousarray(v[a:a + _Entries.BLOCK]))
             digests[name] = h.hexdigest()[:32]
         return digests
+
+
+def _stable_repr(value) -> str:
+    """An attribute's value as numpy 2 writes a scalar (``np.uint32(3)``), whatever numpy's
+    version and print options (numpy 1, or ``legacy`` printing, write ``3``): a checkpoint's
+    digest must not change with them."""
+    if isinstance(value, np.generic):
+        return f"np.{type(value).__name__}({value.item()!r})"
+    return repr(value)
 
 
 def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
