@@ -712,3 +712,17 @@ def test_weights_of_another_size_are_refused_also_unread(model, tmp_path, weight
             f"{net}: the variable 'weight1_weights' holds 5 values; the layers it joins need "
             "128 x ")):
         read_network(net, weights=weights)
+
+
+def test_a_ranks_block_of_a_matrix_is_read_a_block_of_rows_at_a_time(model, monkeypatch):
+    """read_block (a rank of a split network): its rows and columns of the matrix, read in
+    blocks of rows; None for a variable the file lacks (a checkpoint of another optimizer)."""
+    from destiny import shard
+    from destiny.io.network_file import read_block
+
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 1000)  # blocks of a few rows
+    whole = read_network(model / "gl.nc").weights[0]
+    n_cols = whole.shape[1]
+    block = read_block(model / "gl.nc", "weight0_weights", n_cols, (3, 80), (5, 40))
+    np.testing.assert_array_equal(block, whole[3:80, 5:40])
+    assert read_block(model / "gl.nc", "destiny_state9_0", n_cols, (0, 1), (0, 2)) is None
