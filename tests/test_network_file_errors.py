@@ -726,3 +726,20 @@ def test_a_ranks_block_of_a_matrix_is_read_a_block_of_rows_at_a_time(model, monk
     block = read_block(model / "gl.nc", "weight0_weights", n_cols, (3, 80), (5, 40))
     np.testing.assert_array_equal(block, whole[3:80, 5:40])
     assert read_block(model / "gl.nc", "destiny_state9_0", n_cols, (0, 1), (0, 2)) is None
+
+
+def test_a_ranks_non_finite_values_are_counted_through_the_whole_variable(tmp_path):
+    """check_finite(part=True): a rank that finds NaN in its block tells the count of the whole
+    variable, read a block at a time (4M values each), as one process would."""
+    from destiny.io.network_checks import check_finite
+
+    size = (1 << 22) + 1000
+    with netCDF4.Dataset(tmp_path / "w.nc", "w", format="NETCDF4") as nc:
+        nc.createDimension("n", size)
+        values = np.zeros(size, np.float32)
+        values[[5, 1 << 22, size - 1]] = (np.nan, np.inf, -np.inf)
+        nc.createVariable("weight0_weights", "f4", ("n",), fill_value=False)[:] = values
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"{tmp_path / 'w.nc'}: the variable 'weight0_weights' holds 3 values that are not "
+            f"finite (NaN or infinity) among {size:,}. {DAMAGED}")):
+        check_finite(tmp_path / "w.nc", "weight0_weights", values[:10], part=True)
