@@ -106,6 +106,32 @@ def test_fixed_table_drops_and_counts_unknown(tmp_path):
     assert len(table) == 2
 
 
+def test_drops_and_bytes_are_counted_over_every_chunk(tmp_path, monkeypatch):
+    """Each line its own chunk: the counts of unknown features and of the lines that lost one
+    sum over the chunks, and progress hears of every byte."""
+    path = tmp_path / "in.txt"
+    path.write_text("u1\ta:b:zz\nu2\tyy\nu3\tb\nu4\ta\n")
+    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 4)
+    table = LabelTable()
+    table.add_labels(["a", "b"], np.array([5, 9]))
+    consumed = []
+    records = read_records([str(path)], table, update=False, progress=consumed.append)
+    assert records.indices.tolist() == [5, 9, 9, 5]
+    assert (records.dropped, records.lines_with_drops) == (2, 2)
+    assert consumed == [10, 6, 5, 5]
+
+
+def test_only_the_files_first_chunk_is_checked_as_the_files_start(tmp_path, monkeypatch):
+    """A byte-order mark is refused where it starts the file; a later chunk starting with one
+    (a label's first character) reads as in a single chunk."""
+    path = tmp_path / "in.txt"
+    path.write_text("u1\ta\n\ufeffu2\tb\n", encoding="utf-8")
+    one = read_records([str(path)], LabelTable(), update=True)
+    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 4)
+    assert read_records([str(path)], LabelTable(), update=True).labels == one.labels
+    assert one.labels == ["u1", "\ufeffu2"]
+
+
 def test_label_table_reports_duplicate_labels():
     table = LabelTable()
     assert table.add_labels(["x", "y", "x"], np.arange(3)) == 2
