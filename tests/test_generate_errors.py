@@ -113,6 +113,8 @@ RECORD_ERRORS = [
     ("ratings-dat", "1::1193::5::978300760\n", 1, 1,
      ["no TAB", "looks like MovieLens ratings", "scripts/convert_ratings.py"]),
     ("empty-sample-name", "u1\ta\n\ta:b\n", 2, 1, [r"'\ta:b'", "sample name is empty"]),
+    # The column counts characters, not bytes ('é' is two).
+    ("value-after-non-ascii", "\u00fc1\tcaf\u00e9,x\n", 1, 9, ["'x'", "not a number"]),
     ("not-utf8", b"u1\ta\nu2\ta:b\xff\n", 2, 7, [r"b'\xff'", "not valid UTF-8", "iconv"]),
     ("not-utf8-in-name", b"u1\ta\nu\xff2\ta\n", 2, 2, [r"b'\xff'", "not valid UTF-8"]),
     # A NUL is valid UTF-8, but labels go into the index files and outputs, line-oriented text
@@ -142,8 +144,13 @@ def test_bad_record(case_id, data, line, column, texts, mode):
 
 
 def test_only_ratings_lines_are_called_ratings():
-    for data in ("u2 b:c\n", "1,5\n", "u1\ta\tb\n", "1\t2\t3\n"):
+    for data in ("u2 b:c\n", "1,5\n", "u1\ta\tb\n", "1\t2\t3\n", "1,2,3,4,5\n", "1\t2\t3\t4x\n"):
         assert "MovieLens" not in fails_on(data, "-c"), data
+
+
+def test_a_long_line_is_quoted_cut_to_80_characters():
+    message = fails_on("u" * 100 + " a:b\n", "-c")
+    assert f"the line {'u' * 77 + '...'!r} has no TAB" in message, message
 
 
 @pytest.mark.parametrize("value", ["abc", "12x", "1e", "nan", "inf", "--1", "1.2.3"])
@@ -173,6 +180,7 @@ CUT_SHORT = "It is the file's last line, and the file does not end with a newlin
 @pytest.mark.parametrize("data,cut", [
     ("u1\ta\nu2\ta:b:", True),  # cut after a ':'
     ("u1\ta\nu2\ta:b:\n", False),  # whole: the fault is the line's own
+    ("u1\ta\nu2\tb\n\n", False),  # a blank last line: it ends with its newline
     ("u1\ta:\nu2\ta:b", False),  # the fault is not in the last line
     ("u1\ta\nu2\ta:caf\u00e9".encode()[:-1], True),  # a two-byte character cut in half
 ])
@@ -571,9 +579,9 @@ def test_empty_dataset_name():
 # --- features missing from a reused index --------------------------------------------------
 
 def test_strict_unknown_feature():
-    message = fails_on("u1\tg_a\nu2\tg_b:zz:g_c\n", "--strict")
+    message = fails_on("u1\tg_a\nu2\tg_b:zz,5:g_c\n", "--strict")
     assert message.startswith("Error: in.txt, line 2, column 8: "), message
-    assert "'zz'" in message and "--strict" in message and "-m" in message
+    assert "the feature 'zz' is not" in message and "--strict" in message and "-m" in message
 
 
 def test_all_features_unknown():
