@@ -454,12 +454,13 @@ def test_bad_sample_index(case_id, data, line, texts):
 def test_index_with_a_nul(flag, mode):
     """A label holding a NUL: generate-netcdf refuses to write one (test_bad_record), so an
     index that holds one was not written by it."""
-    write("bad.idx", b"a\t0\nb\x00c\t1\n")
+    write("bad.idx", "a\t0\n\u00e9b\x00c\t1\n".encode())  # (the column counts characters)
     write("in.txt", "u1\ta:b\n")
     args = ["-i", "in.txt", *OUTPUTS, *mode]
     args[args.index(flag)] = "bad.idx"
     message = fails(args)
-    assert message.startswith(r"Error: bad.idx, line 2, column 2: found 'b\x00c\t1', which "
+    assert message.startswith("Error: bad.idx, line 2, column 3: found '\u00e9b\\x00c\\t1', "
+                              r"which "
                               r"holds a NUL byte (\x00)"), message
     assert "Regenerate it with -c" in message
 
@@ -491,6 +492,15 @@ def test_bad_feature_index_is_ignored_with_create():
     assert result.exit_code == 0, result.output
     with open("bad.idx") as f:
         assert f.read() == "a\t0\nb\t1\n"
+
+
+def test_an_index_beyond_the_width_of_the_entries_is_refused():
+    """The width is the feature index's entries rounded up to 128 (spec 1.5): an index of two
+    entries numbered 0 and 128 would put 'b' one past the dataset's last column."""
+    write("features.idx", "a\t0\nb\t128\n")
+    message = fails_on("u1\ta:b\n")
+    assert message.startswith("Error: features.idx: holds index 128, but it has only 2 entries, "
+                              "so the dataset width is 128"), message
 
 
 @pytest.mark.parametrize("mode", [[], ["-m"]], ids=["reuse", "merge"])
@@ -628,6 +638,18 @@ def test_repeated_features_are_kept_and_counted():
     assert "2 samples list a feature more than once (3 repeats)" in result.stderr
     clean = invoke(["-i", "good.txt", *OUTPUTS, "-c"])
     assert clean.exit_code == 0 and "more than once" not in clean.stderr
+
+
+def test_the_library_refuses_create_and_merge_together():
+    from destiny.errors import DestinyError
+    from destiny.generate import generate_netcdf as convert
+
+    write("in.txt", "u1\ta\n")
+    before = snapshot()
+    with pytest.raises(DestinyError, match=r"^-c \(create a new feature index\) and -m"):
+        convert(input_path="in.txt", output="out.nc", dataset_name="ds",
+                feature_index="features.idx", sample_index="samples.idx", create=True, merge=True)
+    assert snapshot() == before
 
 
 # --- usage errors (exit code 2) ------------------------------------------------------------
