@@ -11,7 +11,7 @@ from destiny.cli.generate_netcdf import generate_netcdf
 from destiny.errors import DataFormatError
 from destiny.io.dataset import (DatasetSummary, SparseDataset, contents_digests,
                                 dataset_summaries, read_dataset, round_up_width, write_dataset)
-from destiny.io.index import index_digest, read_index
+from destiny.io.index import index_digest, read_index, rows_digest
 
 from . import nctypes
 
@@ -104,7 +104,8 @@ def test_width_is_the_index_size_rounded_not_the_largest_index_used(tmp_path):
 def test_first_appearance_order_and_duplicates_kept(tmp_path):
     # Features and samples are numbered in order of first appearance (spec 1.3); a feature
     # repeated within a sample is kept twice (quirk 10.5).
-    run(tmp_path, "u9\t2:29:32\nu3\t32:47:2:47\n", "-c")
+    result = run(tmp_path, "u9\t2:29:32\nu3\t32:47:2:47\n", "-c")
+    assert "width 128 (4 features, 4 new; 2 new samples)" in result.output, result.output
     labels, values = read_index(tmp_path / "features")
     assert dict(zip(labels, values.tolist(), strict=True)) == {"2": 0, "29": 1, "32": 2, "47": 3}
     labels, values = read_index(tmp_path / "samples")
@@ -122,6 +123,8 @@ def test_rows_follow_reused_sample_index(tmp_path):
     ds = read_dataset(tmp_path / "out.nc")
     assert ds.indptr.tolist() == [0, 1, 2]
     assert ds.indices.tolist() == [1, 0]  # c (index 1) first, then a (index 2)
+    # The rows' digest, which train compares between datasets, is of the rows' order.
+    assert dataset_summaries(tmp_path / "out.nc")["gl_input"].rows == rows_digest(["c", "a"])
     assert "holds 1 sample that is not in this input" in result.output
     # No new samples: the sample index is left as it was.
     assert (tmp_path / "samples").read_text() == "a\t2\nb\t0\nc\t1\n"
@@ -338,6 +341,35 @@ def test_runs_sharing_an_index_take_turns(tmp_path):
     assert (tmp_path / "samples").read_text() == "u1\t0\nu2\t1\nu3\t2\n"
     assert read_dataset(tmp_path / "b.nc").indices.tolist() == [1, 0]  # u1 (y) then u3 (x)
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")]
+
+
+def test_runs_only_reading_a_feature_index_do_not_wait_for_each_other(tmp_path):
+    """Without -c or -m the feature index is an input: a run goes on while another holds it,
+    as the runs of make -j converting several inputs with one index do."""
+    import threading
+    import time
+
+    from destiny.generate import generate_netcdf as convert
+    from destiny.io.atomic import exclusive
+
+    (tmp_path / "features").write_text("x\t0\n")
+    (tmp_path / "b.txt").write_text("u1\tx\n")
+    waits = []
+
+    def reader():
+        convert(input_path=tmp_path / "b.txt", output=tmp_path / "b.nc", dataset_name="gl_input",
+                feature_index=tmp_path / "features", sample_index=tmp_path / "samples",
+                on_wait=waits.append)
+
+    thread = threading.Thread(target=reader)
+    with exclusive(tmp_path / "features", "feature index (-f)"):  # a run writing it, with -m
+        thread.start()
+        deadline = time.monotonic() + 60
+        while thread.is_alive() and not waits and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waits == [] and not thread.is_alive()
+    thread.join(60)
+    assert read_dataset(tmp_path / "b.nc").indices.tolist() == [0]
 
 
 def test_outputs_through_a_symbolic_link_lock_their_real_directory(tmp_path, monkeypatch):
