@@ -410,6 +410,13 @@ def test_the_index_digest_covers_the_entries_below_n_as_written(tmp_path):
     assert path.read_bytes() == b"a\t0\nb\t1\nc\t2\n"
 
 
+def test_the_rows_digest_tells_where_one_label_ends():
+    from destiny.io.index import rows_digest
+
+    assert rows_digest(["ab", "c"]) != rows_digest(["a", "bc"])
+    assert rows_digest(["a", "b"]) == rows_digest(["a", "b"]) != rows_digest(["b", "a"])
+
+
 def test_an_index_giving_one_index_to_two_labels_is_refused_even_with_two_lines(tmp_path):
     """Two labels on one index would merge two features; the smallest such file, two lines."""
     from destiny.errors import DataFormatError
