@@ -166,6 +166,14 @@ def test_headers(rows, tmp_path):
     assert convert(plain) == convert(other) == convert(other, fmt="csv") == expected_text(rows[:50])
 
 
+def test_a_user_may_hold_colons_and_commas_and_a_byte_order_mark_is_no_part_of_one(tmp_path):
+    """A user is the line's name, which ends at the TAB only; a byte-order mark before the
+    first row is the file's, not the first user's."""
+    path = tmp_path / "u.data"
+    path.write_bytes("\ufeff1\t10\t4\t100\nu:2,b\t11\t3\t101\n".encode())
+    assert convert(path) == "1\t10,100\nu:2,b\t11,101\n"
+
+
 def test_chunk_boundaries(rows, tmp_path, monkeypatch):
     """Chunks far smaller than the file: runs of a user and line numbers span chunks."""
     path = write_rows(tmp_path / "r.csv", rows[:500], ",", HEADER.strip())
@@ -232,13 +240,23 @@ ERRORS = [
     ("empty user", HEADER + ",10,4.0,100\n", [], "line 2: the user field is empty"),
     ("empty item", "1\t\t4\t100\n", [], "line 1: the item field is empty"),
     ("empty value", "1::10::4::\n", [], "line 1: the timestamp field is empty"),
+    # (the empty field at the start or the end of a chunk, where no line end is beside it)
+    ("empty user first", "\t10\t4\t100\n", [], "line 1: the user field is empty"),
+    ("empty value last", "1::10::4::100\n2::10::4::", [], "line 2: the timestamp field is empty"),
     ("crlf", HEADER.replace("\n", "\r\n") + "1,10,4.0,100\r\n", [], "line 1: "),
     ("crlf later", HEADER + "1,10,4.0,100\n1,11,4.0,101\r\n", [], "line 3: "),
     ("cr only", "1,10,4.0,100\r1,11,4.0,101\r", [], "line 1: "),
+    ("cr only later", HEADER + "1,10,4.0,100\n1,11,4.0,101\r1,12,3.0,102\r", [],
+     "line 3: the line ends with a carriage return"),
     ("separator", "1\t10:3\t4\t100\n", [], "line 1: the item field '10:3' contains ':'"),
     ("colons", "1:::10::4::100\n", [], "line 1: the item field ':10' contains ':'"),
+    ("comma in u.data", "1\t10,5\t4\t100\n", [], "line 1: the item field '10,5' contains ','"),
+    ("tab in csv", HEADER + "1,10\t5,4.0,100\n", [],
+     "line 2: the item field '10\\t5' contains '\\t'"),
     ("utf-8", HEADER.encode() + b"1,10,4.0,100\n1,\xe910,4.0,100\n", [],
      "line 3, column 3: byte 0xe9 is not valid UTF-8"),
+    ("utf-8 after a byte-order mark", b"\xef\xbb\xbf1,\xe910,4.0,100\n", [],
+     "line 1, column 3: byte 0xe9 is not valid UTF-8"),
     ("empty file", "", [], "line 1: the file is empty"),
     ("header only", HEADER, [], "line 2: the file ends after its header and holds no ratings"),
     ("none kept", HEADER + "1,10,2.0,100\n", ["--min-rating", "4"], "none of the 1 ratings"),
@@ -271,6 +289,8 @@ ERRORS = [
      "timestamp field"),
     ("nul in a field not written", "1\t10\t\x004\t100\n", [],
      "line 1, column 6: the line '1\\t10\\t\\x004\\t100' holds a NUL byte (\\x00) in its rating"),
+    ("nul in a fifth field", HEADER + "1,10,4.0,100,\x00\n", [], "line 2, column 14: the line "
+     "'1,10,4.0,100,\\x00' holds a NUL byte (\\x00). No MovieLens field holds one"),
     ("nul in header", "userId,movie\x00Id,rating,timestamp\n1,10,4.0,100\n", [],
      "line 1, column 13: the line 'userId,movie\\x00Id,rating,timestamp' holds a NUL byte"),
     # (a row that the chunk's scan cannot show clean: its rows are checked one by one)
