@@ -613,12 +613,12 @@ def test_no_features_at_all(mode):
 def test_unknown_features_dropped(quiet):
     """Not an error: the unknown feature is dropped and counted on stderr, -q or not (the
     data lost is no progress or summary); outputs are written."""
-    write("in.txt", "u1\tg_a:zz\nu2\tg_b\n")
+    write("in.txt", "u1\tg_a:zz:yy\nu2\tg_b\n")
     before = snapshot()
     result = invoke(["-i", "in.txt", *OUTPUTS, *quiet])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
-    assert "dropped 1 feature that is not in features.idx, from 1 line " in result.stderr
+    assert "dropped 2 features that are not in features.idx, from 1 line " in result.stderr
     if quiet:  # (the dropped line alone)
         assert result.stderr.startswith("generate-netcdf: dropped") and "wrote" not in \
             result.stderr, result.stderr
