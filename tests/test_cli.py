@@ -1392,6 +1392,30 @@ def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatc
     assert events == [("update", 3), ("lock taken",), ("reset", size), ("update", 5),
                       ("update", 7)]
     assert bars[0].disable  # -q: no bar
+    assert result.output == ""  # (nor the wait)
+
+
+def test_generate_netcdfs_time_leaves_out_the_wait(tmp_path, monkeypatch):
+    """The summary's time is the conversion's own, the wait for another run's lock told
+    apart."""
+    import types
+
+    import destiny.cli.generate_netcdf as command
+    import destiny.generate
+    from destiny.generate import GenerateReport
+
+    clock = iter([100.0, 110.0])
+    monkeypatch.setattr(command, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(destiny.generate, "generate_netcdf", lambda **_: GenerateReport(
+        samples=1, entries=2, width=128, features=2, new_features=2, new_samples=1, dropped=0,
+        lines_with_drops=0, written=["gl.nc"], waited=4.0))
+    (tmp_path / "in.txt").write_text("u1\tx:y\n")
+    result = CliRunner().invoke(command.generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "gl.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith(" in 6.0 s, after 4.0 s waiting for another run\n"), \
+        result.output
 
 
 # Names that are not UTF-8: Python holds a byte of a file name or of the command line that is
