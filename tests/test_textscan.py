@@ -35,7 +35,8 @@ def parse_value(s: str):
                                   "2.5E-3", "-1e+2", "1364613781", "0.1", "3.4e38",
                                   "123456789012345678901234", "0.000000000000000000000123",
                                   # float32's max, exactly and as NumPy prints it (stof's too)
-                                  "3.4028234663852886e38", "-3.4028235e38"])
+                                  "3.4028234663852886e38", "-3.4028235e38",
+                                  "0e400", "-0.00E+999", "1e-400"])  # (0 and underflow to 0)
 def test_parse_value_accepts_decimal_numbers(text):
     ok, value = parse_value(text)
     assert ok

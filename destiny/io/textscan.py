@@ -206,7 +206,7 @@ def _parse_value(buf, start, end):
     if i != end:
         return False, 0.0
     v = float(mant)
-    if exp10 > 0:
+    if exp10 > 0 and mant != 0:  # (0e400 is 0, not 0 times an infinite power)
         v *= 10.0**exp10
     elif exp10 < 0:
         v /= 10.0**-exp10
