@@ -126,6 +126,10 @@ RECORD_ERRORS = [
     ("nul-in-value", b"u1\ta,12\x00\n", 1, 8, [r"the feature 'a,12\x00'", "NUL byte"]),
     ("nul-utf16", "u1\ta\n".encode("utf-16-le"), 1, 2,
      ["NUL byte (\\x00) in its sample name", "UTF-16", "iconv -f utf-16 -t utf-8"]),
+    # (its CRLF line ends too: the NUL, not the CR, says what to convert from)
+    ("nul-utf16-crlf", "u1\ta:b\r\n".encode("utf-16-le"), 1, 2,
+     ["NUL byte (\\x00) in its sample name", "UTF-16", "iconv -f utf-16 -t utf-8"]),
+    ("nul-then-cr", b"u1\ta:b\x00c\r\n", 1, 7, [r"the feature 'b\x00c\r'", "NUL byte"]),
 ]
 
 

@@ -377,9 +377,14 @@ def _token_start(chunk: bytes, pos: int) -> int:
 def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     chunk, pos, status = scanned.data, scanned.pos, scanned.status
     line, column, quote = _locate(chunk, pos, first_line)
+    start, end = _line_bounds(chunk, pos)
     if status == textscan.NUL_BYTE:
         return nul_error(path, chunk, pos, first_line)
-    start, end = _line_bounds(chunk, pos)
+    # UTF-16 text with CRLF line ends has a CR on every line, which the scanner names before
+    # all else, and a NUL after every ASCII character: the NUL says what the file is (as
+    # evaluate and convert_ratings say), and converting it from UTF-16 is the remedy.
+    if status == textscan.CARRIAGE_RETURN and (nul := chunk.find(b"\0", start, end)) >= 0:
+        return nul_error(path, chunk, nul, first_line)
     cut = _cut_short(path, chunk, start, end)
     if status == _NOT_UTF8:
         return DataFormatError(
