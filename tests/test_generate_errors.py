@@ -414,6 +414,10 @@ INDEX_ERRORS = [
     ("no-tab", "a\t0\nb 1\n", 2, ["'b 1'", "label<TAB>index", "-c"]),
     ("not-an-integer", "a\t0\nb\tx\n", 2, [r"'b\tx'", "label<TAB>index"]),
     ("negative", "a\t0\nb\t-1\n", 2, [r"'b\t-1'"]),
+    # Digits of other scripts, which int() reads: indices are ASCII (the second file is read
+    # line by line, its first line ending with a TAB)
+    ("arabic-indic-digit", "a\t0\nb\t\u0661\n", 2, ["'b\\t\u0661'", "label<TAB>index"]),
+    ("arabic-indic-digit-line-by-line", "a\t0\t\nb\t\u0661\n", 2, ["'b\\t\u0661'"]),
     ("empty-label", "a\t0\n\t1\n", 2, [r"'\t1'"]),
     ("duplicate-label", "a\t0\nb\t1\na\t2\n", 3, ["'a'", "first on line 1"]),
     ("duplicate-index", "a\t0\nb\t1\nc\t1\n", 3, ["index 1", "'b' (line 2)", "'c'"]),
