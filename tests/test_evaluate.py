@@ -247,6 +247,9 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("held.txt", "u1\tb\n".encode("utf-16-le"), "line 1, column 2: the line 'u\\x001\\x00\\t"
      "\\x00b\\x00' holds a NUL byte (\\x00) in its sample name"),
     # a byte-order mark became part of the first sample's name: scores silently wrong
+    ("train.txt", "", "train.txt: the input holds no records. Each line must be 'NAME<TAB>"
+     "feature[,value]:feature[,value]...'; check that the right file was given with "
+     "--popularity."),
     ("recs.txt", "\ufeff" + RECS, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("held.txt", "\ufeff" + HELD, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("train.txt", "\ufeff" + TRAIN, "line 1, column 1: the file starts with a UTF-8 byte-order"),

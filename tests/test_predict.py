@@ -113,6 +113,21 @@ def test_a_directory_holding_only_folders_is_refused(model, tmp_path, flag):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flag", ["-r", "-f"])
+def test_a_dangling_link_in_an_input_directory_names_the_flag(model, tmp_path, flag):
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "part-0").write_text("u1\t1\n")
+    (tmp_path / "parts" / "part-1").symlink_to(tmp_path / "gone")
+    args = {"-r": str(model / "ratings.txt"), flag: str(tmp_path / "parts")}
+    out = tmp_path / "recs.txt"
+    result = run(model, *[x for kv in args.items() for x in kv], output=str(out))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'parts' / 'part-1'}: is a symbolic link "
+                                    "to a file that does not exist"), result.output
+    assert f"in the input directory given with {flag};" in result.output
+    assert not out.exists()
+
+
 def test_a_k_beyond_the_catalogue_gives_every_item(model, tmp_path):
     """-k 99999999999 asked for memory for that many items a row ('out of memory')."""
     out = tmp_path / "recs.txt"
