@@ -227,6 +227,10 @@ def test_min_rating(csv_path, rows, tmp_path):
     assert (report.ratings, report.skipped_below_min) == (len(rows) - below, below)
     kept_users = {r[0] for r in rows if float(r[2]) >= 4.5}
     assert report.users == len(kept_users) < 300  # users with nothing left are omitted
+    # --min-rating 0 is given too: the report says that nothing was left out
+    zero = run_script(csv_path, "-o", out, "--min-rating", "0")
+    assert zero.returncode == 0, zero.stderr
+    assert f" {len(rows):,} ratings (csv input, 0 below --min-rating left out)" in zero.stderr
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -234,6 +238,8 @@ def test_min_rating(csv_path, rows, tmp_path):
 ERRORS = [
     # (name, file bytes, extra arguments, text expected in the message)
     ("field count", HEADER + "1,10,4.0,100\n1,11,3.5\n", [], "line 3: found 3 fields"),
+    ("field count of a long line", HEADER + "1," + "9" * 80 + "\n", [],
+     "line 2: found 2 fields in '1," + "9" * 58 + "...'; expected 4 fields"),
     ("blank line", HEADER + "1,10,4.0,100\n\n1,11,3.5,101\n", [], "line 3: found a blank line"),
     ("rating", HEADER + "1,10,4.0,100\n1,11,good,101\n", ["--min-rating", "3"],
      "line 3: the rating 'good' is not a number"),
