@@ -30,3 +30,17 @@ def test_take_rows_equals_numpy_gather(backend, analog):
     np.testing.assert_array_equal(out_indices, i)
     if analog:
         np.testing.assert_array_equal(out_values, v)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_take_rows_copies_the_value_of_a_lone_analog_entry(backend):
+    indptr = np.array([0, 0, 1], dtype=np.int64)  # one entry in all: the values still count
+    indices = np.array([4], dtype=np.int32)
+    values = np.array([0.75], dtype=np.float32)
+    rows = np.array([1, 0], dtype=np.int64)
+    out_indptr = np.array([0, 1, 1], dtype=np.int64)
+    out_indices = np.full(1, -1, dtype=np.int32)
+    out_values = np.full(1, np.nan, dtype=np.float32)
+    BACKENDS[backend].take_rows(out_indices, out_values, out_indptr, indptr, indices, values, rows)
+    np.testing.assert_array_equal(out_indices, [4])
+    np.testing.assert_array_equal(out_values, [0.75])
