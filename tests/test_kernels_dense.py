@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,15 @@ def test_column_mean_sums_in_float64(backend, size):
     one = np.empty(cols, dtype=np.float32)
     BACKENDS[backend].column_mean(one, x[:1].copy())
     np.testing.assert_array_equal(one, x[0])
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
+def test_column_mean_of_no_rows_is_nan(backend):
+    out = np.zeros(5, dtype=np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's "mean of empty slice"
+        BACKENDS[backend].column_mean(out, np.zeros((0, 5), dtype=np.float32))
+    assert np.isnan(out).all()
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
