@@ -396,3 +396,23 @@ def test_top_k_activated_refuses_an_activation_that_can_decrease(backend):
         with pytest.raises(ValueError, match="monotone"):
             BACKENDS[backend].top_k_activated(*out, z, NONE_INT64, NONE_INT32, NONE_UINT8, 64,
                                               *act)
+
+
+@pytest.mark.parametrize("act, slope, alpha, lam", [
+    (codes.RELU, 0.0, 0.0, 0.0), (codes.LRELU, 0.0, 0.0, 0.0), (codes.LRELU, 0.2, 0.0, 0.0),
+    (codes.LRELU, -0.5, 0.0, 0.0), (codes.ELU, 0.0, 0.0, 0.0), (codes.ELU, 0.0, 1.0, 0.0),
+    (codes.ELU, 0.0, -1.0, 0.0), (codes.SELU, 0.0, 1.6733, 1.0507),
+    (codes.SELU, 0.0, -1.0, 1.0507), (codes.SELU, 0.0, -1.0, -1.0),
+    (codes.SELU, 0.0, 1.0, -1.0), (codes.SIGMOID, 0.0, 0.0, 0.0), (codes.SOFTSIGN, 0.0, 0.0, 0.0),
+])
+def test_is_monotone_says_whether_the_activation_never_decreases(act, slope, alpha, lam):
+    z = np.linspace(-4.0, 4.0, 81).reshape(1, -1)  # (0.0 among them)
+    a = np.empty_like(z)
+    REFERENCE.activation_forward(a, z, act, slope, alpha, lam)
+    assert codes.is_monotone(act, slope, alpha, lam) == bool(np.all(np.diff(a[0]) >= 0))
+
+
+def test_is_monotone_is_false_for_softmax_and_codes_without_a_kernel():
+    assert not codes.is_monotone(codes.SOFTMAX, 0.0, 0.0, 0.0)
+    for act in (4, 8, 9, 13, -1):  # PReLU, RELUMax, LinearMax: DSSTNE's stubs; and unknown
+        assert not codes.is_monotone(act, 0.0, 0.0, 0.0)
