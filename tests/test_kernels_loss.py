@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from destiny.kernels import codes
+from destiny.netdef_fields import Activation, ErrorFunction
 from .backends import family, tiny
 
 BACKENDS = {name: (family("loss")[name], family("pointwise")[name])
@@ -286,6 +287,21 @@ def test_hinge_zero_targets_cost_one_per_unit(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_l1_and_hinge_have_no_gradient_at_their_kinks(backend):
+    # L1's sign(a - t) is 0 where a == t, and Hinge's gradient is 0 where t * a reaches 1.
+    a = np.array([[0.5, 0.25, 1.0, -1.0]])
+    no_weights = np.zeros(0, dtype=np.float32)
+    error, delta = dense(backend, a, np.array([[0.5, 0.75, 1.0, 0.0]]), no_weights, codes.L1,
+                         codes.LINEAR)
+    assert error == 1.5
+    np.testing.assert_array_equal(delta, [[0.0, -1.0, 0.0, -1.0]])
+    error, delta = dense(backend, a, np.array([[1.0, 1.0, 1.0, -1.0]]), no_weights,
+                         codes.HINGE, codes.LINEAR)
+    assert error == 1.25
+    np.testing.assert_array_equal(delta, [[-1.0, -1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_duplicate_targets_count_twice_in_the_error_only(backend):
     rng = np.random.default_rng(7)
     a = activate(backend, rng.normal(size=(1, 6)), codes.SIGMOID)
@@ -343,6 +359,15 @@ def test_unsupported_pairs_are_refused(err_fn, act):
     for backend in BACKENDS:
         with pytest.raises(ValueError):
             dense(backend, a, np.zeros_like(a), np.zeros(0, dtype=np.float32), err_fn, act)
+
+
+def test_codes_are_the_network_files_enum_values():
+    # A network's errorFunction and layer activations reach the kernels as int(enum member).
+    assert codes.ERROR_FUNCTION_NAMES == {int(e): e.name for e in ErrorFunction}
+    assert codes.ACTIVATION_NAMES == {int(a): a.name for a in Activation
+                                      if int(a) in codes.ACTIVATION_NAMES}
+    assert {a.name for a in Activation} - set(codes.ACTIVATION_NAMES.values()) == {
+        "ParametricRectifiedLinear", "RELUMax", "LinearMax"}  # no kernel (spec 3.6)
 
 
 def test_refusal_message_names_the_fix():
