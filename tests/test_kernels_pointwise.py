@@ -99,14 +99,26 @@ def test_backward_matches_reference_in_place(backend, act):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_tanh_derivative_keeps_the_digits_of_saturated_units(backend):
+    # 1 - a^2 as (1 - a)(1 + a): in float32, 1 - a * a would lose most digits near a = +-1.
+    a = np.array([[0.99999, -0.999997, 0.9990005, -0.5, 0.0]], dtype=np.float32)
+    dz = np.empty_like(a)
+    BACKENDS[backend].activation_backward(dz, np.ones_like(a), a, codes.TANH, SLOPE, ALPHA, LAM)
+    x = a.astype(np.float64)
+    np.testing.assert_allclose(dz, (1 - x) * (1 + x), rtol=2e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
-def test_a_bias_is_added_bit_for_bit_as_add_bias_adds_it(backend, act):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bias_is_added_bit_for_bit_as_add_bias_adds_it(backend, act, dtype):
     """f(z + b) in one kernel equals add_bias and then f, exactly (the network folds a dense
-    product's bias into its activation), in place and not, without a bias as before."""
+    product's bias into its activation), in place and not, without a bias as before; in
+    float32 (training) and float64 (the gradient checks), whose Sigmoids take other paths."""
     dense = family("dense")[backend]
     rng = np.random.default_rng(9)
-    z = random_pre_activations(rng, shape(backend, 6, 40))
-    b = rng.normal(scale=3.0, size=z.shape[1]).astype(np.float32)
+    z = random_pre_activations(rng, shape(backend, 6, 40), dtype)
+    b = rng.normal(scale=3.0, size=z.shape[1]).astype(dtype)
     expected = z.copy()
     dense.add_bias(expected, b)
     BACKENDS[backend].activation_forward(expected, expected, act, SLOPE, ALPHA, LAM)
@@ -116,7 +128,7 @@ def test_a_bias_is_added_bit_for_bit_as_add_bias_adds_it(backend, act):
     in_place = z.copy()
     BACKENDS[backend].activation_forward(in_place, in_place, act, SLOPE, ALPHA, LAM, b)
     np.testing.assert_array_equal(in_place, expected)
-    for none in (None, np.zeros(0, np.float32)):
+    for none in (None, np.zeros(0, dtype)):
         np.testing.assert_array_equal(
             forward(backend, z, act),
             _with_bias(backend, z, act, none))
