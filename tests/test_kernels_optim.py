@@ -291,7 +291,8 @@ def test_missing_state_is_refused(backend):
     W = np.ones((4, 6), dtype=np.float32)
     G = np.ones_like(W)
     s, empty = np.zeros_like(W), np.zeros((0, 0), dtype=np.float32)
-    for mode, s1, s2 in [(MOMENTUM, empty, empty), (ADAM, s, empty), (ADADELTA, empty, s)]:
+    for mode, s1, s2 in [(MOMENTUM, empty, empty), (ADAM, s, empty), (ADADELTA, empty, s),
+                         (ADADELTA, s, empty)]:
         with pytest.raises(ValueError):
             BACKENDS[backend].update_weights(W, G, s1, s2, 1, mode, 0.1, 0.0, 0.0, 0.9, 0.999)
     with pytest.raises(ValueError):
@@ -371,6 +372,33 @@ def test_lazy_row_updates_refuse_modes_that_move_idle_weights(backend, mode):
     with pytest.raises(ValueError, match="moves weights whose gradient is zero"):
         kb.update_weight_rows(W, W.copy(), state, state.copy(), np.zeros(1, np.int32),
                               np.zeros(3, np.int64), 1, mode, 0.1, 0.9)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])  # (the GPU does not check)
+def test_rows_ahead_of_the_update_are_refused(backend):
+    kb = BACKENDS[backend]
+    W = np.ones((3, 2), np.float32)
+    state = np.zeros_like(W)
+    with pytest.raises(ValueError, match="after t - 1 = 2"):
+        kb.update_weight_rows(W, np.zeros_like(W), state, state.copy(), np.array([0, 1], np.int32),
+                              np.array([0, 5, 0], np.int64), 3, ADAGRAD, 0.1, 0.9)
+    indptr, indices = np.array([0, 1], np.int64), np.array([1], np.int32)
+    with pytest.raises(ValueError, match="after t - 1 = 2"):  # row 1 has had update 3 already
+        kb.sparse_grad_update_rows(W, np.zeros_like(W), state, state.copy(),
+                                   np.array([0, 3, 0], np.int64), indptr, indices,
+                                   np.zeros(0, np.float32), np.ones((1, 2), np.float32), -1.0, 3,
+                                   ADAGRAD, 0.1, 0.9)
+    with pytest.raises(ValueError, match="after t = 3"):
+        kb.catch_up_rows(state, np.zeros(0, np.float32), np.array([0, 4, 0], np.int64), 3,
+                         RMSPROP, 0.9)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_catch_up_without_state_marks_every_row_up_to_date(backend):
+    current = np.array([0, 2, 5], np.int64)
+    empty = np.zeros(0, np.float32)
+    BACKENDS[backend].catch_up_rows(empty, empty, current, 5, SGD, 0.9)
+    np.testing.assert_array_equal(current, [5, 5, 5])
 
 
 def _random_batch(rng, n_rows, n_in, analog):
