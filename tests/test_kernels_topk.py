@@ -170,6 +170,20 @@ def test_nan_ranks_below_every_number(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_an_infinite_score_among_low_ones_is_found(backend):
+    # Rows long enough for the cpu's floor from blocks of 32 items: +inf is a block's maximum.
+    rng = np.random.default_rng(16)
+    rows, n = (2, 100) if tiny(backend) else (3, 2048)
+    scores = rng.normal(size=(rows, n)).astype(np.float32)
+    scores[:, 64:96] = -100.0
+    scores[:, 70] = np.inf
+    scores[1, 80] = -np.inf
+    for k in (1, 5):
+        items = check(backend, scores, k)
+        assert (items[:, 0] == 70).all()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_empty_batch_and_zero_k(backend):
     scores = np.zeros((0, 10), dtype=np.float32)
     items, values = run_top_k(backend, scores, 5, indptr=np.zeros(1, dtype=np.int64))
