@@ -228,3 +228,103 @@ def test_decay_moves_the_input_rows_no_batch_touches(mode, lam, lam1):
             v = (v + g * g) if mode == 2 else (0.9 * v + 0.1 * g * g)
             w = w + alpha * g / np.sqrt(np.maximum(1e-9, v))
         np.testing.assert_allclose(c.W[3:], w, rtol=1e-12)
+
+
+# -- construction and forward order (spec 3.4, 3.7, 3.8) -----------------------------------
+
+def _chain(order, dropout=0.0):
+    layers = {
+        "Input": {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+        "H1": {"Name": "H1", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid",
+               "Source": "Input", "pDropout": dropout, "WeightInit": {"Bias": 0.25}},
+        "H2": {"Name": "H2", "Kind": "Hidden", "N": 16, "Activation": "Sigmoid",
+               "Source": "H1", "pDropout": dropout, "WeightInit": {"Bias": -0.5}},
+        "Output": {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "out",
+                   "Activation": "Sigmoid", "Source": "H2"}}
+    return {"ErrorFunction": "L2", "Layers": [layers[name] for name in order]}
+
+
+def test_layers_run_after_their_sources_whatever_order_the_file_lists_them_in():
+    net = network(_chain(["Output", "H2", "Input", "H1"]), seed=5)
+    B = len(PENALTY_ROWS)
+    net.forward(Batch(size=B, inputs={"Input": csr(PENALTY_ROWS)}))
+    c = {(c.source.name, c.dest.name): c for c in net.connections}
+    a = dense(PENALTY_ROWS, 7)
+    for source, dest in [("Input", "H1"), ("H1", "H2"), ("H2", "Output")]:
+        a = sigmoid(a @ c[source, dest].W + c[source, dest].b)
+    np.testing.assert_allclose(net.activation("Output", B), a, rtol=1e-12)
+
+
+def test_initial_biases_are_each_layers_weight_init_bias():
+    net = Network(parse_netdef(_chain(["Input", "H1", "H2", "Output"])), get_backend("reference"),
+                  dtype=np.float64)
+    net.initialize(1)
+    assert [(c.dest.name, set(c.b.tolist())) for c in net.connections] == [
+        ("H1", {0.25}), ("H2", {-0.5}), ("Output", {0.0})]
+
+
+def test_each_layer_draws_its_own_dropout_mask():
+    """Two layers of the same width under one batch key: the key mixes in the layer, so the
+    units they drop differ (a dropped sigmoid unit is 0.5, spec 3.8)."""
+    net = network(_chain(["Input", "H1", "H2", "Output"], dropout=0.5), seed=5)
+    B = len(PENALTY_ROWS)
+    net.forward(Batch(size=B, inputs={"Input": csr(PENALTY_ROWS)}), train=True, dropout_key=77)
+    dropped = [net.activation(name, B) == 0.5 for name in ("H1", "H2")]
+    assert 0 < dropped[0].sum() < dropped[0].size and 0 < dropped[1].sum() < dropped[1].size
+    assert (dropped[0] != dropped[1]).any()
+
+
+def test_a_hidden_layer_that_feeds_nothing_gets_no_gradient():
+    d = {"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+        {"Name": "Dangling", "Kind": "Hidden", "N": 3, "Activation": "Sigmoid", "Source": "Input"},
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "out", "Activation": "Sigmoid",
+         "Source": "Input"}]}
+    net = network(d, seed=2)
+    B = len(PENALTY_ROWS)
+    batch = Batch(size=B, inputs={"Input": csr(PENALTY_ROWS)},
+                  targets={"Output": csr([[r[0] % 4] for r in PENALTY_ROWS])})
+    net.forward(batch)
+    net._rows("Dangling", "dA", B)[...] = np.nan  # whatever the buffer held before
+    net.backward()
+    into = net.connections[0]
+    assert into.dest.name == "Dangling"
+    assert not into.G.any() and not into.gb.any()
+
+
+def test_an_input_matrix_shared_with_a_dense_layer_is_updated_in_every_row():
+    """A sparse input's matrix that another layer also reads (transposed) has a gradient in
+    rows no batch lists: each SGD update is W += alpha * G over the whole matrix, not the
+    lazy update of the listed rows."""
+    d = {"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 3, "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": 7, "DataSet": "out", "Activation": "Sigmoid",
+         "SharedWeights": {"InputLayer": "Hidden", "SourceInputLayer": "Input",
+                           "SourceOutputLayer": "Hidden", "Transposed": True}}]}
+    net = Network(parse_netdef(d), get_backend("reference"), dtype=np.float64)
+    net.initialize(4)
+    opt = OptimizerConfig(mode=0, lam=0.0)  # SGD
+    net.init_optimizer(opt)
+    owner = net.connections[0]
+    rows = [[0, 1], [1], [0]]  # features 2-6 never listed
+    batch = Batch(size=3, inputs={"Input": csr(rows)}, targets={"Output": csr([[2], [5], [6]])})
+    lam, lam1 = 0.1, 0.01  # the shared matrix counts once in the regularization error
+    assert net.regularization_error(lam, lam1) == pytest.approx(
+        0.5 * lam * (owner.W ** 2).sum() + lam1 * np.abs(owner.W).sum(), rel=1e-12)
+    for t in (1, 2):
+        net.forward(batch)
+        net.backward()
+        expected = owner.W + 0.5 * owner.G
+        assert owner.G[2:].any()
+        net.update(0.5, t, opt)
+        np.testing.assert_array_equal(owner.W, expected)
+
+
+def test_check_finite_names_the_first_layer_with_a_non_finite_weight_or_bias():
+    net = network(_chain(["Input", "H1", "H2", "Output"]))
+    assert net.check_finite() is None
+    net.connections[2].b[1] = np.inf
+    assert net.check_finite() == "Output"
+    net.connections[1].W[0, 2] = np.nan
+    assert net.check_finite() == "H2"
