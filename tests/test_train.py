@@ -395,6 +395,30 @@ def test_a_pending_sparse_gradient_is_computed_by_the_update_or_dropped(files):
     assert not np.array_equal(net.connections[1].W, weights) and G_out.any()
 
 
+def test_a_dense_update_after_lazy_ones_catches_the_rows_up_to_the_update_before(files,
+                                                                                  monkeypatch):
+    """An update the lazy path cannot take (here weight decay turned on) first brings every
+    row's RMSProp state up to t - 1, then decays it once in the dense update: the same bits
+    as dense updates all along."""
+    import destiny.network
+    from destiny.io.dataset import read_dataset
+    from destiny.kernels.reference.optim import RMSPROP
+    from destiny.network import OptimizerConfig
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    nets = []
+    for lazy_modes in (destiny.network.LAZY_MODES, ()):
+        monkeypatch.setattr(destiny.network, "LAZY_MODES", lazy_modes)
+        net, _ = _train_small(files, "cpu", "rmsprop", 1)
+        assert (net.connections[0].current is not None) == bool(lazy_modes)
+        net.forward(TrainData(net, datasets).batch(np.arange(16)))
+        net.backward()
+        net.update(0.01, net._last_update[0] + 1, OptimizerConfig(mode=RMSPROP, lam=1e-3, mu=0.9))
+        nets.append(net)
+    for a, b in zip(_parameters(nets[0]), _parameters(nets[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_lazy_input_rows_resume_from_a_checkpoint_exactly(files):
     """A checkpoint written while input rows lag holds their settled state."""
     from destiny.io.checkpoint import load_weights, save_network
