@@ -121,6 +121,22 @@ def test_each_rank_holds_its_part_of_every_matrix_and_dataset():
         np.testing.assert_array_equal(data.targets["Output"].indices, out.indices[kept] - c0)
 
 
+def test_column_range_keeps_a_boolean_datasets_empty_values():
+    from destiny.sparse import column_range
+
+    indptr = np.array([0, 3, 3, 5], np.int64)
+    indices = np.array([0, 4, 5, 5, 9], np.int32)
+    for values, kept in [(np.zeros(0, np.float32), []), (None, None),
+                         (np.arange(5, dtype=np.float32), [1.0, 2.0, 3.0])]:
+        got_indptr, got_indices, got_values = column_range(indptr, indices, values, 4, 9)
+        np.testing.assert_array_equal(got_indptr, [0, 2, 2, 3])
+        np.testing.assert_array_equal(got_indices, [0, 1, 1])
+        if kept is None:
+            assert got_values is None
+        else:
+            np.testing.assert_array_equal(got_values, kept)
+
+
 def test_join_puts_row_and_column_pieces_in_place():
     W = np.arange(35, dtype=np.float32).reshape(7, 5)
     rows = [shard.Part(W[a:b], (a, b), (0, 5), (7, 5)) for a, b in [(0, 2), (2, 4), (4, 7)]]
