@@ -452,3 +452,16 @@ def test_smce_thresholds_are_strict(backend):
     error, delta = _hand_loss(backend, a, targets, codes.SMCE, 0.75, 0.25, 2.0, 0.5)
     assert error == pytest.approx(2.0 * np.log(2) + 0.5 * np.log(2), rel=1e-6)
     np.testing.assert_allclose(delta, [[0.0, 0.0, 2.0 * (0.5 - 1), 0.5 * 0.5]], rtol=1e-6)
+
+
+def test_cpu_refuses_a_delta_over_its_activations():
+    """Both cpu kernels read a row of ``a`` after writing that row's delta: in place, the
+    error came out 146 where it is 103. Refused rather than computed wrong."""
+    rng = np.random.default_rng(9)
+    a = activate("cpu", rng.normal(size=(4, 8)), codes.SIGMOID)
+    targets = sparse_targets(rng, 4, 8, boolean=True)
+    for err_fn in (codes.SMCE, codes.L2):  # the Sigmoid fast path, and the generic kernel
+        with pytest.raises(ValueError, match="delta overlaps a"):
+            BACKENDS["cpu"][0].sparse_loss_delta(
+                a, a, *targets, np.zeros(0, dtype=np.float32), err_fn, codes.SIGMOID,
+                SLOPE, ALPHA, LAM, **SMCE_PARAMS, boost_one=1.0, boost_zero=1.0)

@@ -198,10 +198,12 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
                       ignore_zero=False):
     """Error and output delta for sparse CSR targets; see the reference for the parameters."""
     check_loss_activation(err_fn, act)
+    if np.may_share_memory(delta, a):  # (both kernels read a row of a after writing delta's)
+        raise ValueError("sparse_loss_delta: delta overlaps a; give delta memory of its own")
     boosting = boost_applies(err_fn, act) and (boost_one != 1.0 or boost_zero != 1.0)
     prm = _params(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
     # (Without zero targets the generic kernel's first pass is a fill: nothing to speed up.)
-    if not ignore_zero and _sigmoid_fast_path_applies(delta, a, err_fn, act):
+    if not ignore_zero and _sigmoid_fast_path_applies(delta, err_fn, act):
         return _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, int(err_fn), prm,
                                     float(boost_one), float(boost_zero), boosting)
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
@@ -221,12 +223,10 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
 # listed entries with the generic helper.
 
 
-def _sigmoid_fast_path_applies(delta, a, err_fn, act):
-    # A delta that overlaps a is left to the generic kernel: the fast path keeps its logs in
-    # ``delta`` while it still reads ``a``. DeltaBoost (CrossEntropy) stays on the fast path,
-    # so that it leaves the error bit for bit unchanged, as spec 3.11 says.
-    return (act == SIGMOID and err_fn in (CROSS_ENTROPY, SMCE, DSMCE) and delta.ndim == 2
-            and not np.may_share_memory(delta, a))
+def _sigmoid_fast_path_applies(delta, err_fn, act):
+    # DeltaBoost (CrossEntropy) stays on the fast path, so that it leaves the error bit for bit
+    # unchanged, as spec 3.11 says.
+    return act == SIGMOID and err_fn in (CROSS_ENTROPY, SMCE, DSMCE) and delta.ndim == 2
 
 
 def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm, boost_one,

@@ -137,7 +137,8 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     Parameters
     ----------
     delta : float array [B, N]
-        Output: dE/dz, activation derivative included, times the example weight.
+        Output: dE/dz, activation derivative included, times the example weight; memory of
+        its own (no backend computes it in place over ``a``, which it reads after writing).
     a : float array [B, N]
         Output-layer activations.
     indptr, indices, values : CSR targets
