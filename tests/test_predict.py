@@ -97,15 +97,21 @@ def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, filte
     assert out.read_bytes() == b""
 
 
+def _run_with_directory(model, tmp_path, flag):
+    """predict with ``flag`` (-r or -f) reading the directory ``tmp_path/parts``: (the
+    result, the recommendations file's path)."""
+    args = {"-r": str(model / "ratings.txt"), flag: str(tmp_path / "parts")}
+    out = tmp_path / "recs.txt"
+    return run(model, *[x for kv in args.items() for x in kv], output=str(out)), out
+
+
 @pytest.mark.parametrize("flag", ["-r", "-f"])
 def test_a_directory_holding_only_folders_is_refused(model, tmp_path, flag):
     """Folders are not read (spec 1.1), so partitioned parts (date=.../part-0) would be
     silently no records: that stays an error, unlike a directory holding nothing."""
     (tmp_path / "parts" / "date=1").mkdir(parents=True)
     (tmp_path / "parts" / "date=1" / "part-0").write_text("u1\t1\n")
-    args = {"-r": str(model / "ratings.txt"), flag: str(tmp_path / "parts")}
-    out = tmp_path / "recs.txt"
-    result = run(model, *[x for kv in args.items() for x in kv], output=str(out))
+    result, out = _run_with_directory(model, tmp_path, flag)
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'parts'}: the input directory holds "
                                     "no files"), result.output
@@ -118,9 +124,7 @@ def test_a_dangling_link_in_an_input_directory_names_the_flag(model, tmp_path, f
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "part-0").write_text("u1\t1\n")
     (tmp_path / "parts" / "part-1").symlink_to(tmp_path / "gone")
-    args = {"-r": str(model / "ratings.txt"), flag: str(tmp_path / "parts")}
-    out = tmp_path / "recs.txt"
-    result = run(model, *[x for kv in args.items() for x in kv], output=str(out))
+    result, out = _run_with_directory(model, tmp_path, flag)
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'parts' / 'part-1'}: is a symbolic link "
                                     "to a file that does not exist"), result.output
