@@ -741,9 +741,9 @@ def test_merging_the_ranks_top_k_is_the_top_k_of_all(ranks):
         np.testing.assert_array_equal(merged[1], expected[1])
 
 
-def test_a_k_beyond_an_output_layer_without_padding_gives_every_item(tmp_path):
-    """A DSSTNE network whose output layer has exactly as many units as the index has items
-    (no padding units): -k beyond them lists all four, best first, each score as %4.3f."""
+def _write_linear_4x4(d, W):
+    """gl.nc in ``d``: a DSSTNE network of 4 sparse inputs straight into 4 Linear outputs (no
+    padding units), with weights ``W`` [in, out] and the output biases 0, 0, 0.0625, 0."""
     from destiny.io.network_file import write_network
     from destiny.netdef import parse_netdef
 
@@ -751,10 +751,15 @@ def test_a_k_beyond_an_output_layer_without_padding_gives_every_item(tmp_path):
         {"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "gl_input", "Sparse": True},
         {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "gl_output", "Source": "Input",
          "Activation": "Linear"}]}).resolve({})
+    write_network(d / "gl.nc", nd, {0: np.float32(W)}, {0: np.float32([0.0, 0.0, 0.0625, 0.0])})
+
+
+def test_a_k_beyond_an_output_layer_without_padding_gives_every_item(tmp_path):
+    """A DSSTNE network whose output layer has exactly as many units as the index has items
+    (no padding units): -k beyond them lists all four, best first, each score as %4.3f."""
     # Linear output: the scores are the rows of W listed plus the bias, worked by hand.
-    W = np.float32([[0.5, 0.25, 0.0, 0.125], [0.0, 0.5, 0.25, 0.0],
-                    [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
-    write_network(tmp_path / "gl.nc", nd, {0: W}, {0: np.float32([0.0, 0.0, 0.0625, 0.0])})
+    _write_linear_4x4(tmp_path, [[0.5, 0.25, 0.0, 0.125], [0.0, 0.5, 0.25, 0.0],
+                                 [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     index = "a\t0\nb\t1\nc\t2\nd\t3\n"
     for name in ("features_input", "features_output"):
         (tmp_path / name).write_text(index)
@@ -885,16 +890,8 @@ def test_the_filter_is_read_against_the_output_index(tmp_path):
     features (w, x, y, z) are not the output's items (a, b, c, d): filtering b removes item b.
     By hand (Linear output, W rows of x and y plus the bias): a 0.5, b 0.75, c 0.3125 (written
     0.312, half to even), d 0.125."""
-    from destiny.io.network_file import write_network
-    from destiny.netdef import parse_netdef
-
-    nd = parse_netdef({"ErrorFunction": "L2", "Layers": [
-        {"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "gl_input", "Sparse": True},
-        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "gl_output", "Source": "Input",
-         "Activation": "Linear"}]}).resolve({})
-    W = np.float32([[0.0, 0.0, 0.0, 0.0], [0.5, 0.25, 0.0, 0.125],
-                    [0.0, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]])
-    write_network(tmp_path / "gl.nc", nd, {0: W}, {0: np.float32([0.0, 0.0, 0.0625, 0.0])})
+    _write_linear_4x4(tmp_path, [[0.0, 0.0, 0.0, 0.0], [0.5, 0.25, 0.0, 0.125],
+                                 [0.0, 0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]])
     (tmp_path / "features_input").write_text("w\t0\nx\t1\ny\t2\nz\t3\n")
     (tmp_path / "features_output").write_text("a\t0\nb\t1\nc\t2\nd\t3\n")
     (tmp_path / "in.txt").write_text("u1\tx:y\n")
