@@ -435,15 +435,15 @@ def trained_indexes(netdef, summaries) -> dict:
     return {"indexes": json.dumps(recorded, sort_keys=True)} if recorded else {}
 
 
-def _other_settings(extras: dict, settings: dict) -> list[str]:
-    """How the settings of a checkpoint (its ``destiny_`` attributes ``extras``) differ from
+def _other_settings(recorded: dict, settings: dict) -> list[str]:
+    """How the settings a checkpoint records (its ``destiny_settings``, parsed) differ from
     this run's, in the user's terms; empty where only the number of epochs does."""
     def key(d: dict) -> dict:
         d = json.loads(json.dumps(d))  # the same types as the saved copy
         d["config"] = {k: v for k, v in d.get("config", {}).items() if k != "epochs"}
         return d
 
-    saved = key(json.loads(extras.get("settings", "{}")))
+    saved = key(recorded)
     # (checkpoints of earlier versions recorded fewer settings: those they have must agree)
     now = {k: v for k, v in key(settings).items() if k in saved}
     return [] if saved == now else _differences(saved, now)
@@ -472,9 +472,10 @@ def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] 
     try:
         if int(attrs.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
             return None  # (read_network refuses a later layout before reading anything)
-        if not is_settings(json.loads(attrs["settings"])):
+        recorded = json.loads(attrs["settings"])
+        if not is_settings(recorded):
             return None  # (settings no train records: damaged, and loading says where)
-        differences = _other_settings(attrs, settings)
+        differences = _other_settings(recorded, settings)
         epoch = int(attrs["epoch"])
     except (KeyError, ValueError, TypeError, AttributeError):  # (damaged: loading says where)
         return None
