@@ -137,18 +137,18 @@ def update_weights(W, G, s1, s2, t, mode, alpha, lam, lam1, mu, mu1):
 
 @njit(cache=True)
 def _distinct_rows(rows, current, t, out_rows, out_steps):
-    """The distinct ``rows``, ascending, with the updates each skipped, marked up to date with
-    ``t``. Ascending, because neighbouring rows are neighbours in memory: the update then
-    reads the matrices nearly in order instead of a page here and a page there."""
+    """The distinct ``rows``, ascending, with the updates each skipped (negative for a row
+    ahead of ``t - 1``, which the caller refuses before anything changes). Ascending, because
+    neighbouring rows are neighbours in memory: the update then reads the matrices nearly in
+    order instead of a page here and a page there."""
     listed = np.zeros(current.size, np.bool_)
     for e in range(rows.size):
         listed[rows[e]] = True
     n = 0
     for r in range(current.size):
-        if listed[r] and current[r] != t:
+        if listed[r]:
             out_rows[n] = r
             out_steps[n] = t - 1 - current[r]
-            current[r] = t
             n += 1
     return n
 
@@ -227,9 +227,10 @@ def _update_row(W, s1, s2, r, G, gr, steps, mode, a, m, one_m, floor):
 
 
 @njit(cache=True, parallel=True)
-def _update_rows(W, G, s1, s2, rows, steps, n, mode, a, m, one_m, floor):
+def _update_rows(W, G, s1, s2, current, t, rows, steps, n, mode, a, m, one_m, floor):
     for i in prange(n):
         _update_row(W, s1, s2, rows[i], G, rows[i], steps[i], mode, a, m, one_m, floor)
+        current[rows[i]] = t
 
 
 @njit(cache=True, parallel=True)
@@ -278,8 +279,8 @@ def update_weight_rows(W, G, s1, s2, rows, current, t, mode, alpha, mu):
     if n and out_steps[:n].min() < 0:
         raise ValueError(f"rows are up to date with an update after t - 1 = {t - 1}")
     ty = W.dtype.type
-    _update_rows(W, G, state_rows(s1, W), state_rows(s2, W), out_rows, out_steps, n, int(mode),
-                 ty(alpha), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
+    _update_rows(W, G, state_rows(s1, W), state_rows(s2, W), current, np.int64(t), out_rows,
+                 out_steps, n, int(mode), ty(alpha), ty(mu), ty(1.0 - mu), ty(SQUARE_FLOOR))
 
 
 def sparse_grad_update_rows(W, G, s1, s2, current, indptr, indices, values, delta, scale, t,
