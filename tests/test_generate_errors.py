@@ -242,6 +242,23 @@ def test_byte_order_mark():
     assert "sed -i" in message
 
 
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 8], ids=["inside-a-chunk", "starting-a-chunk"])
+def test_byte_order_mark_of_a_file_joined_on(monkeypatch, chunk_bytes):
+    """`cat a.txt b.txt` where b.txt starts with a mark puts it at the start of a later line,
+    where only the file's start was checked: it became part of that sample's name."""
+    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
+    message = fails_on(b"u1\tfa:fb\n\xef\xbb\xbfu2\tfc\n", "-c")
+    assert message.startswith("Error: in.txt, line 2, column 1: the line '\\ufeffu2\\tfc' starts "
+                              "with a UTF-8 byte-order mark"), message
+    assert "joined on" in message and "sed -i 's/^" in message
+
+
+def test_a_fault_before_a_joined_byte_order_mark_is_the_one_named():
+    message = fails_on(b"u1 fa\n\xef\xbb\xbfu2\tfc\n", "-c")
+    assert message.startswith("Error: in.txt, line 1, column "), message
+    assert "has no TAB" in message
+
+
 def test_utf16_byte_order_mark():
     """FF FE is never UTF-8: the message said so and suggested `iconv -f latin1`, which
     garbles UTF-16 text."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import destiny.io.text
+from destiny.errors import DataFormatError
 from destiny.io import textscan
 from destiny.io.index import LabelTable
 from destiny.io.text import read_records
@@ -123,14 +124,17 @@ def test_drops_and_bytes_are_counted_over_every_chunk(tmp_path, monkeypatch):
 
 
 def test_only_the_files_first_chunk_is_checked_as_the_files_start(tmp_path, monkeypatch):
-    """A byte-order mark is refused where it starts the file; a later chunk starting with one
-    (a label's first character) reads as in a single chunk."""
+    """A later chunk starting with a byte-order mark is refused as a file joined on at that
+    line, as in a single chunk, not as the file's own start."""
     path = tmp_path / "in.txt"
     path.write_text("u1\ta\n\ufeffu2\tb\n", encoding="utf-8")
-    one = read_records([str(path)], LabelTable(), update=True)
-    monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", 4)
-    assert read_records([str(path)], LabelTable(), update=True).labels == one.labels
-    assert one.labels == ["u1", "\ufeffu2"]
+    messages = []
+    for chunk_bytes in (1 << 20, 4):
+        monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
+        with pytest.raises(DataFormatError, match="line 2, column 1: ") as e:
+            read_records([str(path)], LabelTable(), update=True)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "joined on" in messages[0]
 
 
 def test_label_table_reports_duplicate_labels():
@@ -319,7 +323,6 @@ def test_index_fast_path_agrees_with_the_line_by_line_parser(tmp_path):
     """read_index splits a well-formed file at every TAB and LF at once (checking one TAB per
     line on the bytes) and leaves anything else to the line-by-line parser, whose errors name
     the line: on random, randomly damaged index files both give the same labels or error."""
-    from destiny.errors import DataFormatError
     from destiny.io import index
 
     def checked(path, text):

@@ -33,6 +33,7 @@ CHUNK_BYTES = 16 << 20
 # under the GIL) bound the parse anyway.
 MAX_THREADS = 8
 _NOT_UTF8 = -1  # a chunk's status when its bytes are not UTF-8 (the scanner's are >= 0)
+_BOM_LINE = -2  # ... when a line after the file's first starts with a UTF-8 byte-order mark
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
@@ -297,11 +298,13 @@ def line_chunks(f, path):
 
 def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                 keep_values: bool) -> _Chunk:
+    bom = -1
     if not data.isascii():  # isascii is a fast scan; decoding checks the rest
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as e:
             return _Chunk(len(data), _NOT_UTF8, data, pos=e.start, utf8_end=e.end)
+        bom = _bom_line(data)
     buf = np.frombuffer(data, dtype=np.uint8)
     # Every line has a label and a TAB or a LF, every entry a name and a ':' or a LF, so
     # neither outnumbers half the bytes. (np.empty commits no memory until it is written.)
@@ -322,6 +325,8 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
             break
         line_len = data.find(b"\n", pos) - pos
         features.reserve(max(line_len // 2 + 1, len(features)), max(line_len, len(data)))
+    if bom >= 0 and (status == textscan.OK or bom < pos):  # the first fault in the file
+        return _Chunk(len(data), _BOM_LINE, data, pos=bom)
     if status != textscan.OK:
         return _Chunk(len(data), status, data, pos=pos)
     lines, entries, n_pending = int(counts[0]), int(counts[1]), int(counts[4])
@@ -333,6 +338,17 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                   values=tok_value[:entries].copy() if keep_values else None,
                   pending=pending[:n_pending].copy() if n_pending else None,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
+
+
+def _bom_line(data: bytes) -> int:
+    """Where the first line of ``data`` (whole lines) that starts with a UTF-8 byte-order mark
+    starts, or -1. A file's own start is checked as it is opened (check_text_start); a mark
+    at a later line's start comes from joining such a file on (``cat a.txt b.txt``), and
+    would become part of that line's sample name, as the first one would."""
+    if data.startswith(textscan.BOM):  # (a chunk after the first starts a line)
+        return 0
+    found = data.find(b"\n" + textscan.BOM)
+    return found + 1 if found >= 0 else -1
 
 
 def _line_bounds(chunk: bytes, pos: int) -> tuple[int, int]:
@@ -386,6 +402,12 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     if status == textscan.CARRIAGE_RETURN and (nul := chunk.find(b"\0", start, end)) >= 0:
         return nul_error(path, chunk, nul, first_line)
     cut = _cut_short(path, chunk, start, end)
+    if status == _BOM_LINE:
+        return DataFormatError(
+            path, f"{quote} starts with a UTF-8 byte-order mark (bytes EF BB BF), which would "
+            "become part of its sample name: a file that starts with one (written by some "
+            "Windows editors) was joined on here, for example with `cat`. Remove the marks, "
+            "for example with `sed -i 's/^\\xEF\\xBB\\xBF//' FILE`.", line=line, column=column)
     if status == _NOT_UTF8:
         return DataFormatError(
             path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
