@@ -77,7 +77,8 @@ SUMMARY_CASES = [
      "the attribute 'destiny_indexEntries0' is [100, 7] (uint32); expected one non-negative "
      "integer"),
     ("no-datasets", {"datasets": np.uint32(0)},
-     "the global attribute 'datasets' is 0; expected at least 1."),
+     "the global attribute 'datasets' is 0; expected at least 1. The file holds no dataset; "
+     "write it again with generate-netcdf."),
 ]
 
 
@@ -185,6 +186,12 @@ CASES = [
      f"has no entries: all {ROWS} examples list no feature, which DSSTNE's loader refuses"),
     ("width-beyond-int32", dict(attrs={"width0": np.uint32(4_000_000_000)}),
      "has width x height x length = 4000000000; Destiny holds at most 2147483647 features"),
+    ("unknown-data-type", dict(attrs={"dataType0": np.uint32(99)}),
+     "has dataType0 = 99; expected one of [0, "),
+    ("four-dimensions", dict(attrs={"dimensions0": np.uint32(4)}),
+     "has dimensions0 = 4; expected 1 to 3. The file is damaged"),
+    ("no-index-variable", dict(variables={"sparseIndex0": (None, INDICES)}),
+     "lacks the variable 'sparseIndex0'; the dataset is incomplete"),
 ]
 
 @pytest.mark.parametrize("kwargs, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -271,11 +278,14 @@ def test_a_damaged_shape_of_the_dataset_is_named(tmp_path):
     with pytest.raises(DataFormatError) as e:
         read_dataset(path)
     assert str(e.value) == (f"{path}: dataset 'x' has {ROWS - 1} dataWeight0 entries for "
-                            f"{ROWS} examples.")
+                            f"{ROWS} examples; expected one weight per example. The file is "
+                            "damaged; write it again with generate-netcdf.")
     path = write(tmp_path / "z.nc", "x", attrs={"width0": np.uint32(0)})
     with pytest.raises(DataFormatError) as e:
         read_dataset(path)
-    assert str(e.value) == f"{path}: dataset 'x' has a zero width, height or length."
+    assert str(e.value) == (f"{path}: dataset 'x' has a zero width, height or length (width0 "
+                            "x height0 x length0 = 0), so no feature fits in it. The file is "
+                            "damaged; write it again with generate-netcdf.")
     path = write(tmp_path / "m.nc", "x")
     with netCDF4.Dataset(path, "a") as nc:
         nc.renameVariable("sparseIndex0", "stored")

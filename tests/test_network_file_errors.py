@@ -465,7 +465,11 @@ CHECKPOINT_DAMAGE = [
                                                           "JSON text of an object"),
     ("destiny_settings", '{"examples": 1.5}', "'destiny_settings' is '{\"examples\": 1.5}' "
                                               "(text); expected JSON text of an object"),
-    (lambda nc: nc.delncattr("destiny_epoch"), None, "lacks the attribute 'destiny_epoch'"),
+    (lambda nc: nc.delncattr("destiny_epoch"), None, "records the run's settings "
+     "('destiny_settings', as train's checkpoints do) but lacks 'destiny_epoch', the training "
+     "state that goes with them."),
+    (lambda nc: nc.delncattr("destiny_updates"), None, "but lacks 'destiny_updates', the "
+     "training state"),
     ("layer1_activation", np.uint32(99), "'layer1_activation' is 99 (uint32); expected a code "
                                          "of"),
     ("layer1_pDropout", np.float32(np.nan), "'layer1_pDropout' is nan (float32); expected a "

@@ -243,16 +243,19 @@ def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
     if dtype not in _SUPPORTED_TYPES:
         names = ", ".join(_SUPPORTED_TYPES.values())
         raise DataFormatError(path, f"dataset {name!r} has {dtype_name} = {dtype}; expected one "
-                              f"of {sorted(_SUPPORTED_TYPES)} ({names}).")
+                              f"of {sorted(_SUPPORTED_TYPES)} ({names}). The file is "
+                              f"damaged or holds a type Destiny does not train on; {_REWRITE}.")
     if not 1 <= dims <= 3:
         raise DataFormatError(path, f"dataset {name!r} has dimensions{n} = {dims}; expected 1 "
-                              "to 3.")
+                              f"to 3. {_DAMAGED.capitalize()}.")
     width = _uint(nc, path, f"width{n}")
     height = _uint(nc, path, f"height{n}") if dims > 1 else 1
     length = _uint(nc, path, f"length{n}") if dims > 2 else 1
     stride = width * height * length
     if stride == 0:
-        raise DataFormatError(path, f"dataset {name!r} has a zero width, height or length.")
+        raise DataFormatError(path, f"dataset {name!r} has a zero width, height or length "
+                              f"(width{n} x height{n} x length{n} = 0), so no feature fits "
+                              f"in it. {_DAMAGED.capitalize()}.")
     if stride > MAX_WIDTH:
         raise DataFormatError(path, f"dataset {name!r} has width x height x length = {stride}; "
                               f"Destiny holds at most {MAX_WIDTH} features (int32 indices), and "
@@ -313,7 +316,8 @@ def _read_sparse(nc, path, n: int, name: str, columns) -> SparseDataset:
             weights = _var(nc, path, f"dataWeight{n}").astype(np.float32)
         if len(weights) != len(indptr) - 1:
             raise DataFormatError(path, f"dataset {name!r} has {len(weights)} dataWeight{n} "
-                                  f"entries for {len(indptr) - 1} examples.")
+                                  f"entries for {len(indptr) - 1} examples; expected one "
+                                  f"weight per example. {_DAMAGED.capitalize()}.")
         bad = np.flatnonzero(~np.isfinite(weights))
         if len(bad):
             raise DataFormatError(path, f"dataset {name!r} has the weight "
@@ -412,7 +416,8 @@ def _names(nc, path) -> list[str]:
     n called ``name<n>``, spec 2.1)."""
     count = _uint(nc, path, "datasets")
     if count < 1:
-        raise DataFormatError(path, "the global attribute 'datasets' is 0; expected at least 1.")
+        raise DataFormatError(path, "the global attribute 'datasets' is 0; expected at least "
+                              f"1. The file holds no dataset; {_REWRITE}.")
     return [_text(nc, path, f"name{n}") for n in range(count)]
 
 
@@ -453,7 +458,8 @@ def _text(nc, path, name, then: str | None = None) -> str:
 
 def _variable(nc, path, name):
     if name not in nc.variables:
-        raise DataFormatError(path, f"lacks the variable {name!r}; the dataset is incomplete.")
+        raise DataFormatError(path, f"lacks the variable {name!r}; the dataset is incomplete "
+                              f"(the file was cut short or damaged); {_REWRITE}.")
     v = nc.variables[name]
     v.set_auto_mask(False)
     return v

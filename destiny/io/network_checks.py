@@ -144,7 +144,10 @@ def check_destiny(get: Getter, netdef: NetworkDef) -> None:
         get.json("destiny_settings", is_settings, "an object of the run's settings (config, "
                  "netdef, examples, entries, indexes)")
         for key in ("destiny_epoch", "destiny_updates"):  # (what --resume goes on from)
-            get.raw(key)
+            if key not in get.attrs:  # (Destiny's own: a DSSTNE file need not have it)
+                raise DataFormatError(get.path, f"records the run's settings ('destiny_settings"
+                                      f"', as train's checkpoints do) but lacks {key!r}, the "
+                                      f"training state that goes with them. {DAMAGED}")
 
 
 def _check_netdef_json(get: Getter, netdef: NetworkDef) -> None:
