@@ -109,16 +109,16 @@ def _jacobian_row(drow, arow, act):
     if act == SOFTMAX:
         total = 0.0
         for j in range(len(drow)):
-            total += float(drow[j])
+            total += np.float64(drow[j])
         for j in range(len(drow)):
-            drow[j] = float(drow[j]) - float(arow[j]) * total
+            drow[j] = np.float64(drow[j]) - np.float64(arow[j]) * total
 
 
 @njit(cache=True)
 def _scale_row(drow, factor):
     if factor != 1.0:
         for j in range(len(drow)):
-            drow[j] = float(drow[j]) * factor
+            drow[j] = np.float64(drow[j]) * factor
 
 
 @njit(cache=True)
@@ -131,12 +131,12 @@ def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one
         if ignore_zero:
             drow[j] = 0.0
         else:
-            e, drow[j] = unit_loss(err_fn, act, float(arow[j]), 0.0, False, prm)
+            e, drow[j] = unit_loss(err_fn, act, np.float64(arow[j]), 0.0, False, prm)
             err += e
     for k in range(lo, hi):  # ... then correct the listed entries
         j = indices[k]
-        x = float(arow[j])
-        t = _listed_target(err_fn, act, 1.0 if boolean else float(values[k]), hi - lo)
+        x = np.float64(arow[j])
+        t = _listed_target(err_fn, act, 1.0 if boolean else np.float64(values[k]), hi - lo)
         e1, drow[j] = unit_loss(err_fn, act, x, t, True, prm)
         err += e1 if ignore_zero else e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
     _jacobian_row(drow, arow, act)
@@ -162,7 +162,7 @@ def _sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, act, prm,
     n_rows = a.shape[0]
     row_err = np.zeros(n_rows, dtype=np.float64)
     for r in prange(n_rows):
-        w = 1.0 if len(weights) == 0 else float(weights[r])
+        w = 1.0 if len(weights) == 0 else np.float64(weights[r])
         err = _sparse_row(delta[r], a[r], indices, values, indptr[r], indptr[r + 1], err_fn, act,
                           prm, boost_one, boost_zero, boosting, ignore_zero)
         _scale_row(delta[r], w)
@@ -177,12 +177,12 @@ def _dense_kernel(delta, a, t, weights, err_fn, act, prm):
     for r in prange(n_rows):
         err = 0.0
         for j in range(n_units):
-            x = float(a[r, j])
-            y = float(t[r, j])
+            x = np.float64(a[r, j])
+            y = np.float64(t[r, j])
             e, delta[r, j] = unit_loss(err_fn, act, x, y, y > 0.0, prm)
             err += e
         _jacobian_row(delta[r], a[r], act)
-        w = 1.0 if len(weights) == 0 else float(weights[r])
+        w = 1.0 if len(weights) == 0 else np.float64(weights[r])
         _scale_row(delta[r], w)
         row_err[r] = w * err
     return row_err.sum()
@@ -269,7 +269,7 @@ def _active_log_sum(log_row, arow, zero_target):
     """
     total = 0.0
     for j in range(len(arow)):
-        term = max(float(log_row[j]), LOG_EPS)
+        term = max(np.float64(log_row[j]), LOG_EPS)
         total += term if arow[j] > zero_target else 0.0
     return total
 
@@ -292,8 +292,8 @@ def _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm):
     err = 0.0
     for k in range(lo, hi):
         j = indices[k]
-        x = float(arow[j])
-        t = _listed_target(err_fn, SIGMOID, 1.0 if boolean else float(values[k]), hi - lo)
+        x = np.float64(arow[j])
+        t = _listed_target(err_fn, SIGMOID, 1.0 if boolean else np.float64(values[k]), hi - lo)
         e1, drow[j] = unit_loss(err_fn, SIGMOID, x, t, True, prm)
         err += e1 - unit_loss(err_fn, SIGMOID, x, 0.0, False, prm)[0]
     return err
@@ -316,7 +316,7 @@ def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, z
         err += _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm)
         if boosting:
             _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
-        w = 1.0 if len(weights) == 0 else float(weights[r])
+        w = 1.0 if len(weights) == 0 else np.float64(weights[r])
         _scale_row(drow, w)
         row_err[r] = w * err
     return row_err.sum()

@@ -2,8 +2,9 @@
 
 Same names and signatures as ``destiny.kernels.reference.pointwise``. Rows are independent, so
 the kernels run in parallel over rows. Scalars are computed in float64 and stored in the
-output's dtype. No explicit signatures: the same kernels compile for float32 (training) and
-float64 (gradient checks).
+output's dtype (``np.float64(x)``, not ``float(x)``: numba types the latter of a float32 as
+float32, so the arithmetic would stay float32). No explicit signatures: the same kernels
+compile for float32 (training) and float64 (gradient checks).
 
 ``unit_activation`` and ``unit_derivative`` are scalar device helpers shared with
 ``destiny.kernels.cpu.loss``; they branch on the activation code, which LLVM hoists out of
@@ -44,14 +45,14 @@ def _softmax_row(out, z):
     # is written, and the second loop reads only out).
     m = -np.inf
     for j in range(len(z)):
-        m = max(m, float(z[j]))
+        m = max(m, np.float64(z[j]))
     total = 0.0
     for j in range(len(z)):
-        e = math.exp(float(z[j]) - m)
+        e = math.exp(np.float64(z[j]) - m)
         out[j] = e
         total += e
     for j in range(len(z)):
-        out[j] = float(out[j]) / total
+        out[j] = np.float64(out[j]) / total
 
 
 def activation_forward(a, z, act, slope, alpha, lam, bias=None):
@@ -165,10 +166,10 @@ def _activation_forward(a, z, act, slope, alpha, lam, b):
                 _softmax_row(a[r], z[r])
         elif has_bias:
             for j in range(z.shape[1]):
-                a[r, j] = unit_activation(act, float(z[r, j] + b[j]), slope, alpha, lam)
+                a[r, j] = unit_activation(act, np.float64(z[r, j] + b[j]), slope, alpha, lam)
         else:
             for j in range(z.shape[1]):
-                a[r, j] = unit_activation(act, float(z[r, j]), slope, alpha, lam)
+                a[r, j] = unit_activation(act, np.float64(z[r, j]), slope, alpha, lam)
 
 
 @njit(cache=True)
@@ -176,7 +177,7 @@ def softmax_row_dot(a, g):
     """``sum_j g[j] * a[j]`` in float64: the shared term of a softmax row's Jacobian product."""
     s = 0.0
     for j in range(len(a)):
-        s += float(g[j]) * float(a[j])
+        s += np.float64(g[j]) * np.float64(a[j])
     return s
 
 
@@ -230,11 +231,11 @@ def _activation_backward(dz, da, a, act, slope, alpha, lam, mask):
         if act == SOFTMAX:
             s = softmax_row_dot(a[r], g)
             for j in range(a.shape[1]):
-                dz[r, j] = float(a[r, j]) * (float(g[j]) - s)
+                dz[r, j] = np.float64(a[r, j]) * (np.float64(g[j]) - s)
         else:
             for j in range(a.shape[1]):
-                x = float(a[r, j])
-                dz[r, j] = float(g[j]) * unit_derivative(act, x, slope, alpha, lam)
+                x = np.float64(a[r, j])
+                dz[r, j] = np.float64(g[j]) * unit_derivative(act, x, slope, alpha, lam)
 
 
 def dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
@@ -277,7 +278,7 @@ def _dropout(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
                 out[i, j] = dropped_value
                 mask[i, j] = 0.0
             else:
-                out[i, j] = gain * float(a[i, j]) + shift
+                out[i, j] = gain * np.float64(a[i, j]) + shift
                 mask[i, j] = gain
 
 
@@ -303,7 +304,7 @@ def sparseness_penalty(da, a, p, beta):
             penalty[j] = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
         for r in range(n_rows):
             for j in range(lo, hi):
-                da[r, j] = float(da[r, j]) + penalty[j - lo]
+                da[r, j] = np.float64(da[r, j]) + penalty[j - lo]
 
 
 @njit(cache=True, parallel=True)
@@ -313,12 +314,12 @@ def delta_norm(d, limit):
         row = d[r]
         total = 0.0
         for j in range(len(row)):
-            total += float(row[j]) * float(row[j])
+            total += np.float64(row[j]) * np.float64(row[j])
         norm = math.sqrt(total)
         if norm > limit:
             scale = limit / norm
             for j in range(len(row)):
-                row[j] = float(row[j]) * scale
+                row[j] = np.float64(row[j]) * scale
 
 
 @njit(cache=True, parallel=True)
@@ -331,7 +332,7 @@ def weight_norm(W, limit):
         scale = np.zeros(hi - lo, dtype=np.float64)
         for i in range(n_in):
             for j in range(lo, hi):
-                scale[j - lo] += float(W[i, j]) * float(W[i, j])
+                scale[j - lo] += np.float64(W[i, j]) * np.float64(W[i, j])
         rescale = False
         for j in range(hi - lo):
             norm = math.sqrt(scale[j])
@@ -340,4 +341,4 @@ def weight_norm(W, limit):
         if rescale:
             for i in range(n_in):
                 for j in range(lo, hi):
-                    W[i, j] = float(W[i, j]) * scale[j - lo]
+                    W[i, j] = np.float64(W[i, j]) * scale[j - lo]

@@ -124,7 +124,7 @@ def _feature_grad(target, acc, lo, hi, entry_row, entry, values, delta, scale):
     boolean = len(values) == 0
     n_out = len(target)
     for p in range(lo, hi):
-        v = 1.0 if boolean else float(values[entry[p]])
+        v = 1.0 if boolean else np.float64(values[entry[p]])
         d = delta[entry_row[p]]
         if p == lo:
             for j in range(n_out):

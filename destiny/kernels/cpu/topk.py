@@ -202,7 +202,7 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
 
 @njit(cache=True)
 def _score(act, z, slope, alpha, lam):
-    return np.float32(_unit_activation(act, float(z), slope, alpha, lam))
+    return np.float32(_unit_activation(act, np.float64(z), slope, alpha, lam))
 
 
 @njit(cache=True)
