@@ -561,6 +561,13 @@ def _check_references(layer: LayerDef, by_name: dict[str, LayerDef]) -> None:
             if name not in by_name:
                 raise NetDefError(f"{path}.{key}", f"unknown layer '{name}'; expected one of "
                                                    f"{known}", item=j)
+            if name in names[:j]:  # (DSSTNE took it, names unchecked: spec 3.4)
+                why = ("each source gets one weight matrix, and a second from the same layer "
+                       "would only split its part in two, with two weights that the network "
+                       "file and SharedWeights could not tell apart" if key == "Source" else
+                       "a skip adds that layer's activations, and a second would add them again")
+                raise NetDefError(f"{path}.{key}", f"'{name}' is listed twice (entries "
+                                  f"{names.index(name)} and {j}); {why}. List it once.", item=j)
     for j, name in enumerate(layer.skips):
         other = by_name[name]
         if layer.n is not None and other.n is not None and layer.n != other.n:

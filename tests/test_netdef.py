@@ -405,6 +405,11 @@ INVALID = [
      r"^Layers\[1\]\.KernelStride: convolution and pooling"),
     ("delta_norm_negative", _set_layer(1, "DeltaNorm", -0.5),
      r"^Layers\[1\]\.DeltaNorm: -0\.5 is out of range; expected a number, 0 or more"),
+    ("repeated_source", _set_layer(2, "Source", ["Hidden1", "Input0", "Hidden1"]),
+     r"^Layers\[2\]\.Source: 'Hidden1' is listed twice \(entries 0 and 2\); each source gets "
+     r"one weight matrix, .* List it once\.$"),
+    ("repeated_skip", _set_layer(2, "Skip", ["Input0", "Input0"]),
+     r"^Layers\[2\]\.Skip: 'Input0' is listed twice \(entries 0 and 1\); a skip adds "),
     ("unknown_skip", _set_layer(2, "Skip", "Hiden"),
      r"^Layers\[2\]\.Skip: unknown layer 'Hiden'; expected one of Input0, Hidden1, Output2$"),
     ("share_input_not_a_source", lambda d: d["Layers"].insert(2, {
