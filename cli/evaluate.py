@@ -57,8 +57,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
                 (recs_path, "recommendations (-r)"), (held_out_path, "held-out items (-t)"),
                 (train_path, "training text (--popularity)")))
             held.enter_context(exclusive(json_out, what))  # (overlapping cron runs, as predict)
-        # (a k past every list scores as the longest list does; NumPy's int64 holds 2^62)
-        result = run(recs_path, held_out_path, min(k, 2**62), popularity_train=train_path)
+        result = run(recs_path, held_out_path, k, popularity_train=train_path)
         payload = json.dumps(result.as_dict())
         if json_out is not None:
             with text_output(json_out) as f:

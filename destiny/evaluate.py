@@ -104,8 +104,11 @@ def evaluate(recommendations, held_out, k: int, *, popularity_train=None) -> Eva
 
 
 def _evaluate(recommendations, held_out, k: int, popularity_train) -> Evaluation:
+    # A k past every list scores as the longest list does: the readers and the baseline, which
+    # hold k in NumPy's int64, get at most 2^62; the metrics (plain Python) and the report, k.
+    depth = min(k, 2**62)
     truth = read_held_out(held_out)
-    recs, longest = read_recommendations(recommendations, keep=k)
+    recs, longest = read_recommendations(recommendations, keep=depth)
     users = list(truth)
     truth_sets = [truth[u] for u in users]
     lists, missing = [], 0
@@ -123,7 +126,7 @@ def _evaluate(recommendations, held_out, k: int, popularity_train) -> Evaluation
                    missing)
     baseline = None
     if popularity_train is not None:
-        ranked = popularity_recommendations(popularity_train, users, k)
+        ranked = popularity_recommendations(popularity_train, users, depth)
         baseline = Scores(ranking_metrics(ranked, truth_sets, k), 0)
     return Evaluation(model=model, popularity=baseline, held_out_users=len(users),
                       not_in_held_out=not_in_held_out, empty_held_out=empty,

@@ -71,7 +71,7 @@ def ranking_metrics(recommended: list, held_out: list, k: int) -> RankingMetrics
         hits = 0
         dcg = ap = 0.0
         found = None
-        for rank, item in enumerate(islice(recs, k)):
+        for rank, item in enumerate(islice(recs, depth)):  # (depth: k, or past every list)
             if item in truth:
                 if found is None:
                     found = {item}

@@ -317,6 +317,8 @@ def test_a_k_past_every_list_and_past_int64_is_taken():
     same({key: got[key] for key in ("recall", "ndcg", "map", "users", "skipped")},
          {key: MODEL[key] for key in ("recall", "ndcg", "map", "users", "skipped")})
     assert 0 < got["precision"] < 1e-18
+    assert got["k"] == 10**23 and f"at k={10**23}" in result.stderr  # (it said 2^62)
+    assert got["precision"] * 10**23 == pytest.approx(MODEL["precision"] * 2)
 
 
 def test_a_directory_is_refused(tmp_path):
