@@ -7,6 +7,7 @@ training-sized shapes.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 
 import numpy as np
@@ -151,3 +152,73 @@ def test_tf32_products_are_close_to_float32_ones():
     scale = np.abs(product).max()
     # TF32 rounds each input to 10 bits of mantissa (2**-11 relative), sums in float32.
     np.testing.assert_allclose(out, product, rtol=0, atol=2e-3 * scale)
+
+
+class _ColumnMajorBlas:
+    """A stand-in for CuPy's cuBLAS binding that computes what cuBLAS's gemm computes, on the
+    host: column-major operands with their leading dimensions, alpha and beta read from the
+    host pointers (host pointer mode), BLAS's own checks of the leading dimensions."""
+
+    CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
+
+    def __init__(self, arrays):
+        self.arrays = arrays  # "pointer" -> device array
+
+    def setPointerMode(self, handle, mode):
+        assert mode == self.CUBLAS_POINTER_MODE_HOST
+
+    def setMathMode(self, handle, mode):
+        pass
+
+    def _gemm(self, ctype, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        def operand(pointer, ld, trans, rows, cols):  # op(x), rows x cols
+            stored = (cols, rows) if trans else (rows, cols)
+            assert ld >= max(1, stored[0]), "a leading dimension below the stored rows"
+            flat = self.arrays[pointer].copy_to_host().ravel()
+            x = flat[:ld * stored[1]].reshape(stored[1], ld).T[:stored[0]]
+            return x.T if trans else x
+
+        op_a, op_b = operand(a, lda, transa, m, k), operand(b, ldb, transb, k, n)
+        assert ldc >= max(1, m)
+        out = self.arrays[c]
+        flat = out.copy_to_host().ravel()
+        full = flat.reshape(-1, ldc).T.copy()  # column-major, ldc x columns
+        alpha, beta = (ctype.from_address(p).value for p in (alpha, beta))
+        full[:m, :n] = alpha * (op_a.astype(np.float64) @ op_b) + beta * full[:m, :n]
+        out.copy_to_device(full.T.ravel().reshape(out.shape).astype(flat.dtype))
+
+    def sgemm(self, handle, *args):
+        self._gemm(ctypes.c_float, *args)
+
+    def dgemm(self, handle, *args):
+        self._gemm(ctypes.c_double, *args)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_hands_cublas_the_transposed_product_of_the_same_buffers(monkeypatch, dtype):
+    """cuBLAS is column-major: ``gemm`` computes out^T = op(b)^T op(a)^T with the operands
+    swapped, each flag its own operand's, the dimensions n, m, k, each leading dimension its
+    own array's row length, and alpha and beta from host memory. Checked with a stand-in that
+    does what cuBLAS does (this runs without a GPU; the ``gpu`` tests run cuBLAS itself)."""
+    from numba import cuda
+
+    arrays = {}
+    cupy = type("CuPy", (), {})()
+    cupy.cuda = type("cuda", (), {})()
+    cupy.cuda.device = type("device", (), {"get_cublas_handle": staticmethod(lambda: 1)})()
+    monkeypatch.setattr(matmul, "_cublas", lambda: (cupy, _ColumnMajorBlas(arrays)))
+
+    def pointer(x):
+        arrays[id(x)] = x
+        return id(x)
+
+    monkeypatch.setattr(matmul, "_pointer", pointer)
+    rng = np.random.default_rng(12)
+    m, n, k = 3, 4, 5  # all different: a dimension or a leading dimension mixed up shows
+    for trans_a, trans_b in itertools.product([False, True], repeat=2):
+        a, b, product = operands(rng, m, n, k, trans_a, trans_b, dtype)
+        c = rng.normal(size=(m, n)).astype(dtype)
+        out = cuda.to_device(c)
+        matmul.gemm(out, cuda.to_device(a), cuda.to_device(b), trans_a, trans_b, -0.5, 2.0)
+        np.testing.assert_allclose(out.copy_to_host(), -0.5 * product + 2.0 * c, rtol=1e-5,
+                                   atol=1e-5)
