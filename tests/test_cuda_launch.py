@@ -197,6 +197,81 @@ def test_launcher_reports_the_drivers_error(stand_ins, monkeypatch):
         fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
 
 
+
+def test_launcher_compiles_a_signature_for_each_argument_type(stand_ins):
+    """The compiled kernel is looked up by the types of every argument: another scalar or
+    array type anywhere in the list is another signature, packed by its own layout."""
+    fast, dispatcher, calls = stand_ins
+    W = _FakeArray((5, 3), np.float32, 0x1000)
+    rows = _FakeArray((4,), np.int64, 0x2000)
+    fast[1, 32](W, rows, np.float32(0.5), 3)
+    fast[1, 32](W, rows, np.float32(0.5), 3.0)  # a float64 where the int64 was
+    fast[1, 32](W, W, np.float32(0.5), 3)  # a float32 matrix where the int64 vector was
+    fast[1, 32](W, rows, np.float32(0.5), 4)  # the first signature again
+    assert len(dispatcher.compiled) == 3 and not dispatcher.fallbacks
+    assert dispatcher.compiled[1][3] == types.float64
+    assert dispatcher.compiled[2][1] == types.Array(types.float32, 2, "C")
+    data, offsets = calls[1][3]
+    assert ctypes.c_double.from_buffer_copy(data, offsets[-1]).value == 3.0
+
+
+def test_launcher_leaves_a_signature_numba_types_non_contiguous_to_numba(stand_ins):
+    """Arrays the launcher finds C-contiguous but numba types otherwise ("A": a layout the
+    kernel would be compiled for and packed as C) go through numba's own launch."""
+    fast, dispatcher, calls = stand_ins
+    typeof = dispatcher.typeof_pyval
+    dispatcher.typeof_pyval = lambda value: (types.Array(types.float32, 1, "A")
+                                             if isinstance(value, _FakeArray) else typeof(value))
+    fast[1, 32](_FakeArray((3,), np.float32, 0x4000), 1)
+    assert len(dispatcher.fallbacks) == 1 and not calls and not dispatcher.compiled
+
+
+def test_launcher_makes_a_thread_new_to_the_device_current_and_launches_again(stand_ins,
+                                                                             monkeypatch):
+    """cuLaunchKernel on a thread that has not used the device answers
+    CUDA_ERROR_INVALID_CONTEXT (201): the launcher has numba make the context current there,
+    then launches again."""
+    fast = stand_ins[0]
+    answers, made_current = [201, 0], []
+    launched = []
+
+    def cu_launch_kernel(handle, *args):
+        launched.append(handle)
+        return answers.pop(0)
+
+    monkeypatch.setattr(launch, "_driver_launch", lambda: cu_launch_kernel)
+    monkeypatch.setattr(launch, "cuda", pytypes.SimpleNamespace(
+        current_context=lambda: made_current.append(True)))
+    fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
+    assert launched == [0xC0DE, 0xC0DE] and made_current == [True] and not answers
+
+
+def test_reshaped_and_viewed_are_kept_per_shape_and_dtype():
+    """A scratch array is reshaped to each call's shape (top_k's keys: [B, N] of one size in
+    another shape): each shape and dtype its own view, each made once."""
+    x = np.arange(12, dtype=np.float32)
+    holder = pytypes.SimpleNamespace(reshape=x.reshape, view=x.view)
+    a = launch.reshaped(holder, (3, 4))
+    assert launch.reshaped(holder, (3, 4)) is a and a.shape == (3, 4)
+    assert launch.reshaped(holder, (4, 3)).shape == (4, 3)
+    assert launch.viewed(holder, np.uint32).dtype == np.uint32
+    assert launch.viewed(holder, np.int32).dtype == np.int32
+    assert launch.viewed(holder, np.uint32) is launch.viewed(holder, np.uint32)
+
+
+def test_only_arrays_that_fit_a_staging_slot_take_one(monkeypatch):
+    """On a GPU (not the simulator), ``to_device`` and ``download`` stage arrays of at most
+    SLOT_BYTES (a batch's row numbers and offsets) and copy larger ones at once: a larger one
+    would write over the next slot."""
+    from destiny.kernels.cuda import dense
+
+    staging, _, _ = staging_with_stand_ins(monkeypatch, 2)
+    monkeypatch.setattr(dense, "SIMULATED", False)
+    monkeypatch.setattr(dense, "_staging", lambda: staging)
+    assert dense._slot(dense._Staging.SLOT_BYTES) == 0
+    assert dense._slot(dense._Staging.SLOT_BYTES + 1) is None
+    assert dense._slot(1) == 1
+
 def staging_with_stand_ins(monkeypatch, slots):
     """cuda/dense.py's ``_Staging`` on stand-ins for numba.cuda, and the log of its events."""
     from destiny.kernels.cuda import dense
@@ -284,6 +359,60 @@ def test_a_download_holds_its_slot_until_its_get(monkeypatch):
     del dropped
     assert log == [("wait", held)] and not staging.held[held]
 
+
+
+_POOL_CHECK = """
+import os, sys, types
+
+class Pool:
+    def __init__(self):
+        self.blocks = 0
+    def malloc(self, size):
+        self.blocks += 1
+        return types.SimpleNamespace(ptr=0x1000 * self.blocks)
+
+gpus = [1]
+cupy = types.ModuleType("cupy")
+cupy.get_default_memory_pool = lambda pool=Pool(): pool
+cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+    getDeviceCount=lambda: gpus[0], memGetInfo=lambda: (5, 9)))
+sys.modules["cupy"] = cupy
+from numba import cuda
+from destiny.kernels.cuda import memory
+
+chosen = []
+cuda.set_memory_manager = chosen.append
+assert memory.install() and chosen == [memory.CuPyPool], chosen
+for name in ("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM"):
+    os.environ[name] = "1"
+    assert not memory.install(), name
+    os.environ[name] = "0"
+    assert memory.install(), name
+gpus[0] = 0
+assert not memory.install() and len(chosen) == 3
+pool = memory.CuPyPool(context=None)
+pointer = pool.memalloc(64)
+assert list(pool._blocks) == [0x1000] and pool.get_memory_info() == (5, 9)
+pointer.free()
+assert pool._blocks == {}
+print("ok")
+"""
+
+
+def test_numbas_allocations_come_from_cupys_pool_only_where_that_is_safe():
+    """cuda/memory.py with a stand-in for CuPy, in a process of its own where numba.cuda is
+    itself (the simulator has no memory managers): ``install`` hands numba CuPy's pool when
+    CuPy sees a GPU, not with a per-thread default stream asked of either library, nor
+    without a GPU; and a block goes back to the pool when numba frees its array."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    for name in ("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", _POOL_CHECK], env=env, capture_output=True,
+                          text=True, cwd=pathlib.Path(__file__).parents[1])
+    assert done.stdout == "ok\n", done.stderr
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts the simulator's launches")
 def test_a_training_step_launches_only_what_the_launcher_takes_and_makes_no_arrays():
