@@ -13,7 +13,9 @@ BACKENDS = family("dense")
 
 
 def shape(backend):
-    return (3, 5) if tiny(backend) else (37, 70)
+    # In the simulator, more elements (21) than a grid has threads (2 blocks of 8): every
+    # grid-stride loop goes round more than once.
+    return (3, 7) if tiny(backend) else (37, 70)
 
 
 def rand(rng, shape):
@@ -63,6 +65,9 @@ def test_column_mean_sums_in_float64(backend, size):
     one = np.empty(cols, dtype=np.float32)
     BACKENDS[backend].column_mean(one, x[:1].copy())
     np.testing.assert_array_equal(one, x[0])
+    column = np.full(1, np.nan, dtype=np.float32)  # fewer columns than a block takes
+    BACKENDS[backend].column_mean(column, x[:, 1:2].copy())
+    np.testing.assert_allclose(column, x[:, 1].astype(np.float64).mean(), rtol=1e-7)
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
@@ -95,6 +100,18 @@ def test_reductions(backend):
     assert kb.all_finite(x)
     x[1, 2] = np.nan
     assert not kb.all_finite(x)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
+def test_all_finite_finds_nan_and_either_infinity_anywhere(backend):
+    kb = BACKENDS[backend]
+    x = np.ones(shape(backend), dtype=np.float32)
+    for value in (np.nan, np.inf, -np.inf):
+        for index in (0, x.size // 2, x.size - 1):  # the first, a middle and the last
+            bad = x.copy()
+            bad.flat[index] = value
+            assert not kb.all_finite(bad), (value, index)
+    assert kb.all_finite(x) and kb.all_finite(np.zeros((0, 4), dtype=np.float32))
 
 
 @pytest.mark.parametrize("trans_a", [False, True])
