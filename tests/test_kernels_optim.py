@@ -291,8 +291,9 @@ def test_missing_state_is_refused(backend):
     W = np.ones((4, 6), dtype=np.float32)
     G = np.ones_like(W)
     s, empty = np.zeros_like(W), np.zeros((0, 0), dtype=np.float32)
+    longer = np.zeros((5, 6), dtype=np.float32)  # another layer's state
     for mode, s1, s2 in [(MOMENTUM, empty, empty), (ADAM, s, empty), (ADADELTA, empty, s),
-                         (ADADELTA, s, empty)]:
+                         (ADADELTA, s, empty), (MOMENTUM, longer, empty), (ADAM, s, longer)]:
         with pytest.raises(ValueError):
             BACKENDS[backend].update_weights(W, G, s1, s2, 1, mode, 0.1, 0.0, 0.0, 0.9, 0.999)
     with pytest.raises(ValueError):

@@ -53,6 +53,7 @@ def test_uniform_fill_equals_reference_and_blocks_tile_the_draw(backend):
 def random_csr(rng, rows, features, max_per_row):
     lengths = rng.integers(0, max_per_row + 1, size=rows)
     lengths[::3] = 0  # empty rows
+    lengths[-1] = max_per_row  # and a full last one
     indptr = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
     return indptr, rng.integers(0, features, size=indptr[-1]).astype(np.int32)
@@ -87,3 +88,14 @@ def test_denoise_keep_of_an_empty_matrix(backend):
     BACKENDS[backend].denoise_keep(keep, np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int32),
                                    KEYS[0], 0, 0, 0.5)
     BACKENDS[backend].uniform_fill(np.zeros((0, 3), dtype=np.float32), KEYS[0], 0, 0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_denoise_keep_of_a_single_row(backend):
+    """A batch of one row (the last of an epoch can be one): its entries are drawn too."""
+    key, indices = KEYS[1], np.array([3, 0, 999, 3], dtype=np.int32)
+    keep = np.full(4, 7, dtype=np.uint8)
+    BACKENDS[backend].denoise_keep(keep, np.array([0, 4], dtype=np.int64), indices, key, 20,
+                                   500, 0.3)
+    expected = [python_uniform(key, 20, 500 + int(i)) >= 0.3 for i in indices]
+    np.testing.assert_array_equal(keep, np.array(expected, dtype=np.uint8))
