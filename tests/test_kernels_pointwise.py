@@ -66,6 +66,16 @@ def test_forward_known_values_and_in_place(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_softmax_of_far_negative_or_positive_rows(backend):
+    """SoftMax subtracts the row's own maximum, whatever its sign: rows of -1000 or +1000
+    (whose exponentials under- or overflow) give what the shifted row [0, -1, -2] gives."""
+    z = np.array([[-1000.0, -1001.0, -1002.0], [1000.0, 999.0, 998.0]], dtype=np.float32)
+    shifted = np.exp([0.0, -1.0, -2.0])
+    a = z.copy()
+    BACKENDS[backend].activation_forward(a, a, codes.SOFTMAX, SLOPE, ALPHA, LAM)
+    np.testing.assert_allclose(a, np.tile(shifted / shifted.sum(), (2, 1)), rtol=1e-6)
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_backward_matches_finite_differences(backend, act):
     # Vector-Jacobian check: dz must be the gradient of sum(da * f(z)) with respect to z.
@@ -340,13 +350,19 @@ def test_weight_norm_by_hand(backend):
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_penalty_and_norms_match_reference(backend):
+@pytest.mark.parametrize("one_column", [False, True], ids=["wide", "one column"])
+def test_penalty_and_norms_match_reference(backend, one_column):
+    # (one column: fewer than the CUDA kernels' block of COLUMNS takes)
     rng = np.random.default_rng(60)
     a = rng.random(shape(backend, 37, 150)).astype(np.float32)
+    if one_column:
+        a = a[:, :1].copy()
     d = rng.normal(size=a.shape).astype(np.float32)
     # Limits that some rows and columns exceed and others do not, whatever the shape.
     row_limit = np.median(np.sqrt((d.astype(np.float64) ** 2).sum(axis=1)))
     column_limit = np.median(np.sqrt((d.astype(np.float64) ** 2).sum(axis=0)))
+    if one_column:
+        column_limit /= 2
     outputs = {}
     for name in ("reference", backend):
         da, dn, W = d.copy(), d.copy(), d.copy()
@@ -356,6 +372,8 @@ def test_penalty_and_norms_match_reference(backend):
         outputs[name] = (da, dn, W)
     for got, ref in zip(outputs[backend], outputs["reference"], strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(outputs[backend][0], d)  # the penalty was added
+    assert not np.array_equal(outputs[backend][2], d)  # a column was scaled
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
