@@ -277,6 +277,20 @@ def test_cuda_heap_kernel_for_k_beyond_shared_memory(monkeypatch):
         got = run_top_k("cuda", scores, k, indptr, indices, allowed, 140)
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
+    # Few distinct scores (ties across the K-th place, which the root of the full heap keeps
+    # against later items), and filters of each row's best items in ascending order (the
+    # kernel heapsorts them for its binary search), the last row's ending below its best.
+    scores = np.round(rng.normal(size=(4, 150)) * 2) / 2
+    scores = scores.astype(np.float32)
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :12]
+    last = np.sort(best[-1])[:9]  # (its highest-numbered best items left unfiltered)
+    indices = np.concatenate([np.sort(row) for row in best[:-1]] + [last])
+    indptr = np.array([0, 12, 24, 36, 45])
+    for k in (5, 37):
+        expected = run_top_k("reference", scores, k, indptr, indices.astype(np.int32))
+        got = run_top_k("cuda", scores, k, indptr, indices.astype(np.int32))
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
 
 
 def test_cuda_top_k_of_float64_scores_and_a_filter_not_starting_at_zero():
@@ -294,7 +308,8 @@ def test_cuda_top_k_of_float64_scores_and_a_filter_not_starting_at_zero():
         got, expected = run_top_k("cuda", nan_first, k), run_top_k("reference", nan_first, k)
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
-    indptr, indices = np.array([1, 2, 3]), np.array([0, 1, 2], np.int32)
+    # (entry 0, before the rows, lists item 2: row 0's best but for its own item 1)
+    indptr, indices = np.array([1, 2, 3]), np.array([2, 1, 0], np.int32)
     scores = scores.astype(np.float32)
     np.testing.assert_array_equal(run_top_k("cuda", scores, 2, indptr, indices)[0],
                                   run_top_k("reference", scores, 2, indptr, indices)[0])
@@ -336,6 +351,18 @@ def test_multiply_filter_duplicates_and_no_filter(backend):
     BACKENDS[backend].multiply_filter(scores, np.array([0, 0, 1], dtype=np.int64),
                                       np.array([0], dtype=np.int32), NONE_FLOAT32)
     np.testing.assert_array_equal(scores, [[2.0, 18.0, 1.0], [0.0, 2.0, 2.0]])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_multiply_filter_of_zeros_multiplies(backend):
+    """The zero filter (no values) multiplies by 0.0 as a weighted one would: a NaN or an
+    infinite score becomes NaN, a negative one -0.0 (DSSTNE's product, not a store of 0)."""
+    scores = np.array([[np.nan, np.inf, -2.0, 3.0]], dtype=np.float32)
+    BACKENDS[backend].multiply_filter(scores, np.array([0, 4], dtype=np.int64),
+                                      np.arange(4, dtype=np.int32), NONE_FLOAT32)
+    assert np.isnan(scores[0, :2]).all()
+    assert scores[0, 2] == 0 and np.signbit(scores[0, 2])
+    assert scores[0, 3] == 0 and not np.signbit(scores[0, 3])
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
