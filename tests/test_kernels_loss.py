@@ -197,7 +197,9 @@ def test_sparse_equals_dense_on_the_same_targets(backend, err_fn, act):
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_matches_reference_float32(backend, err_fn, act):
     rng = np.random.default_rng(300 + 100 * err_fn + act)
-    rows, units = (4, 6) if tiny(backend) else (23, 37)
+    # In the simulator, rows of more than two PART_UNITS: the sparse kernel splits them over
+    # two blocks of unequal parts (SoftMax rows excepted, which a block takes whole).
+    rows, units = (3, 9) if tiny(backend) else (23, 37)
     z = rng.normal(scale=2.0, size=(rows, units)).astype(np.float32)
     a = activate("reference", z, act)
     names = ("reference", backend)
@@ -229,15 +231,16 @@ def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):
     a = activate(backend, rng.normal(size=(rows, units)).astype(np.float32), act)
     weights = np.zeros(0, dtype=np.float32)
     error, delta = sparse(backend, a, targets, weights, err_fn, act)
-    boosted_error, boosted = sparse(backend, a, targets, weights, err_fn, act, boost_one=3.0,
-                                    boost_zero=0.5)
-    assert boosted_error == error  # DeltaBoost never touches the error
-    factor = np.ones_like(a)
-    if (err_fn, act) in BOOSTED:
-        indptr, indices, _ = targets
-        factor[:] = 0.5
-        factor[np.repeat(np.arange(rows), np.diff(indptr)), indices] = 3.0
-    np.testing.assert_allclose(boosted, factor * delta, rtol=1e-6, atol=1e-7)
+    for one, zero in ((3.0, 0.5), (1.0, 0.5)):  # (a zero-target boost alone boosts too)
+        boosted_error, boosted = sparse(backend, a, targets, weights, err_fn, act,
+                                        boost_one=one, boost_zero=zero)
+        assert boosted_error == error  # DeltaBoost never touches the error
+        factor = np.ones_like(a)
+        if (err_fn, act) in BOOSTED:
+            indptr, indices, _ = targets
+            factor[:] = zero
+            factor[np.repeat(np.arange(rows), np.diff(indptr)), indices] = one
+        np.testing.assert_allclose(boosted, factor * delta, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -347,6 +350,47 @@ def test_units_listed_several_times_take_their_last_entrys_value(backend, boost)
     np.testing.assert_allclose(results[backend][1], results["reference"][1], rtol=1e-6,
                                atol=1e-7)
 
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("boost", [(1.0, 1.0), (1.5, 0.7)], ids=["plain", "boosted"])
+def test_a_unit_listed_again_as_its_rows_last_entry_takes_that_value(backend, boost):
+    """The second listing of a unit is the row's last entry, right after the first ([u, u])
+    or one entry later ([x, u, u]): the earlier entry, handled by the other thread of a
+    simulated block, must see it and leave the unit to it, whichever thread writes first."""
+    rows, units = 8, 5
+    a = np.linspace(0.1, 0.9, rows * units).reshape(rows, units).astype(np.float32)
+    lengths = [2, 3] * (rows // 2)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = np.concatenate([[r % units] * 2 if n == 2 else [(r + 1) % units, r % units,
+                                                              r % units]
+                              for r, n in enumerate(lengths)]).astype(np.int32)
+    values = np.linspace(0.3, 1.5, len(indices)).astype(np.float32)
+    w = np.zeros(0, dtype=np.float32)
+    args = (codes.L2, codes.SIGMOID, SLOPE, ALPHA, LAM, 0.7, 0.3, 1.5, 0.8, *boost)
+    expected, got = np.zeros_like(a), np.zeros_like(a)
+    BACKENDS["reference"][0].sparse_loss_delta(expected, a, indptr, indices, values, w, *args)
+    BACKENDS[backend][0].sparse_loss_delta(got, a, indptr, indices, values, w, *args)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_a_softmax_output_of_one_at_a_zero_target_costs_min_error(backend):
+    """SMCE on SoftMax: an output of exactly 1 at a zero target divides by
+    max(MIN_ERROR, 1 - a), as the reference does, not by 0."""
+    a = np.array([[1.0, 0.0, 0.0], [0.5, 0.25, 0.25]], dtype=np.float32)
+    targets = (np.array([0, 1, 2], np.int64), np.array([1, 0], np.int32),
+               np.zeros(0, np.float32))
+    w = np.zeros(0, dtype=np.float32)
+    results = {}
+    for name in ("reference", backend):
+        delta = np.full_like(a, np.nan)
+        error = BACKENDS[name][0].sparse_loss_delta(
+            delta, a, *targets, w, codes.SMCE, codes.SOFTMAX, SLOPE, ALPHA, LAM, 0.9, 0.1,
+            2.0, 0.5, 1.0, 1.0)
+        results[name] = float(error), delta
+    assert np.isfinite(results[backend][1]).all()
+    assert results[backend][0] == pytest.approx(results["reference"][0], rel=1e-6)
+    np.testing.assert_allclose(results[backend][1], results["reference"][1], rtol=1e-6)
 
 @pytest.mark.parametrize("err_fn, act", [
     (codes.CROSS_ENTROPY, codes.TANH), (codes.SMCE, codes.RELU), (codes.DSMCE, codes.SOFTMAX),
