@@ -354,6 +354,7 @@ def test_multiply_filter_duplicates_and_no_filter(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # (inf * 0)
 def test_multiply_filter_of_zeros_multiplies(backend):
     """The zero filter (no values) multiplies by 0.0 as a weighted one would: a NaN or an
     infinite score becomes NaN, a negative one -0.0 (DSSTNE's product, not a store of 0)."""
