@@ -1816,6 +1816,90 @@ def test_no_brake_without_it(monkeypatch):
     assert records[0].skipped_batches == 0
 
 
+def test_the_first_100_batches_of_each_epoch_are_exempt_from_the_brake(monkeypatch):
+    """Spec 5.2: the brake looks at a batch from the 101st of the epoch on. Losses 1 but 3.5
+    at batches 100 and 101: batch 100 is exempt (m = 1.25 after it), batch 101 (3.5 > 2 m =
+    2.95) is skipped, and batch 102 takes 0.1 alpha."""
+    net, data = _loop_case(102)
+    losses = [1.0] * 102
+    losses[99] = losses[100] = 3.5
+    seen = _spy(net, monkeypatch, iter(losses))
+    records = _run(net, data, epochs=1)
+    assert records[0].skipped_batches == 1
+    assert [t for _, t in seen["updates"]] == list(range(1, 102))
+    np.testing.assert_allclose([s for s, _ in seen["updates"]], [0.1] * 100 + [0.01],
+                               rtol=1e-12)
+
+
+def test_a_batch_the_brake_skips_leaves_no_trace(monkeypatch):
+    """A skipped batch's gradients are dropped: the weights are the same whatever the
+    skipped example lists (here batch 101 of 130, with the losses the test decides, so that
+    both runs brake alike). Kept, they went into the next update."""
+    E = 130
+    weights = []
+    for other in (False, True):
+        net, data = _loop_case(E)
+        if other:  # example 100 lists feature 5 and target 0 instead of 100 and 1
+            indptr = np.arange(E + 1, dtype=np.int64)
+            inputs, targets = np.arange(E, dtype=np.int32), (np.arange(E) % 3).astype(np.int32)
+            inputs[100], targets[100] = 5, 0
+            data = TrainData(net, {"in": SparseDataset("in", E, indptr, inputs),
+                                   "out": SparseDataset("out", 3, indptr, targets)})
+        losses = [1.0] * E
+        losses[100] = 3.5
+        _spy(net, monkeypatch, iter(losses))
+        assert _run(net, data, epochs=1)[0].skipped_batches == 1
+        weights.append([c.W.copy() for c in net.connections] + [c.b.copy()
+                                                                 for c in net.connections])
+        monkeypatch.undo()
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_epochs_errors_are_means_over_its_examples(monkeypatch):
+    """5 examples in batches of 2, 2 and 1 whose losses (sums over their examples) are 3, 5
+    and 7: the training error is 15 / 5 examples (not / 3 batches); on_batch hears each
+    batch's own size; samples_per_s is the examples over the epoch's seconds."""
+    net, data = _loop_case(5)
+    _spy(net, monkeypatch, iter([3.0, 5.0, 7.0, 3.0, 5.0, 7.0]))
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": 2, "epochs": 2, "optimizer": "sgd",
+                         "alpha": 0.1, "lam": 0.0, "shuffle": False})
+    net.init_optimizer(cfg.optimizer_config())
+    records, sizes = [], []
+    train_epochs(net, data, cfg, TrainState(), on_batch=lambda n, err: sizes.append((n, err)),
+                 on_epoch=lambda r, s: records.append(r))
+    assert sizes == [(2, 3.0), (2, 5.0), (1, 7.0)] * 2
+    for record in records:
+        assert record.training_error == pytest.approx(3.0, rel=1e-12)
+        assert record.samples_per_s == pytest.approx(5 / record.seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_a_loss_that_is_not_finite_names_its_epoch_and_first_example(monkeypatch, bad):
+    """The NaN guard: a loss of inf stops training as NaN does, naming the epoch and the
+    position in the epoch of the batch's first example (here epoch 2, batch 2 of 2 examples:
+    example 2)."""
+    from destiny.train import TrainingDivergedError
+
+    net, data = _loop_case(6)
+    _spy(net, monkeypatch, iter([1.0, 1.0, 1.0, 1.0, bad]))
+    with pytest.raises(TrainingDivergedError) as failed:
+        _run(net, data, epochs=3, batch=2)
+    assert str(failed.value).startswith(f"training diverged in epoch 2: the loss of layer "
+                                        f"'Output' became {bad} at example 2. ")
+
+
+def test_dropout_draws_anew_for_each_batch_and_epoch(monkeypatch):
+    """Every batch of every epoch has its own dropout draw: 2 epochs of 3 batches, 6 keys."""
+    net, data = _loop_case(6)
+    keys = []
+    forward = net.forward
+    monkeypatch.setattr(net, "forward", lambda batch, **kw: keys.append(kw["dropout_key"])
+                        or forward(batch, **kw))
+    _run(net, data, epochs=2, batch=2)
+    assert len(keys) == 6 and len(set(keys)) == 6
+
+
 def test_decay_divides_alpha_by_one_plus_decay_times_the_updates_made(monkeypatch):
     """Spec 5.2: step = alpha / (1 + Decay * _batches), _batches counted before this update's
     increment (the first update takes alpha), across epochs."""
@@ -1844,6 +1928,22 @@ def test_shuffle_draws_a_new_order_each_epoch_and_none_without_it(monkeypatch):
     first, second = orders[True]
     assert sorted(first) == sorted(second) == list(range(E))
     assert first != list(range(E)) and second != list(range(E)) and first != second
+
+
+def test_each_seed_draws_its_own_orders(monkeypatch):
+    """The order of epoch e depends on (seed, e) together: seed 2's first epoch is not seed
+    1's second (a seed plus the epoch drew one order for both)."""
+    E = 12
+    orders = {}
+    for seed in (1, 2):
+        net, data = _loop_case(E)
+        seen = _spy(net, monkeypatch)
+        _run(net, data, epochs=2, batch=3, shuffle=True, seed=seed)
+        visits = [e for batch in seen["examples"] for e in batch]
+        orders[seed] = [visits[:E], visits[E:]]
+        monkeypatch.undo()
+    assert orders[1][1] != orders[2][0]
+    assert orders[1][0] != orders[2][0] and orders[1][1] != orders[2][1]
 
 
 def test_denoising_keeps_each_entry_with_probability_one_minus_p_and_scales_by_q(monkeypatch):
