@@ -159,14 +159,22 @@ def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once
     assert batch.inputs["Input"] is batch.targets["Output"]
 
     same = datasets["gl_input"]
-    for changed in (SparseDataset("gl_output", same.width, same.indptr, same.indices + 1),
-                    SparseDataset("gl_output", same.width, same.indptr, same.indices,
-                                  values=np.ones(same.nnz, np.float32))):
-        apart = TrainData(net, {"gl_input": same, "gl_output": changed})
+    ones = SparseDataset("gl_input", same.width, same.indptr, same.indices,
+                         values=np.ones(same.nnz, np.float32))
+    for inp, changed in ((same, SparseDataset("gl_output", same.width, same.indptr,
+                                              same.indices + 1)),
+                         (same, SparseDataset("gl_output", same.width, same.indptr,
+                                              same.indices, values=ones.values)),
+                         (ones, SparseDataset("gl_output", same.width, same.indptr,
+                                              same.indices, values=2 * ones.values))):
+        apart = TrainData(net, {"gl_input": inp, "gl_output": changed})
         batch = apart.batch(np.arange(10, 20))
         assert apart._held["Input"] is not apart._held["Output"]
         np.testing.assert_array_equal(batch.targets["Output"][1], changed.indices[
             same.indptr[10]:same.indptr[20]])
+        if changed.values is not None:
+            np.testing.assert_array_equal(batch.targets["Output"][2], changed.values[
+                same.indptr[10]:same.indptr[20]])
 
     data.set_denoised({"Input": (same.indptr, same.indices, None)})
     batch = data.batch(np.arange(10, 20))
@@ -296,6 +304,32 @@ def test_data_within_the_budget_is_held_whole():
     assert TrainData(net, datasets).budget is None  # (the cpu: the data is where it works)
     fits = TrainData(net, datasets, device_budget=10**9)
     assert not fits.streamed and fits.chunks(np.arange(fits.examples), 16) == [(0, 203)]
+
+
+def test_a_budget_of_whole_batches_exactly_is_filled_and_data_of_its_size_held_whole():
+    """Examples of one input and one target entry take 24 bytes each on the backend (two
+    4-byte indices, two 8-byte offsets), a batch of 2 48 bytes: a budget of 96 bytes takes
+    chunks of 2 whole batches, not 1. Data of exactly the budget's size is held whole."""
+    net, data = _loop_case(9)
+    datasets = {"in": data.inputs["Input"], "out": data.targets["Output"]}
+    streamed = TrainData(net, datasets, device_budget=96)
+    assert streamed.streamed
+    assert streamed.chunks(np.arange(9), 2) == [(0, 4), (4, 8), (8, 9)]
+    assert not TrainData(net, datasets, device_budget=data.bytes).streamed
+    assert TrainData(net, datasets, device_budget=data.bytes - 1).streamed
+
+
+def test_a_layer_narrower_than_its_dataset_is_refused_by_train_data():
+    """TrainData checks the widths itself, for library callers (fit checks before reading)."""
+    from destiny.errors import DestinyError
+
+    net, data = _loop_case(6)
+    ds = data.inputs["Input"]
+    wide = SparseDataset("in", 7, ds.indptr, ds.indices)
+    with pytest.raises(DestinyError, match=r"^the dataset 'in' has width 7, but Layers\[0\]\.N "
+                       r"gives layer 'Input' only 6 units; use N \"auto\" or an N of at "
+                       r"least 7\.$"):
+        TrainData(net, {"in": wide, "out": data.targets["Output"]})
 
 
 def _train_small(files, backend, optimizer, epochs, *, net=None, state=None, hidden=None):
@@ -683,6 +717,23 @@ def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files
     assert "no effect" not in result.output and "examples/s, lr 0.003" in result.output
     assert ("optimizer adam (alpha 0.003, lambda 0, lambda1 0, mu 0.8, mu1 0.999)"
             in result.output)
+
+
+def test_each_optimizer_reads_its_settings_with_the_readmes_defaults():
+    """README ("-alpha, ..."): each optimizer's settings and their defaults, as the first
+    line names them; and each name selects its own update rule (the kernels' mode)."""
+    from destiny.kernels.reference import optim
+    from destiny.train import OPTIMIZERS, optimizer_settings, train_config
+
+    assert {name: optimizer_settings(train_config(name)) for name in OPTIMIZERS} == {
+        "sgd": "alpha 0.025, lambda 0.0001, lambda1 0",
+        "momentum": "alpha 0.025, lambda 0.0001, lambda1 0, mu 0.9",
+        "nesterov": "alpha 0.025, lambda 0.0001, lambda1 0, mu 0.9",
+        "adagrad": "alpha 0.01, lambda 0, lambda1 0",
+        "rmsprop": "alpha 0.001, lambda 0, lambda1 0, mu 0.9",
+        "adadelta": "lambda 0, lambda1 0, mu 0.95",
+        "adam": "alpha 0.01, lambda 0, lambda1 0, mu 0.9, mu1 0.999"}
+    assert {name: getattr(optim, name.upper()) for name in OPTIMIZERS} == OPTIMIZERS
 
 
 @pytest.mark.parametrize("flag,value,message", [
@@ -2003,3 +2054,7 @@ def test_dsstnes_batch_and_epochs_are_the_defaults():
     assert defaults[(train.name, "batch")] == 1024
     assert defaults[(train.name, "epochs")] == 40
     assert defaults[(predict.name, "batch")] == 1024
+    # and the library's TrainConfig is DSSTNE's train: SGD with its values and fixed seed
+    assert vars(TrainConfig()) == {
+        "batch": 1024, "epochs": 40, "optimizer": "sgd", "alpha": 0.025, "lam": 1e-4,
+        "lam1": 0.0, "mu": 0.5, "mu1": 0.0, "seed": 12134, "shuffle": None, "brake": True}
