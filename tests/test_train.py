@@ -557,6 +557,17 @@ def test_datasets_of_other_samples_are_refused(files):
     assert result.exit_code == 0, result.output
 
 
+def test_a_dataset_in_both_files_is_taken_from_the_input_file(tmp_path):
+    """Spec 5.1: the datasets of the input and output files form one pool; a name in both
+    is taken from the first (-i)."""
+    from destiny.fit import dataset_pool
+
+    for name, width in (("a.nc", 128), ("b.nc", 64)):
+        ds = random_dataset("x", width=width, items=60)
+        write_dataset(tmp_path / name, ds)
+    assert dataset_pool([tmp_path / "a.nc", tmp_path / "b.nc"]) == {"x": (tmp_path / "a.nc", 128)}
+
+
 def test_train_writes_dsstne_network_file(files):
     result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 0, result.output
@@ -600,6 +611,65 @@ def test_names_beyond_ascii_are_written_as_text_dsstne_reads(files):
     for path in (files / "net.nc", files / "gl_input.nc"):
         assert nctypes.NC_STRING not in nctypes.types(path).values(), path
     assert nctypes.types(files / "gl_input.nc")["name0"] == nctypes.NC_CHAR
+
+
+def test_the_seed_draws_the_initial_weights(files):
+    """--seed seeds the weights as drawn (the initial network), not only the run's draws."""
+    for seed in ("1", "2"):
+        result = run_train(files, "-e", "1", "--seed", seed, "--initial-network",
+                           str(files / f"init{seed}.nc"), network=f"net{seed}.nc")
+        assert result.exit_code == 0, result.output
+    one, two = read_network(files / "init1.nc").weights, read_network(files / "init2.nc").weights
+    assert sorted(one) == sorted(two) and len(one) == 2
+    assert all(not np.array_equal(one[k], two[k]) for k in one)  # (the biases start at 0)
+
+
+def test_each_epochs_line_shows_its_metrics(files):
+    """The line on stderr after each epoch shows the numbers of its --metrics line, and
+    names skipped batches only where there were any."""
+    result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (files / "m.jsonl").read_text().splitlines()]
+    assert [list(r) for r in records] == [[
+        "epoch", "loss", "training_error", "regularization_error", "seconds", "learning_rate",
+        "samples_per_s", "skipped_batches"]] * 2  # (README, --metrics)
+    for r in records:
+        assert r["skipped_batches"] == 0
+        assert (f"\ntrain: epoch {r['epoch']}/2: loss {r['loss']:.6f} (training "
+                f"{r['training_error']:.6f}, regularization {r['regularization_error']:.6f}), "
+                f"{r['seconds']:.1f} s, {r['samples_per_s']:,.0f} examples/s, "
+                f"lr {r['learning_rate']:g}\n") in result.output
+
+
+def test_the_metrics_of_an_epoch_are_in_the_file_once_it_is_done(files):
+    """Each line is flushed with its epoch: a run killed later keeps the lines of the epochs
+    it finished (a watcher tailing the file sees them)."""
+    from destiny.fit import fit
+
+    seen = []
+    fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+        output_path=files / "gl_output.nc", network_path=files / "n.nc",
+        cfg=TrainConfig(batch=64, epochs=2), checkpoint_every=0,
+        metrics_path=files / "m.jsonl",
+        on_epoch=lambda r: seen.append((files / "m.jsonl").read_text().count("\n")))
+    assert seen == [1, 2]
+
+
+def test_data_beyond_half_the_free_memory_is_streamed_with_a_note(files, monkeypatch):
+    """The budget is half of the memory free on the device (DEVICE_DATA_SHARE): here 1,000 of
+    2,000 bytes, which the data (an input and an output of the same entries, held once)
+    exceeds; the first lines say so."""
+    import destiny.kernels.cpu.dense
+    from destiny.io.dataset import read_dataset
+
+    monkeypatch.setattr(destiny.kernels.cpu.dense, "free_memory", lambda: 2000)
+    ds = read_dataset(files / "gl_input.nc")
+    held = ds.indptr.nbytes + ds.indices.nbytes
+    result = run_train(files, "-b", "64", "-e", "1", "--backend", "cpu")
+    assert result.exit_code == 0, result.output
+    assert (f"train: the training data takes {held / 1024:.1f} KiB on the device, more than "
+            "1,000 bytes (half of the memory free there): it is copied a chunk at a time, in "
+            "each epoch's order\n") in result.output
 
 
 def test_the_same_seed_writes_the_same_network_file_byte_for_byte(files):
@@ -693,6 +763,7 @@ def test_dsstne_flags_parse(files):
     result = run_train(files, "-b", "50", "-e", "1", "-alpha", "0.01", "-lambda", "0.001",
                        "-lambda1", "0", "-mu", "0.8", "-mu1", "0.99", "-d", "ignored")
     assert result.exit_code == 0, result.output
+    assert "train: -d is ignored, as in DSSTNE\n" in result.output
 
 
 def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files):
@@ -826,6 +897,7 @@ def test_a_finished_run_continues_from_its_last_checkpoint(files):
     assert lines[4]["loss"] != 1.0  # epoch 5's line is that of the epoch run again
     assert (f"wrote {files / 'net.nc'} at epoch 6 (2 epochs in this run, resumed from "
             f"{files / 'net.nc4.nc'})") in result.output
+    assert "300 examples, batch 64, epochs 5..6\n" in result.output  # (the first line)
     assert run_train(files, "-b", "64", "-e", "6", network="straight.nc").exit_code == 0
     for a, b in zip(weights_of(files / "straight.nc"), weights_of(files / "net.nc"), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -987,7 +1059,8 @@ def test_keep_checkpoints_without_checkpoints_says_so(files):
 def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, monkeypatch):
     """Never removed: a damaged file named like a checkpoint, an --initial-network named like
     one (refused up front: it would be taken for one), or a copy of one named after a later
-    epoch. A checkpoint that cannot be removed is noted, and the run goes on."""
+    epoch. A checkpoint that cannot be removed is noted (even with -q), and the run goes
+    on."""
     from destiny.io.checkpoint import superseded_checkpoints
     from destiny.io.network_file import destiny_attributes
 
@@ -1006,7 +1079,7 @@ def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, mo
         remove(path)
 
     monkeypatch.setattr(os, "remove", remove_but)
-    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2",
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "-q",
                        "--keep-checkpoints", "1", "--initial-network", str(files / "init.nc"))
     monkeypatch.undo()
     assert result.exit_code == 0, result.output
@@ -1338,6 +1411,7 @@ def test_resuming_keeps_the_metrics_lines_up_to_the_checkpoint_and_lines_not_its
     path = tmp_path / "m.jsonl"
     path.write_text("".join(lines))
     assert _kept_metrics(path, 2) == lines[:3] + lines[4:]
+    assert _kept_metrics(path, 1) == [lines[0], lines[2], lines[4]]
     assert _kept_metrics(path, 0) == []
     with open(path, "a") as log:
         assert _kept_metrics(f"/dev/fd/{log.fileno()}", 2) == []
