@@ -641,6 +641,24 @@ def test_each_epochs_line_shows_its_metrics(files):
                 f"lr {r['learning_rate']:g}\n") in result.output
 
 
+def test_the_epochs_line_counts_the_batches_the_brake_skipped(files, monkeypatch):
+    """One batch in 300 (batches of one example) whose loss is 50 times the others' after
+    the 100 exempt ones: skipped, and the epoch's line says so."""
+    import destiny.network
+
+    backward, calls = destiny.network.Network.backward, []
+
+    def spiking(self):
+        calls.append(1)
+        return backward(self) * (50.0 if len(calls) == 150 else 1.0)
+
+    monkeypatch.setattr(destiny.network.Network, "backward", spiking)
+    result = run_train(files, "-b", "1", "-e", "1", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 0, result.output
+    assert json.loads((files / "m.jsonl").read_text())["skipped_batches"] == 1
+    assert " examples/s, lr 0.01, 1 batch skipped by the divergence brake\n" in result.output
+
+
 def test_the_metrics_of_an_epoch_are_in_the_file_once_it_is_done(files):
     """Each line is flushed with its epoch: a run killed later keeps the lines of the epochs
     it finished (a watcher tailing the file sees them)."""
@@ -2088,6 +2106,24 @@ def test_denoising_keeps_each_entry_with_probability_one_minus_p_and_scales_by_q
         assert len(set(kept[epoch])) == len(kept[epoch])
         assert abs(len(kept[epoch]) / E - 0.7) < 0.04
     assert kept[1] != kept[2]  # a new draw each epoch
+
+
+def test_each_denoised_input_layer_draws_its_own_mask():
+    """Two input layers reading one dataset drop different entries (each draw is keyed by
+    its layer too), about half each at p = 0.5."""
+    from destiny.train import denoised
+
+    nd = parse_netdef({"ErrorFunction": "L2", "Denoising": {"p": 0.5}, "Layers": [
+        {"Name": "In1", "Kind": "Input", "N": 128, "DataSet": "x", "Sparse": True},
+        {"Name": "In2", "Kind": "Input", "N": 128, "DataSet": "x", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 2, "Source": ["In1", "In2"],
+         "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": 128, "DataSet": "x", "Activation": "Sigmoid"}]})
+    net = Network(nd, get_backend("cpu"))
+    ds = random_dataset("x")
+    one, two = (denoised(net, name, ds, 3, 1) for name in ("In1", "In2"))
+    assert not np.array_equal(one[0], two[0])
+    assert all(abs(len(kept[1]) / ds.nnz - 0.5) < 0.05 for kept in (one, two))
 
 
 def test_the_epoch_loss_adds_half_lambda_w_squared_and_lambda1_w_abs(monkeypatch):
