@@ -95,6 +95,8 @@ FAILING = textwrap.dedent("""
     def save_network(path, net, **kwargs):  # (the network file, as the ranks write it)
         if mode == "sigterm-final" and net.comm.rank == rank and "arrays" in kwargs:
             os.kill(os.getpid(), signal.SIGTERM)
+        if mode == "sigterm-checkpoint" and net.comm.rank == rank and "optimizer_state" in kwargs:
+            os.kill(os.getpid(), signal.SIGTERM)
         return real_save(path, net, **kwargs)
 
     destiny.fit.save_network = save_network
@@ -200,10 +202,12 @@ def test_metrics_and_notes_come_once(data, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
     loud = run([MPIEXEC, "-n", 2, TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc",
-                "-o", data / "gl_output.nc", "-n", tmp_path / "loud.nc", "-b", "32", "-e", "1"])
+                "-o", data / "gl_output.nc", "-n", tmp_path / "loud.nc", "-b", "32", "-e", "1",
+                "--metrics", "-"])  # (on standard output, which every rank has)
     assert loud.returncode == 0, loud.stderr.decode()
     text = loud.stderr.decode()
     assert text.count("epoch 1/1: loss") == 1 and "2 MPI ranks" in text
+    assert [json.loads(line)["epoch"] for line in loud.stdout.decode().splitlines()] == [1]
 
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
@@ -333,6 +337,23 @@ def test_stop_signal_while_the_network_is_written_stops_all_once_it_is(data, tmp
     assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
     assert os.listdir(out) == ["gl.nc"]
     assert read_network(out / "gl.nc").arrays  # whole: its counts are the last thing written
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_stop_signal_while_the_last_checkpoint_is_written_stops_all_once_it_is(data, tmp_path,
+                                                                               rank):
+    """A SIGTERM that one rank gets as the ranks write the last epoch's checkpoint: every rank
+    stops once it is written, before the network file, with one message naming it as the
+    trained network, and exit status 143 (the block of epochs ended with the signal held)."""
+    done, out = train_failing(data, tmp_path, "sigterm-checkpoint", "-b", "32", "-e", "1",
+                              "--checkpoint-every", "1", rank=rank)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr.decode()
+    assert errors(done) == [
+        f"Error: interrupted; {out / 'gl.nc'} was not written. To go on, use "
+        f"{out / 'gl.nc1.nc'}, the checkpoint of the last epoch (1): it is the trained network "
+        f"(with the optimizer's state, which predict ignores), so copy it to {out / 'gl.nc'}."]
+    assert "Abort" not in done.stderr.decode() and "BAD TERMINATION" not in done.stderr.decode()
+    assert os.listdir(out) == ["gl.nc1.nc"]
 
 
 def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path):
