@@ -1159,6 +1159,28 @@ def test_a_full_disk_as_the_metrics_are_written_names_them(files):
     assert not (files / "net.nc").exists()
 
 
+def test_a_full_disk_as_a_metrics_file_is_written_says_it_holds_what_was_written(files,
+                                                                                monkeypatch):
+    """A plain metrics file (not a stream) is written in place too: a write failing there
+    says the file holds what was written, not that no output was replaced (it was emptied
+    and written to)."""
+    import errno
+
+    import destiny.io.failures
+
+    class Full(destiny.io.failures._NamedFile):
+        def write(self, b):
+            with self._naming():
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(destiny.io.failures, "_NamedFile", Full)
+    result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (f"\nError: {files / 'm.jsonl'}: No space left on device; it is written as the "
+            "command goes, and holds what was written before the failure.") in result.output, \
+        result.output
+
+
 def test_an_interrupt_held_while_a_file_is_put_in_place_says_it_is_whole(files, monkeypatch):
     """Ctrl-C as the trained network, or a checkpoint, is renamed into place: the interrupt
     waits for the rename, then says the network is complete, or names that checkpoint as
