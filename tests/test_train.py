@@ -1585,6 +1585,27 @@ def test_a_metrics_file_that_cannot_be_written_is_refused_before_training(files)
     assert not (files / "net.nc").exists()
 
 
+def test_a_metrics_file_that_cannot_be_written_is_refused_before_training_simulated(
+        files, monkeypatch):
+    """The same check where the test runs as root: the metrics file reports as not
+    writable (its other access checks, and every other file's, as they are)."""
+    metrics = str(files / "m.jsonl")
+    real_access = os.access
+
+    def access(path, mode, **kwargs):
+        if os.fspath(path) == metrics and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    (files / "m.jsonl").write_text("old\n")
+    monkeypatch.setattr(os, "access", access)
+    result = run_train(files, "-b", "64", "-e", "1", "--metrics", metrics)
+    assert result.exit_code == 1
+    assert "m.jsonl: the metrics file is not writable" in result.output
+    assert not (files / "net.nc").exists()
+    assert (files / "m.jsonl").read_text() == "old\n"
+
+
 def test_metrics_file_through_a_link_stays_a_link(files):
     (files / "target.jsonl").write_text("old\n")
     (files / "m.jsonl").symlink_to(files / "target.jsonl")
