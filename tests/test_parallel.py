@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from destiny.errors import DestinyError
-from destiny.parallel import (Comm, ParallelError, StoppedTogether, all_or_none, failure_message,
-                              gather_in_order, get_comm, launched_by_mpi, shard_range,
-                              stop_together)
+from destiny.parallel import (Comm, ParallelError, StoppedTogether, agree, all_or_none,
+                              failure_message, gather_in_order, get_comm, launched_by_mpi,
+                              shard_range, stop_together)
 
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
@@ -79,6 +79,8 @@ def test_single_process_comm_collectives_are_identities():
     x = np.arange(4, dtype=np.float32)
     total = comm.allreduce_sum(x)
     assert total.dtype == np.float64 and np.array_equal(total, x) and total is not x
+    x64 = np.arange(3, dtype=np.float64)  # a new array too, as MPI's sum is, not x itself
+    assert comm.allreduce_sum(x64) is not x64
     assert comm.allreduce_sum(np.float32(1.5)) == 1.5 and isinstance(comm.allreduce_sum(2), float)
     assert comm.allreduce_max(np.int64(3)) == 3
     comm.barrier()
@@ -113,6 +115,11 @@ def test_failure_message_names_other_ranks():
     full = OSError(28, "No space left on device", "recs.txt")  # the system's: its message
     assert failure_message(Rank2(), full).startswith(
         "rank 2 of 3: recs.txt: No space left on device; no output was replaced")
+    # The system's failure stays one (train adds the checkpoint to resume from) as it is passed
+    # on: raised on every rank, then reported again; a DestinyError is not one.
+    passed_on = ParallelError(failure_message(Comm(), full))
+    assert passed_on.system and failure_message(Rank2(), passed_on).system
+    assert not failure_message(Rank2(), DestinyError("bad")).system
 
 
 class TwoRanks(Comm):
@@ -129,6 +136,19 @@ class TwoRanks(Comm):
 
     def allgather(self, obj) -> list:
         return [obj, self.gathered if self.gathered is not None else obj]
+
+
+def test_ranks_agree_on_the_lowest_ranks_failure():
+    """Every rank raises the same failure: the lowest failing rank's, so the message does not
+    depend on which rank speaks."""
+    with pytest.raises(ParallelError, match="^mine$"):
+        agree(TwoRanks(gathered="theirs"), "mine")
+    with pytest.raises(ParallelError, match="^theirs$"):
+        agree(TwoRanks(gathered="theirs"), None)
+    agree(TwoRanks(), None)
+    with pytest.raises(ParallelError, match="^mine$"):
+        with all_or_none(TwoRanks(gathered=("theirs", 0))):
+            raise DestinyError("mine")
 
 
 @pytest.fixture
@@ -270,6 +290,22 @@ def test_stop_signal_in_a_block_of_all_or_none_stops_every_rank(handlers):
     with pytest.raises(ParallelError, match="their failure"):  # a failure beats a stop
         with all_or_none(TwoRanks(gathered=("their failure", 0))):
             os.kill(os.getpid(), signal.SIGTERM)
+    assert handlers == [signal.SIGTERM, signal.SIGHUP, signal.SIGHUP, signal.SIGTERM]
+    with pytest.raises(ParallelError, match="their failure"):  # another rank's stop, too
+        with all_or_none(TwoRanks(gathered=("their failure", signal.SIGHUP))):
+            pass
+    # this rank's handler never heard of it (the command line's would make its exit status
+    # 143 where the failure's is 1)
+    assert handlers == [signal.SIGTERM, signal.SIGHUP, signal.SIGHUP, signal.SIGTERM]
+
+
+def test_an_interrupt_raised_in_a_block_of_all_or_none_stops_every_rank():
+    """Python's own KeyboardInterrupt (Ctrl-C with Python's handler) comes through no held
+    signal: the ranks stop together on it as on a SIGINT."""
+    with pytest.raises(StoppedTogether) as stopped:
+        with all_or_none(TwoRanks(gathered=(None, 0))):
+            raise KeyboardInterrupt
+    assert stopped.value.signum == signal.SIGINT
 
 
 def test_all_or_none_stops_on_a_signal_its_handler_put_off():
@@ -352,6 +388,28 @@ def test_a_command_under_a_launcher_without_mpi4py_exits_1_with_the_message():
                                   "mpi4py is not installed"), done.stderr
 
 
+def test_a_launcher_of_one_process_without_mpi4py_runs_it_alone():
+    """(mpiexec -n 1: nothing to share, so mpi4py is not needed)"""
+    code = ("import sys; sys.modules['mpi4py'] = None; from destiny.parallel import get_comm; "
+            "c = get_comm(); print(type(c).__name__, c.size)")
+    done = subprocess.run([sys.executable, "-c", code], env=plain_env(PMI_SIZE="1", PMI_RANK="0"),
+                          capture_output=True, text=True)
+    assert done.stdout == "Comm 1\n", done.stdout + done.stderr
+
+
+def test_a_launcher_of_another_mpi_library_is_a_clear_error():
+    """Open MPI's mpirun starting processes whose mpi4py uses MPICH: each sees MPI alone, and
+    would do the whole job alone, every one writing the same output."""
+    pytest.importorskip("mpi4py")
+    code = ("from destiny.parallel import get_comm\n"
+            "try:\n    get_comm()\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    done = subprocess.run([sys.executable, "-c", code], env=plain_env(OMPI_COMM_WORLD_SIZE="2"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.startswith(
+        "DestinyError started by an MPI launcher with 2 processes, but MPI sees each one alone: "
+        "mpiexec and mpi4py come from different MPI libraries"), done.stdout + done.stderr
+
+
 # The collectives under a real launcher: rank r brings r + 1, and rank 2 fails in round 2;
 # then a stop signal that one rank gets.
 MPI_SCRIPT = textwrap.dedent("""
@@ -371,6 +429,13 @@ MPI_SCRIPT = textwrap.dedent("""
     total = comm.allreduce_sum(np.full(3, r + 1, dtype=np.float32))
     assert total.dtype == np.float64 and total.tolist() == [6.0] * 3
     assert comm.allreduce_sum(0.5 * (r + 1)) == 3.0
+    counts = [3, 1, 2]  # (blocks of columns in rank order, not in order of size)
+    whole = np.arange(2 * 6, dtype=np.float32).reshape(2, 6)
+    mine = whole[:, [0, 3, 4][r]:[3, 4, 6][r]]
+    full = comm.allgather_columns(mine, counts)
+    assert full.flags.c_contiguous and full.tolist() == whole.tolist(), full
+    part = comm.reduce_scatter_columns(whole * (r + 1), counts)  # 1 + 2 + 3 times each block
+    assert part.tolist() == (6 * mine).tolist(), part
     comm.barrier()
     seen = []
     gather_in_order(comm, 10, 2, lambda lo, hi: list(range(lo, hi)), seen.extend)
@@ -398,6 +463,18 @@ MPI_SCRIPT = textwrap.dedent("""
     except ParallelError as e:
         assert str(e) == "rank 2 of 3: rank 2 fails in round 2", e
         assert seen == (list(range(6)) if r == 0 else []), seen  # not round 2 (items 6-8)
+    else:
+        raise AssertionError("no error")
+
+    def ranks_1_and_2_fail(lo, hi):  # in the same round: the lower rank's failure
+        if r:
+            raise DestinyError(f"rank {r}'s failure")
+        return [lo]
+
+    try:
+        gather_in_order(comm, 6, 1, ranks_1_and_2_fail, seen.extend)
+    except ParallelError as e:
+        assert str(e) == "rank 1 of 3: rank 1's failure", e
     else:
         raise AssertionError("no error")
 
