@@ -56,6 +56,12 @@ def test_a_block_of_the_initial_weights_is_a_block_of_the_whole_draw(scheme, mon
                                   whole)
 
 
+def test_a_block_holds_at_least_one_row(monkeypatch):
+    """A row wider than a block (a layer of more than 4 M units) is a block of its own."""
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 40)
+    assert [shard.block_rows(n) for n in (0, 1, 9, 40, 41, 1000)] == [40, 40, 4, 1, 1, 1]
+
+
 def test_reading_columns_keeps_the_shard_of_every_row(tmp_path, monkeypatch):
     from destiny.io import dataset
 
@@ -153,6 +159,33 @@ def test_what_is_not_split_is_named():
         NETDEF["Layers"][2], Activation="SoftMax")]))
     Network(netdef, get_backend("cpu"))  # one process: fine
     with pytest.raises(NetDefError, match=r"Layers\[2\]\.Activation"):
+        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+
+
+@pytest.mark.parametrize("key", ["WeightNorm", "DeltaNorm"])
+def test_norms_across_a_layer_are_refused(key):
+    from destiny.errors import NetDefError
+
+    netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
+        NETDEF["Layers"][1], **{key: 1.5}), NETDEF["Layers"][2]]))
+    Network(netdef, get_backend("cpu"))  # one process: fine
+    with pytest.raises(NetDefError, match=rf"Layers\[1\]\.{key}: {key} takes norms across all "
+                                          rf"units .* or remove {key}\."):
+        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+
+
+def test_shared_weights_are_refused():
+    from destiny.errors import NetDefError
+
+    netdef = parse_netdef(dict(NETDEF, Layers=[
+        *NETDEF["Layers"][:2], {"Name": "H2", "Kind": "Hidden", "N": 30, "Activation": "Tanh"},
+        {"Name": "H3", "Kind": "Hidden", "N": 20, "Activation": "Tanh", "SharedWeights": {
+            "SourceInputLayer": "Hidden", "SourceOutputLayer": "H2", "InputLayer": "H2",
+            "Transposed": True}},
+        dict(NETDEF["Layers"][2], Source="H3")]))
+    Network(netdef, get_backend("cpu"))  # one process: fine
+    with pytest.raises(NetDefError, match=r"Layers\[3\]\.SharedWeights: shared weights are not "
+                                          r"split across MPI ranks"):
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
 
 
