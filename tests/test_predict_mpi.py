@@ -196,17 +196,21 @@ def test_every_rank_failing_alike_prints_one_error(model, tmp_path):  # noqa: F8
     assert os.listdir(tmp_path) == []
 
 
-def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path):  # noqa: F811
-    """Every rank reads -r in full; stdin reaches rank 0 alone, and the others waited for
-    ever."""
+@pytest.mark.parametrize("flag", ["-r", "-f"])
+def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path, flag):  # noqa: F811
+    """Every rank reads -r and -f in full; stdin reaches rank 0 alone, and the others waited
+    for ever."""
     out = tmp_path / "recs.txt"
-    command = [MPIEXEC, "-n", 2, PREDICT, *argv(model, "-s", out)[:-4], "-r", "-", "-s", out]
+    command = [MPIEXEC, "-n", 2, PREDICT, *argv(model, "-s", out)[:-4], "-r",
+               "-" if flag == "-r" else model / "ratings.txt", "-s", out]
+    if flag == "-f":
+        command += ["-f", "-"]
     done = subprocess.run([str(c) for c in command], env=ENV, capture_output=True, timeout=120,
                           input=(model / "ratings.txt").read_bytes())
     assert done.returncode == 1
-    assert errors(done) == ["Error: /dev/stdin: under mpiexec every process reads -r in full, "
-                            "but standard input or a pipe can be read only once; write it to a "
-                            "file and give that with -r."]
+    assert errors(done) == [f"Error: /dev/stdin: under mpiexec every process reads {flag} in "
+                            "full, but standard input or a pipe can be read only once; write it "
+                            f"to a file and give that with {flag}."]
     assert os.listdir(tmp_path) == []
 
 
@@ -243,6 +247,25 @@ def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, split
 def test_usage_error_is_printed_once(model, tmp_path):  # noqa: F811
     done = mpiexec(2, *argv(model, "-p", "q", "-s", tmp_path / "recs.txt"))
     assert done.returncode == 2 and len(errors(done)) == 1 and b"-p" in done.stderr
+    assert os.listdir(tmp_path) == []
+    # rank 1's alone (mpiexec's MPMD form): rank 0 prints it for both, which stop before
+    # reading anything
+    good = argv(model, "-s", tmp_path / "recs.txt")
+    done = run([MPIEXEC, "-n", 1, PREDICT, *good, ":", "-n", 1, PREDICT, *good, "--bogus"])
+    assert done.returncode == 2 and errors(done) == ["Error: No such option '--bogus'."], \
+        done.stderr.decode()
+    assert os.listdir(tmp_path) == []
+
+
+def test_debug_shows_one_traceback(model, tmp_path):  # noqa: F811
+    """DESTINY_DEBUG=1 shows the failure the ranks share as a traceback: rank 0's alone."""
+    out = tmp_path / "recs.txt"
+    done = run([MPIEXEC, "-n", 3, PREDICT, *argv(model, "-s", out)[:-4], "-r",
+                tmp_path / "missing.txt", "-s", out], env=dict(ENV, DESTINY_DEBUG="1"))
+    assert done.returncode == 1
+    text = done.stderr.decode()
+    assert text.count("ParallelError: ") == 1, text  # (one chain of tracebacks)
+    assert f"ParallelError: {tmp_path / 'missing.txt'}: the input file does not exist" in text
     assert os.listdir(tmp_path) == []
 
 
