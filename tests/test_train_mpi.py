@@ -50,9 +50,9 @@ NETDEF = {
 }
 
 # A test-only launcher: rank FAIL_RANK fails in its third update, or its FAIL_AT-th (a
-# DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), or gets a SIGTERM as
-# the ranks set up or write the network file, through the real command line; the library has
-# no hook for it.
+# DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), or every rank finds
+# the training diverged there, or FAIL_RANK gets a SIGTERM as the ranks set up or write the
+# network file, through the real command line; the library has no hook for it.
 FAILING = textwrap.dedent("""
     import os, signal, sys
     from destiny.errors import DestinyError
@@ -68,6 +68,9 @@ FAILING = textwrap.dedent("""
 
     def update(self, *args, **kwargs):
         calls.append(1)
+        if mode == "diverged" and len(calls) == at:
+            from destiny.train import TrainingDivergedError
+            raise TrainingDivergedError("simulated divergence")
         if self.comm.rank == rank and len(calls) == at:
             if mode == "error":
                 raise DestinyError("simulated failure")
@@ -369,6 +372,18 @@ def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path):
                          "the newest checkpoint."), line
     assert "Abort" not in done.stderr.decode()
     assert os.listdir(out) == ["gl.nc1.nc"]
+
+
+def test_divergence_after_a_checkpoint_is_its_message_alone(data, tmp_path):
+    """The ranks find the training diverged in epoch 2, once epoch 1's checkpoint is written:
+    its message alone, as one process says it; only a failure of the system's (a full disk,
+    above) adds the checkpoint to go on from (from which the run would diverge again)."""
+    done, out = train_failing(data, tmp_path, "diverged", "-b", "32", "-e", "3",
+                              "--checkpoint-every", "1", FAIL_AT="8")
+    assert done.returncode == 1, done.stderr.decode()
+    assert errors(done) == ["Error: simulated divergence"]
+    assert "Abort" not in done.stderr.decode()
+    assert "gl.nc1.nc" in os.listdir(out)
 
 
 def test_divergence_is_reported_once(data, tmp_path):
