@@ -52,15 +52,19 @@ NETDEF = {
 # A test-only launcher: rank FAIL_RANK fails in its third update, or its FAIL_AT-th (a
 # DestinyError, a bug, a sudden death, or a SIGTERM that it alone gets), or every rank finds
 # the training diverged there, or FAIL_RANK gets a SIGTERM as the ranks set up or write the
-# network file, through the real command line; the library has no hook for it.
+# network file, through the real command line; the library has no hook for it. (small-blocks:
+# no failure, the matrices drawn, gathered and written a few rows at a time.)
 FAILING = textwrap.dedent("""
     import os, signal, sys
+    from destiny import shard
     from destiny.errors import DestinyError
     from destiny.network import Network
 
     rank, mode, real, calls = int(os.environ["FAIL_RANK"]), os.environ["FAIL_MODE"], \\
         Network.update, []
     at = int(os.environ.get("FAIL_AT", "3"))
+    if mode == "small-blocks":
+        shard._BLOCK_VALUES = 50
     if mode == "sigterm-late":  # then, LATE_S later, the other rank's copy (mpiexec's)
         import threading
         from destiny.parallel import get_comm
@@ -175,6 +179,16 @@ def single(data, tmp_path_factory):
     return out
 
 
+def test_ranks_write_the_network_a_few_rows_at_a_time(data, single, tmp_path):
+    """Rank 0 gathers each matrix from the ranks a block of rows at a time (16 MB in a real
+    run, a few rows here): the network and checkpoint one process writes."""
+    done, out = train_failing(data, tmp_path, "small-blocks", "-b", "32", "-e", "3",
+                              "--checkpoint-every", "2")
+    assert done.returncode == 0, done.stderr.decode()
+    for name in ("gl.nc", "gl.nc2.nc"):
+        assert_same_network(single / name, out / name)
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ranks_train_what_one_process_trains(data, single, tmp_path, ranks):
     done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", ranks=ranks)
@@ -209,8 +223,11 @@ def test_metrics_and_notes_come_once(data, tmp_path):
                 "--metrics", "-"])  # (on standard output, which every rank has)
     assert loud.returncode == 0, loud.stderr.decode()
     text = loud.stderr.decode()
-    assert text.count("epoch 1/1: loss") == 1 and "2 MPI ranks" in text
+    assert text.count("epoch 1/1: loss") == 1 and "(2 MPI ranks x 1 thread)" in text, text
     assert [json.loads(line)["epoch"] for line in loud.stdout.decode().splitlines()] == [1]
+    one = run([TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc", "-o",
+               data / "gl_output.nc", "-n", tmp_path / "one.nc", "-b", "32", "-e", "1"])
+    assert one.returncode == 0 and "backend cpu (1 thread)" in one.stderr.decode(), one.stderr
 
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
