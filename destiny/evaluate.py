@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
-from destiny.io.text import line_chunks, nul_error
+from destiny.io.text import bom_line, bom_line_error, line_chunks, nul_error
 from destiny.metrics import RankingMetrics, ranking_metrics
 
 if TYPE_CHECKING:
@@ -212,11 +212,14 @@ def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: boo
                 _diagnose(path, line_no + chunk.count(b"\n", 0, start), chunk, start, fmt,
                           scores)
                 raise  # not reached: _diagnose raises
+            bom = -1 if chunk.isascii() else bom_line(chunk)
             lines = chunk.count(b"\n")
             out = np.empty(len(chunk), dtype=np.uint8)
             totals = np.empty(lines, dtype=np.int64)
             status, pos, used = _scan_lines(np.frombuffer(chunk, dtype=np.uint8),
                                             -1 if keep is None else keep, scores, out, totals)
+            if bom >= 0 and (status == _OK or bom < pos):  # (the first fault, as text.py)
+                raise bom_line_error(path, chunk, bom, line_no)
             if status != _OK:
                 start = chunk.rfind(b"\n", 0, pos) + 1
                 _diagnose(path, line_no + chunk.count(b"\n", 0, start), chunk, start, fmt,

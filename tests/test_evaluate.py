@@ -253,6 +253,14 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("recs.txt", "\ufeff" + RECS, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("held.txt", "\ufeff" + HELD, "line 1, column 1: the file starts with a UTF-8 byte-order"),
     ("train.txt", "\ufeff" + TRAIN, "line 1, column 1: the file starts with a UTF-8 byte-order"),
+    # ... and at a later line's start (a file joined on with cat), that sample's name
+    ("recs.txt", RECS.replace("\n", "\n\ufeff", 1), "recs.txt, line 2, column 1: the line "
+     "'\\ufeffu2\\t' starts with a UTF-8 byte-order mark (bytes EF BB BF)"),
+    ("held.txt", HELD.replace("\n", "\n\ufeff", 1), "held.txt, line 2, column 1: the line "
+     "'\\ufeffu2\\tc' starts with a UTF-8 byte-order mark"),
+    ("held.txt", "u1 b\n\ufeffu2\tc\n", "held.txt, line 1: 'u1 b' has no TAB"),  # (the first fault)
+    ("train.txt", TRAIN.replace("\n", "\n\ufeff", 1), "train.txt, line 2, column 1: the line "
+     "'\\ufeffu2\\ta:b' starts with a UTF-8 byte-order mark"),
     ("held.txt", HELD.encode("utf-16"), "line 1, column 1: the file starts with the bytes FF FE, "
      "a UTF-16 byte-order mark: it is UTF-16 text"),
 ])

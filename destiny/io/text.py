@@ -304,7 +304,7 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
             data.decode("utf-8")
         except UnicodeDecodeError as e:
             return _Chunk(len(data), _NOT_UTF8, data, pos=e.start, utf8_end=e.end)
-        bom = _bom_line(data)
+        bom = bom_line(data)
     buf = np.frombuffer(data, dtype=np.uint8)
     # Every line has a label and a TAB or a LF, every entry a name and a ':' or a LF, so
     # neither outnumbers half the bytes. (np.empty commits no memory until it is written.)
@@ -340,11 +340,12 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
 
 
-def _bom_line(data: bytes) -> int:
+def bom_line(data: bytes) -> int:
     """Where the first line of ``data`` (whole lines) that starts with a UTF-8 byte-order mark
-    starts, or -1. A file's own start is checked as it is opened (check_text_start); a mark
-    at a later line's start comes from joining such a file on (``cat a.txt b.txt``), and
-    would become part of that line's sample name, as the first one would."""
+    starts, or -1 (for `bom_line_error`). A file's own start is checked as it is opened
+    (check_text_start); a mark at a later line's start comes from joining such a file on
+    (``cat a.txt b.txt``), and would become part of that line's sample name, as the first one
+    would."""
     if data.startswith(textscan.BOM):  # (a chunk after the first starts a line)
         return 0
     found = data.find(b"\n" + textscan.BOM)
@@ -403,11 +404,7 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
         return nul_error(path, chunk, nul, first_line)
     cut = _cut_short(path, chunk, start, end)
     if status == _BOM_LINE:
-        return DataFormatError(
-            path, f"{quote} starts with a UTF-8 byte-order mark (bytes EF BB BF), which would "
-            "become part of its sample name: a file that starts with one (written by some "
-            "Windows editors) was joined on here, for example with `cat`. Remove the marks, "
-            "for example with `sed -i 's/^\\xEF\\xBB\\xBF//' FILE`.", line=line, column=column)
+        return bom_line_error(path, chunk, pos, first_line)
     if status == _NOT_UTF8:
         return DataFormatError(
             path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
@@ -476,6 +473,17 @@ def _cut_short(path, chunk: bytes, start: int, end: int) -> str:
 # Why generate-netcdf and predict refuse a NUL in a label (the default of ``nul_error``).
 NUL_IN_OUTPUTS = ("Labels go into the index files and the outputs, text read line by line, "
                   "which a NUL breaks")
+
+
+def bom_line_error(path, chunk: bytes, pos: int, first_line: int) -> DataFormatError:
+    """The refusal of the line of ``chunk`` (whose first line is numbered ``first_line``) that
+    `bom_line` found at ``pos``; every reader of DSSTNE text gives this one message."""
+    line, column, quote = _locate(chunk, pos, first_line)
+    return DataFormatError(
+        path, f"{quote} starts with a UTF-8 byte-order mark (bytes EF BB BF), which would "
+        "become part of its sample name: a file that starts with one (written by some Windows "
+        "editors) was joined on here, for example with `cat`. Remove the marks, for example "
+        "with `sed -i 's/^\\xEF\\xBB\\xBF//' FILE`.", line=line, column=column)
 
 
 def nul_error(path, chunk: bytes, pos: int, first_line: int, *, why: str = NUL_IN_OUTPUTS,
