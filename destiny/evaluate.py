@@ -36,7 +36,8 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
-from destiny.io.text import bom_line, bom_line_error, line_chunks, nul_error
+from destiny.io.text import bom_line_error, line_chunks, nul_error
+from destiny.io.textscan import bom_line
 from destiny.metrics import RankingMetrics, ranking_metrics
 
 if TYPE_CHECKING:

@@ -33,8 +33,8 @@ from destiny.cli.common import (  # noqa: E402
     SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
-from destiny.io.text import ratings_hint  # noqa: E402
-from destiny.io.textscan import check_text_start  # noqa: E402
+from destiny.io.text import bom_line_error, ratings_hint  # noqa: E402
+from destiny.io.textscan import BOM, check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
@@ -102,6 +102,8 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
 
 def _parse(path, raw: bytes, line_no: int) -> tuple[str, list[str]]:
     """(name, features) of one line, or the error generate-netcdf would give it later."""
+    if raw.startswith(BOM):  # (the file's start is checked as it is opened: one joined on)
+        raise bom_line_error(path, raw, 0, line_no)
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -111,6 +111,10 @@ BAD_INPUT = [
     ("empty file", "", "line 1", "the file is empty"),
     # copied into the training part, it became part of the first sample's name
     ("byte-order mark", b"\xef\xbb\xbfu1\ta:b\n", "line 1, column 1", "UTF-8 byte-order mark"),
+    # a file that starts with one joined on (`cat`): it reached the training part, where
+    # generate-netcdf refused the split's line instead of the input's
+    ("later byte-order mark", b"u1\ta:b\n\xef\xbb\xbfu2\tc\n", "line 2, column 1",
+     "the line '\\ufeffu2\\tc' starts with a UTF-8 byte-order mark"),
 ]
 
 

@@ -379,6 +379,13 @@ def test_an_index_with_a_byte_order_mark_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"line 1, column 1: the file starts with the bytes "
                                               r"FF FE, a UTF-16 byte-order mark"):
         index.read_index(path)
+    # one joined on (`cat a b`): its first label became '\ufeffc', a feature that no data
+    # line names (the other one, 'c', was then unknown)
+    path.write_bytes(b"a\t0\nb\t1\n\xef\xbb\xbfc\t2\n")
+    with pytest.raises(DataFormatError, match=r"features, line 3, column 1: the line "
+                                              r"'\\ufeffc\\t2' starts with a UTF-8 byte-order "
+                                              r"mark .* part of its label: "):
+        index.read_index(path)
 
 
 def test_an_index_line_may_end_with_a_tab_and_hold_the_largest_32_bit_index(tmp_path):

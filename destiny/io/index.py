@@ -128,6 +128,10 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
             "or it was edited by hand. Regenerate it with -c.",
             line=data.count(b"\n", 0, start) + 1,
             column=len(data[start:nul].decode("utf-8")) + 1)
+    if (bom := textscan.bom_line(data)) >= 0:  # (its start was checked: a file joined on)
+        from destiny.io.text import bom_line_error  # (text imports this module)
+
+        raise bom_line_error(path, data, bom, 1, name="label")
     labels, values = _parse_clean(data, text) if "\r" not in text else (None, None)
     if labels is not None and len(values) and values.max() > MAX_INDEX:
         labels = None  # the checked parse names the line

@@ -304,7 +304,7 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
             data.decode("utf-8")
         except UnicodeDecodeError as e:
             return _Chunk(len(data), _NOT_UTF8, data, pos=e.start, utf8_end=e.end)
-        bom = bom_line(data)
+        bom = textscan.bom_line(data)
     buf = np.frombuffer(data, dtype=np.uint8)
     # Every line has a label and a TAB or a LF, every entry a name and a ':' or a LF, so
     # neither outnumbers half the bytes. (np.empty commits no memory until it is written.)
@@ -338,18 +338,6 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                   values=tok_value[:entries].copy() if keep_values else None,
                   pending=pending[:n_pending].copy() if n_pending else None,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
-
-
-def bom_line(data: bytes) -> int:
-    """Where the first line of ``data`` (whole lines) that starts with a UTF-8 byte-order mark
-    starts, or -1 (for `bom_line_error`). A file's own start is checked as it is opened
-    (check_text_start); a mark at a later line's start comes from joining such a file on
-    (``cat a.txt b.txt``), and would become part of that line's sample name, as the first one
-    would."""
-    if data.startswith(textscan.BOM):  # (a chunk after the first starts a line)
-        return 0
-    found = data.find(b"\n" + textscan.BOM)
-    return found + 1 if found >= 0 else -1
 
 
 def _line_bounds(chunk: bytes, pos: int) -> tuple[int, int]:
@@ -475,13 +463,15 @@ NUL_IN_OUTPUTS = ("Labels go into the index files and the outputs, text read lin
                   "which a NUL breaks")
 
 
-def bom_line_error(path, chunk: bytes, pos: int, first_line: int) -> DataFormatError:
+def bom_line_error(path, chunk: bytes, pos: int, first_line: int, *,
+                   name: str = "sample name") -> DataFormatError:
     """The refusal of the line of ``chunk`` (whose first line is numbered ``first_line``) that
-    `bom_line` found at ``pos``; every reader of DSSTNE text gives this one message."""
+    `textscan.bom_line` found at ``pos``; every reader of DSSTNE text gives this one message
+    (``name``: what the line's first field is; an index file's is a ``label``)."""
     line, column, quote = _locate(chunk, pos, first_line)
     return DataFormatError(
         path, f"{quote} starts with a UTF-8 byte-order mark (bytes EF BB BF), which would "
-        "become part of its sample name: a file that starts with one (written by some Windows "
+        f"become part of its {name}: a file that starts with one (written by some Windows "
         "editors) was joined on here, for example with `cat`. Remove the marks, for example "
         "with `sed -i 's/^\\xEF\\xBB\\xBF//' FILE`.", line=line, column=column)
 

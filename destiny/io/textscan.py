@@ -34,6 +34,19 @@ def check_text_start(path, head: bytes) -> None:
                               "part of the first line's label. Remove it, for example with "
                               "`sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`.", line=1, column=1)
 
+
+def bom_line(data: bytes) -> int:
+    """Where the first line of ``data`` (whole lines) that starts with a UTF-8 byte-order mark
+    starts, or -1 (for ``text.bom_line_error``). A file's own start is checked as it is opened
+    (`check_text_start`); a mark at a later line's start comes from joining such a file on
+    (``cat a.txt b.txt``), and would become part of that line's first field, as the first one
+    would."""
+    if data.startswith(BOM):  # (a chunk after the first starts a line)
+        return 0
+    found = data.find(b"\n" + BOM)
+    return found + 1 if found >= 0 else -1
+
+
 # What scan_records does with a feature name the table lacks.
 LOOKUP = 0  # drop it and count it (or, strict, report it)
 UPDATE = 1  # add it, numbered len(table) (spec 1.3)
