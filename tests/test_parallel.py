@@ -524,11 +524,67 @@ MPI_SCRIPT = textwrap.dedent("""
 """)
 
 
+def run_ranks(n: int, script) -> subprocess.CompletedProcess:
+    """``script`` as a job of ``n`` ranks. ``python -m mpi4py`` aborts the job when a rank
+    ends on an exception (a failed assertion): the other ranks, waiting in a collective that
+    rank never reaches, kept the test until its timeout, and then the failure said only
+    that."""
+    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-m", "mpi4py",
+                           str(script)], env=plain_env(), capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
 @needs_mpiexec
 def test_mpi_collectives_and_failures(tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(MPI_SCRIPT)
-    done = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script)], env=plain_env(),
-                          capture_output=True, text=True, timeout=60)
+    done = run_ranks(3, script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "all ranks ok\n"
+
+
+@needs_mpiexec
+def test_a_failing_rank_ends_the_test_job_at_once(tmp_path):
+    """(what run_ranks is for: rank 1 fails while the others wait for it)"""
+    script = tmp_path / "fails.py"
+    script.write_text("from destiny.parallel import get_comm\n"
+                      "comm = get_comm()\n"
+                      "assert comm.rank != 1, 'rank 1 fails'\n"
+                      "comm.barrier()\n")
+    done = run_ranks(3, script)
+    assert done.returncode != 0 and "AssertionError: rank 1 fails" in done.stderr, done.stderr
+
+
+# The column collectives of a layer split by columns (spec 7) on 2 and 4 ranks (3 above): each
+# rank's block of columns has its own width, in rank order but not in order of size, as
+# uneven layer widths give them; the batch has more rows than any block has columns, so a
+# transposition mixed up anywhere shows.
+COLUMNS_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from destiny.parallel import get_comm
+
+    comm = get_comm()
+    r, P = comm.rank, comm.size
+    counts = {2: [1, 3], 4: [2, 1, 4, 1]}[P]
+    edges = np.cumsum([0] + counts)
+    B = 5
+    whole = np.arange(B * edges[-1], dtype=np.float32).reshape(B, edges[-1])
+    mine = whole[:, edges[r]:edges[r + 1]]
+    full = comm.allgather_columns(np.ascontiguousarray(mine), counts)
+    assert full.flags.c_contiguous and full.tolist() == whole.tolist(), (r, full)
+    part = comm.reduce_scatter_columns(whole * (r + 1), counts)  # (1 + ... + P) times mine
+    sums = P * (P + 1) // 2 * mine
+    assert part.shape == mine.shape and part.tolist() == sums.tolist(), (r, part)
+    if comm.allgather("ok") == ["ok"] * P and r == 0:
+        print("all ranks ok")
+""")
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_column_collectives_on_other_numbers_of_ranks(tmp_path, ranks):
+    script = tmp_path / "columns.py"
+    script.write_text(COLUMNS_SCRIPT)
+    done = run_ranks(ranks, script)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "all ranks ok\n"
