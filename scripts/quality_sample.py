@@ -50,12 +50,16 @@ from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E40
               show_default=True)
 @click.option("--products", multiple=True, type=click.Choice(["float32", "tf32"]),
               default=["float32"], show_default=True,
-              help="Train and score every recipe with each: tf32 as --tf32 (modelled on the "
-                   "reference backend, no effect on the cpu).")
+              help="Train and score every recipe with each: tf32 as --tf32 (on the gpu, or "
+                   "modelled on the reference backend; the cpu has no TF32).")
 @click.option("--json", "json_path", default=None)
 @library_errors
 def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, json_path):
     """Compare training recipes with popularity on held-out items."""
+    if "tf32" in products and backend == "cpu":  # (its rows would be float32's, so labelled)
+        raise click.UsageError("--products tf32 has no effect on the cpu backend, whose "
+                               "products are float32: use --backend reference, which models "
+                               "TF32's products, or --backend gpu.")
     # Before the work, which takes hours: a mistyped directory fails now, not at the end.
     if json_path and not is_stream(json_path):  # (stdout, a pipe: written in place)
         check_outputs([(json_path, "metrics file (--json)")],

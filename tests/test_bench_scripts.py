@@ -1,5 +1,6 @@
 """The benchmark scripts' own checks: --torch is refused at once where PyTorch's side cannot
-run, not after minutes of Destiny's (it ended in a traceback)."""
+run, not after minutes of Destiny's (it ended in a traceback); so is a comparison that would
+measure nothing."""
 
 from __future__ import annotations
 
@@ -30,3 +31,15 @@ def test_torch_without_its_reference_or_pytorch_is_a_usage_error(name, monkeypat
     result = CliRunner().invoke(script.main, args)
     assert result.exit_code == 2 and "PyTorch is not installed" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["torch_reference.py"]  # (no data)
+
+
+def test_tf32_products_on_the_cpu_are_a_usage_error(monkeypatch, tmp_path):
+    """The cpu has no TF32: quality_sample printed float32's rows twice, the second pair
+    labelled [tf32], after the hours of training."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    script = importlib.import_module("quality_sample")
+    result = CliRunner().invoke(script.main, ["--products", "float32", "--products", "tf32",
+                                              "--json", str(tmp_path / "q.json")])
+    assert result.exit_code == 2, result.output
+    assert "--products tf32 has no effect on the cpu backend" in result.output
+    assert "--backend reference" in result.output and list(tmp_path.iterdir()) == []
