@@ -103,3 +103,15 @@ def test_a_short_list_is_held_to_the_ideal_of_m_ranks():
     m = ranking_metrics([["b"]], [{"b", "c"}], 2)
     assert m.ndcg == pytest.approx(1 / (1 + 1 / L3))
     assert (m.precision, m.recall, m.map) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_a_held_out_list_counts_a_repeated_item_once():
+    # recs [b, x], held-out given as the list [b, b] (the set {b}), k = 2: m = min(2, 1) = 1.
+    # One hit at rank 1: precision 1/2, recall 1/1, NDCG 1/1, AP (1/1)/1 = 1.
+    m = ranking_metrics([["b", "x"]], [["b", "b"]], 2)
+    assert (m.precision, m.recall, m.ndcg, m.map) == pytest.approx((0.5, 1.0, 1.0, 1.0))
+
+
+def test_no_users_at_all_gives_zeros():
+    m = ranking_metrics([], [], 5)
+    assert (m.users, m.skipped, m.precision, m.recall, m.ndcg, m.map) == (0, 0, 0, 0, 0, 0)
