@@ -35,11 +35,15 @@ def left_by_a_stop(csv, tmp_path) -> set[str]:
 
 
 def test_the_split_writes_its_work_files_and_nothing_else(csv, tmp_path):
+    """... and splits all.nc with its own fraction and seed (not the defaults 0.2 and 1)."""
     work = tmp_path / "work"
     work.mkdir()
-    split = prepare_split(csv, work, fraction=0.2, seed=1)
+    split = prepare_split(csv, work, fraction=0.5, seed=3)
     assert listed(work) == WORK_FILES  # (no temporary file left)
     assert dataset.read_dataset(split.input_nc).indptr.tolist() == split.train_indptr.tolist()
+    full = dataset.read_dataset(work / "all.nc")
+    indptr, indices, held = split_holdout(full.indptr, full.indices, 0.5, 3)
+    assert split.held == held and split.train_indices.tolist() == indices.tolist()
 
 
 def test_a_run_stopped_while_it_writes_the_text_leaves_no_text(csv, tmp_path, monkeypatch):
@@ -83,6 +87,31 @@ def test_every_row_keeps_an_item_for_training(fraction):
     for r, h in enumerate(held):  # each item in exactly one part
         row = set(train_indices[train_indptr[r]:train_indptr[r + 1]].tolist())
         assert row.isdisjoint(h) and row | h == set(indices[indptr[r]:indptr[r + 1]].tolist())
+
+
+def test_split_draws_each_row_from_one_seeded_generator():
+    """The split's specification, the slow and obvious way (as scripts/split_holdout.py draws
+    a line's features): one generator for the whole split, each row in turn drawing
+    held_out_count of its positions without replacement; the held-out sets hold the items at
+    those positions (numbers unlike the positions here), the training part the rest in order."""
+    from destiny.holdout import held_out_count
+
+    rng = np.random.default_rng(0)
+    rows = [rng.choice(1000, size=n, replace=False) + 1000 for n in (5, 0, 1, 2, 9, 40, 3, 17)]
+    indptr = np.concatenate(([0], np.cumsum([len(r) for r in rows]))).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int32)
+    for fraction, seed in ((0.2, 1), (0.5, 7), (0.9, 3)):
+        draw = np.random.default_rng(seed)
+        want_held, want_train = [], []
+        for row in rows:
+            out = set(draw.choice(len(row), size=held_out_count(len(row), fraction),
+                                  replace=False).tolist())
+            want_held.append({int(row[p]) for p in out})
+            want_train.append([int(x) for p, x in enumerate(row) if p not in out])
+        train_indptr, train_indices, held = split_holdout(indptr, indices, fraction, seed)
+        assert held == want_held
+        assert [train_indices[a:b].tolist() for a, b in zip(train_indptr[:-1], train_indptr[1:],
+                                                           strict=True)] == want_train
 
 
 def _popularity_by_top_k(indptr, indices, held, n_items, k):
@@ -162,3 +191,33 @@ def test_a_recipe_s_values_are_read_as_booleans_integers_or_floats():
     assert [_value(t) for t in ("true", "False", "TRUE", "3", "0.5", "1e-3")] == [
         True, False, True, 3, 0.5, 0.001]
     assert type(_value("3")) is int and type(_value("true")) is bool
+
+
+@pytest.mark.parametrize("recipe, optimizer, settings", [
+    ("default", "adam", {"alpha": 0.01, "mu": 0.9}),
+    ("", "adam", {"alpha": 0.01, "mu": 0.9}),
+    ("default alpha=0.002", "adam", {"alpha": 0.002, "mu": 0.9}),
+    ("momentum alpha=0.05 mu=0.8", "momentum", {"alpha": 0.05, "mu": 0.8}),
+])
+def test_a_recipe_trains_its_optimizer_and_settings(recipe, optimizer, settings, monkeypatch):
+    """evaluate_recipe's 'optimizer key=value ...' ('default': the default optimizer, adam,
+    with its own defaults) reaches the training run with the given epochs and batch, on the
+    split's input and output datasets (fit stubbed: what it was given is the point)."""
+    import destiny.fit
+    from destiny.holdout import SampleSplit, evaluate_recipe
+
+    given = {}
+
+    def fit(**kwargs):
+        given.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(destiny.fit, "fit", fit)
+    split = SampleSplit("work", "in.nc", "out.nc", 4, None, None, None)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_recipe(split, "config.json", recipe, epochs=3, batch=7, k=10)
+    cfg = given["cfg"]
+    assert (cfg.optimizer, cfg.epochs, cfg.batch) == (optimizer, 3, 7)
+    assert {key: getattr(cfg, key) for key in settings} == settings
+    assert (given["config_path"], given["input_path"], given["output_path"]) == (
+        "config.json", "in.nc", "out.nc")
