@@ -122,7 +122,51 @@ def test_popularity_baseline(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text()) == got
     assert result.stderr == ""
     table = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "train.txt"])
-    assert table.stdout.splitlines()[2].split()[:2] == ["popularity", "0.6667"]
+    # (users and skipped its own: u4, not in held.txt, is skipped by the model's row alone)
+    assert table.stdout.splitlines()[2].split() == ["popularity", "0.6667", "1.0000", "0.8770",
+                                                    "0.8333", "3", "0", "0"]
+
+
+def test_the_evaluation_counts_what_was_matched():
+    """The library's Evaluation: the held-out file's lines (u5's, without items, among them),
+    the recommendation lines not in it (u4), the held-out lines without items and the most
+    items on a recommendation line; read_recommendations keeps a line's first ``keep`` items
+    (all without ``keep``) and counts them all."""
+    from destiny.evaluate import evaluate as run
+    from destiny.evaluate import read_recommendations
+
+    write("held.txt", HELD + "u5\t\n")
+    got = run("recs.txt", "held.txt", 2)
+    assert (got.held_out_users, got.not_in_held_out, got.empty_held_out, got.longest_list,
+            got.popularity) == (4, 1, 1, 3, None)
+    assert read_recommendations("recs.txt", keep=2) == (
+        {"u1": ["a", "b"], "u2": [], "u4": ["z"]}, 3)
+    assert read_recommendations("recs.txt") == ({"u1": ["a", "b", "c"], "u2": [], "u4": ["z"]}, 3)
+
+
+def test_samples_and_items_match_by_their_exact_labels():
+    """'u1 ' (a trailing space) and 'U1' are other samples than 'u1', 'B' another item than 'b'.
+    By hand at k = 2: u1's [B, b] hits b at rank 2 of {b}: P 1/2, R 1, NDCG 1/log2 3, AP 1/2;
+    'u1 ' has no line (all misses); U1 is not held out (skipped). Averaged over u1 and 'u1 '."""
+    write("recs.txt", "u1\tB,0.9:b,0.8:\nU1\tb,0.9:\n")
+    write("held.txt", "u1\tb\nu1 \tb\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    same(json.loads(result.stdout), {"k": 2, "precision": 1 / 4, "recall": 1 / 2,
+                                     "ndcg": 1 / L3 / 2, "map": 1 / 4, "users": 2, "skipped": 1,
+                                     "missing_recommendations": 1})
+
+
+def test_more_held_out_items_than_k():
+    """u1 holds out five items, k = 2: m = min(2, 5) = 2. [x, c, y] hits c at rank 2:
+    P 1/2, R 1/2, NDCG (1/log2 3) / (1 + 1/log2 3), AP (1/2) / 2."""
+    write("recs.txt", "u1\tx,0.9:c,0.8:y,0.7:\n")
+    write("held.txt", "u1\ta:b:c:d:e\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--json"])
+    assert result.exit_code == 0, result.output + result.stderr
+    same(json.loads(result.stdout), {"k": 2, "precision": 1 / 2, "recall": 1 / 2,
+                                     "ndcg": (1 / L3) / (1 + 1 / L3), "map": 1 / 4, "users": 1,
+                                     "skipped": 0, "missing_recommendations": 0})
 
 
 def test_default_k_and_short_lists():
@@ -226,6 +270,7 @@ def test_scores_are_read_closely_enough_to_order_them():
                                         "0.900 (in 'b,0.900') above the score 0.5 before it"),
     ("recs.txt", "u1\ta,0.9:b,nan:c,0.5:d,0.7:\n", "the score 0.7 (in 'd,0.7') above the "
                                                   "score 0.5"),
+    ("recs.txt", "u1\ta,0.5:b,nan:c,0.9:\n", "the score 0.9 (in 'c,0.9') above the score 0.5"),
     ("recs.txt", "u1\t7,1360201315:9,1360187954:5,1360187955\n",  # DSSTNE text given as -r
      "the score 1360187955 (in '5,1360187955') above the score 1360187954 before it, but "
      "recommendations come best first; check that -r names recommendations"),
@@ -318,8 +363,11 @@ def test_one_input_read_from_standard_input_scores_as_its_file():
 
 def test_a_k_past_every_list_and_past_int64_is_taken():
     """-k has no upper bound: at k = 10**23 (past int64) u1's one hit, b at rank 2 of {b, d},
-    gives m = min(k, 2) = 2 and so the recall, NDCG and MAP of k = 2; precision is tiny."""
-    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", str(10**23), "--json"])
+    gives m = min(k, 2) = 2 and so the recall, NDCG and MAP of k = 2; precision is tiny. The
+    popularity lists (every unseen item: b, d, e; d, c, e; a, c, e) hit where they do at k = 2,
+    and are scored at the same k."""
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", str(10**23), "--json",
+                     "--popularity", "train.txt"])
     assert result.exit_code == 0, result.output + result.stderr
     got = json.loads(result.stdout)
     same({key: got[key] for key in ("recall", "ndcg", "map", "users", "skipped")},
@@ -327,6 +375,11 @@ def test_a_k_past_every_list_and_past_int64_is_taken():
     assert 0 < got["precision"] < 1e-18
     assert got["k"] == 10**23 and f"at k={10**23}" in result.stderr  # (it said 2^62)
     assert got["precision"] * 10**23 == pytest.approx(MODEL["precision"] * 2)
+    baseline = got["popularity"]
+    same({key: baseline[key] for key in ("recall", "ndcg", "map", "users", "skipped")},
+         {key: POPULARITY[key] for key in ("recall", "ndcg", "map", "users", "skipped")})
+    assert baseline["k"] == 10**23
+    assert baseline["precision"] * 10**23 == pytest.approx(POPULARITY["precision"] * 2)
 
 
 def test_a_directory_is_refused(tmp_path):
