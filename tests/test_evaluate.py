@@ -144,6 +144,28 @@ def test_the_evaluation_counts_what_was_matched():
     assert read_recommendations("recs.txt") == ({"u1": ["a", "b", "c"], "u2": [], "u4": ["z"]}, 3)
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_left_as_it_was(enabled):
+    """evaluate turns the cyclic garbage collector off while it reads, and back on only where
+    it was on: the process's setting is as the call found it, after a refused file too."""
+    import gc
+
+    from destiny.errors import DataFormatError
+    from destiny.evaluate import evaluate as run
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        run("recs.txt", "held.txt", 2, popularity_train="train.txt")
+        assert gc.isenabled() is enabled
+        write("held.txt", "u1 b\n")
+        with pytest.raises(DataFormatError):
+            run("recs.txt", "held.txt", 2)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_samples_and_items_match_by_their_exact_labels():
     """'u1 ' (a trailing space) and 'U1' are other samples than 'u1', 'B' another item than 'b'.
     By hand at k = 2: u1's [B, b] hits b at rank 2 of {b}: P 1/2, R 1, NDCG 1/log2 3, AP 1/2;
@@ -248,6 +270,8 @@ def test_scores_are_read_closely_enough_to_order_them():
     assert _rises(0.9, 0.5) and not _rises(0.5, 0.9) and not _rises(float("nan"), 0.5)
     assert not _rises(0.5, 0.5) and not _rises(1 + 1e-14, 1.0) and _rises(1 + 1e-10, 1.0)
     assert not _rises(-1 + 1e-14, -1.0) and _rises(-1 + 1e-10, -1.0)  # (Linear: below 0)
+    # relative to the score: a reading error of large scores, a rise of small ones
+    assert not _rises(1e9 * (1 + 1e-14), 1e9) and _rises(1e-9 * (1 + 1e-10), 1e-9)
 
 
 @pytest.mark.parametrize("which, content, expected", [
