@@ -1,0 +1,84 @@
+"""``destiny.errors``: the text of the library's errors; how the system's failures are worded."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from destiny.errors import (NOTHING_REPLACED, DataFormatError, DestinyError, InPlaceFailure,
+                            netcdf_text_error, starts_as_netcdf, system_failure)
+
+NOT_UTF8 = os.fsdecode(b"in\xff.txt")  # as Python holds such a file name: 'in\udcff.txt'
+
+
+def test_an_errors_text_shows_the_bytes_of_a_name_that_is_not_utf8():
+    """Whatever shows it (the command line, an MPI rank's report to the others, a caller of
+    the library), the text is writable as UTF-8; the attribute keeps the name as given."""
+    e = DataFormatError(NOT_UTF8, "the line 'u1 a' has no TAB", line=3, column=2)
+    assert str(e) == "in\\xff.txt, line 3, column 2: the line 'u1 a' has no TAB"
+    assert e.path == NOT_UTF8
+    assert str(DestinyError(f"{NOT_UTF8}: not found")) == "in\\xff.txt: not found"
+
+
+@pytest.mark.parametrize("head", [b"CDF\x01\x00\x00\x00\x00", b"CDF\x02\x00\x00\x00\x00",
+                                  b"CDF\x05\x00\x00\x00\x00", b"\x89HDF\r\n\x1a\n"],
+                         ids=["classic", "64-bit-offset", "cdf5", "netcdf4"])
+def test_every_netcdf_format_is_told_from_text(tmp_path, head):
+    """Classic, 64-bit offset, CDF-5 (64-bit data: ncks -5, PnetCDF) and netCDF-4 files."""
+    path = tmp_path / "x.nc"
+    path.write_bytes(head + b"\x00" * 8)
+    assert starts_as_netcdf(path)
+    assert str(netcdf_text_error("x.nc", head)).startswith("x.nc: is a NetCDF file")
+    assert netcdf_text_error("x.nc", b"CDF\x03\x00\x00\x00\x00") is None
+    assert netcdf_text_error("x.nc", b"u1\tCDF\x01") is None
+
+
+def test_a_named_pipe_is_not_read_to_tell_whether_it_is_netcdf(tmp_path):
+    """Only a regular file is opened: a named pipe's open waits for a writer, and a read would
+    take the bytes meant for the command's reader."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # (a writer: an open to read would not wait)
+    try:
+        os.write(fd, b"CDF\x01\x00\x00\x00\x00")
+        assert not starts_as_netcdf(fifo)
+        assert os.read(fd, 16) == b"CDF\x01\x00\x00\x00\x00"  # (still there for the reader)
+    finally:
+        os.close(fd)
+    assert not starts_as_netcdf(tmp_path / "missing.nc")
+
+
+def test_a_failure_of_the_system_names_its_file_when_it_has_one():
+    assert system_failure(OSError(errno.EIO, "Input/output error")) == (
+        f"Input/output error; {NOTHING_REPLACED}. Check the file and the file system, then run "
+        "the command again, or write the outputs elsewhere.")
+    assert system_failure(OSError(errno.EIO, "Input/output error", "out.nc")).startswith(
+        "out.nc: Input/output error; ")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT], ids=["ENOSPC", "EDQUOT"])
+def test_a_full_file_system_or_a_quota_reached_says_to_free_space(code):
+    assert system_failure(OSError(code, os.strerror(code), "out.nc"), "try again") == (
+        f"out.nc: {os.strerror(code)}; {NOTHING_REPLACED}. Free space on that file system (or "
+        "raise the quota), then try again.")
+
+
+def test_an_output_written_in_place_holds_what_was_written():
+    assert system_failure(InPlaceFailure(errno.ENOSPC, "No space left on device", "m.json")
+                          ).startswith("m.json: No space left on device; it is written as the "
+                                       "command goes, and holds what was written before the "
+                                       "failure. Free space")
+    assert system_failure(InPlaceFailure(errno.EIO, "Input/output error")).startswith(
+        "Input/output error; the output is written as the command goes")
+
+
+@pytest.mark.parametrize("failure", [
+    OSError("a bug's own OSError"),  # (no strerror: not the system's)
+    BrokenPipeError(errno.EPIPE, "Broken pipe"),  # (stdout's reader left: no failure to word)
+    RuntimeError("a bug"),
+    ValueError("NetCDF: as a bug's text"),
+], ids=["no-strerror", "broken-pipe", "runtime", "value"])
+def test_a_failure_that_is_not_the_systems_is_left_to_its_traceback(failure):
+    assert system_failure(failure) is None
