@@ -90,3 +90,19 @@ def test_a_network_draws_with_each_layers_own_scheme_scale_sizes_and_bias():
     np.testing.assert_array_equal(into_hidden.b, np.full(150, -1.25))
     np.testing.assert_array_equal(into_output.W, np.full((150, 3), -0.25))
     np.testing.assert_array_equal(into_output.b, np.full(3, 0.75))
+
+
+class _Ends:
+    """A generator whose uniform draws are 0.0, the one end of NumPy's [0, 1)."""
+
+    def random(self, shape):
+        return np.zeros(shape)
+
+
+@pytest.mark.parametrize("scheme, end", [(WeightInit.UnitBall, SCALE), (WeightInit.Uniform, SCALE),
+                                         (WeightInit.Xavier, UNIFORM[WeightInit.Xavier])],
+                         ids=["UnitBall", "Uniform", "Xavier"])
+def test_u_is_uniform_on_0_excluded_to_1_as_curands(scheme, end):
+    """u = 1 - NumPy's draw: its 0.0 is u = 1, the range's top, and UnitBall never draws a 0."""
+    w = initial_weights(_Ends(), scheme, SCALE, N_IN, N_OUT, np.float64)
+    np.testing.assert_allclose(w, end, rtol=1e-15)
