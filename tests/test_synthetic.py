@@ -28,8 +28,49 @@ def test_shape_and_ranges(ratings):
     assert abs(len(ratings) / 1500 - 25) < 0.05 * 25
     key = users * 1000 + items
     assert np.all(np.diff(key) > 0)  # sorted by user then item, no repeated pair
-    assert set(np.unique(ratings.ratings).tolist()) <= {x / 2 for x in range(1, 11)}
+    assert set(np.unique(ratings.ratings).tolist()) == {x / 2 for x in range(1, 11)}  # all
     assert np.all((ratings.timestamps >= 1e9) & (ratings.timestamps < 1e10))
+
+
+def test_each_user_has_at_least_2_and_at_most_half_the_items():
+    for mean, items in ((1, 100), (5, 10)):
+        per_user = np.bincount(synthetic.generate_ratings(
+            users=300, items=items, mean_per_user=mean, seed=7).users)[1:]
+        assert per_user.min() >= 2 and per_user.max() <= items // 2, (mean, items)
+
+
+def test_a_users_timestamps_follow_draw_order_from_a_start_before_2015(ratings):
+    """Each user's own clock: a start in [1e9, 2015-01-01), then a gap of at least a second
+    per rating, in the order the items were drawn (not by item id)."""
+    users, t = ratings.users, ratings.timestamps
+    order = np.lexsort((t, users))
+    same_user = users[order][1:] == users[order][:-1]
+    assert np.all(np.diff(t[order])[same_user] > 0)  # no two at the same second
+    first = np.minimum.reduceat(t[order], np.flatnonzero(np.r_[True, ~same_user]))
+    assert first.min() > 1_000_000_000 and first.max() < 1_420_070_400 + 10**6
+    assert np.ptp(first) > 10 * 365 * 86400  # (the starts spread over the 13 years)
+    by_item = [np.all(np.diff(t[users == u]) > 0) for u in range(1, 1501)]
+    assert np.mean(by_item) < 0.05  # (1 user in 200: those few that drew in item order)
+
+
+def test_zipf_sets_how_skewed_popularity_is():
+    def top_decile_share(zipf):
+        r = synthetic.generate_ratings(users=1500, items=400, mean_per_user=25, zipf=zipf,
+                                       seed=7)
+        counts = np.sort(np.bincount(r.items, minlength=401)[1:])[::-1]
+        return counts[:40].sum() / counts.sum()
+
+    assert top_decile_share(0.0) < 0.15 < 0.3 < top_decile_share(1.0) < 0.5 < top_decile_share(2.0)
+
+
+def test_a_user_rates_their_own_clusters_items_a_star_higher():
+    """Stars ~ N(4, 1) for an item of the user's cluster, N(3, 1) for another (rounded to half
+    stars, clipped): one cluster, every item is the user's; four, drawn without affinity, one
+    in four is."""
+    one = synthetic.generate_ratings(users=500, items=200, mean_per_user=20, clusters=1, seed=3)
+    four = synthetic.generate_ratings(users=500, items=200, mean_per_user=20, clusters=4,
+                                      affinity=0.0, seed=3)
+    assert 3.85 < one.ratings.mean() < 4.0 and 3.15 < four.ratings.mean() < 3.3
 
 
 def test_popularity_is_skewed(ratings):
@@ -74,9 +115,30 @@ def test_csv_and_dsstne_writers(tmp_path):
     assert first == "1\t" + ":".join(map(str, mine))
 
 
-def test_bad_parameters():
-    with pytest.raises(ValueError, match="mean_per_user"):
-        synthetic.generate_ratings(users=10, items=10, mean_per_user=9)
+def test_csv_is_written_whole_chunk_by_chunk(tmp_path):
+    r = synthetic.generate_ratings(users=3, items=10, mean_per_user=3, seed=1)
+    synthetic.write_ratings_csv(tmp_path / "whole.csv", r)
+    synthetic.write_ratings_csv(tmp_path / "chunked.csv", r, chunk=2)
+    assert (tmp_path / "chunked.csv").read_text() == (tmp_path / "whole.csv").read_text()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mean_per_user": 9}, r"mean_per_user must lie in \[1, items / 2 = 5\]"),
+    ({"mean_per_user": 5.01}, "mean_per_user"),
+    ({"mean_per_user": 0.99}, "mean_per_user"),
+    ({"users": 0}, "need users >= 1"),
+    ({"items": 1, "mean_per_user": 1}, "items >= 2"),
+    ({"clusters": 0}, "clusters >= 1"),
+])
+def test_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        synthetic.generate_ratings(**{"users": 10, "items": 10, "mean_per_user": 2, **kwargs})
+
+
+def test_the_bounds_of_the_parameters_are_allowed():
+    r = synthetic.generate_ratings(users=1, items=10, mean_per_user=5, clusters=1)
+    assert len(r) >= 2
+    assert len(synthetic.generate_ratings(users=1, items=2, mean_per_user=1)) == 1
 
 
 # --- scripts/synthetic_data.py: written atomically, output errors refused before any work ------
@@ -95,10 +157,14 @@ def _script():
 SMALL = ["--users", "20", "--items", "10", "--mean-per-user", "3", "--seed", "5"]
 
 
-def _run(*args):
+def _invoke(*args):
     from click.testing import CliRunner
 
-    return CliRunner().invoke(_script(), [*map(str, args), *SMALL])
+    return CliRunner().invoke(_script(), [*map(str, args)])
+
+
+def _run(*args):
+    return _invoke(*args, *SMALL)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "dsstne"])
@@ -130,6 +196,30 @@ def test_script_writes_stdout_for_dash(tmp_path, fmt):
     assert result.stdout == (tmp_path / "direct").read_bytes()
     assert result.stderr.decode().startswith("wrote standard output: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["direct"]
+
+
+def test_script_passes_every_parameter_on(tmp_path):
+    result = _invoke("-o", tmp_path / "r.txt", "--users", 30, "--items", 12,
+                              "--mean-per-user", 4, "--clusters", 3, "--zipf", 2, "--seed", 9,
+                              "--format", "dsstne", "--value", "rating")
+    assert result.exit_code == 0, result.output
+    r = synthetic.generate_ratings(users=30, items=12, mean_per_user=4, clusters=3, zipf=2,
+                                   seed=9)
+    synthetic.write_ratings_dsstne(tmp_path / "direct", r, value="rating")
+    assert (tmp_path / "r.txt").read_bytes() == (tmp_path / "direct").read_bytes()
+    assert result.stderr == f"wrote {tmp_path / 'r.txt'}: {len(r):,} ratings from 30 users on " \
+                            "12 items\n"
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--users", "0"], "need users >= 1"),
+    (["--mean-per-user", "6"], "mean_per_user must lie in [1, items / 2 = 5]"),
+    (["--seed", "-1"], "-1 is not in the range 0<="),
+])
+def test_script_bad_parameters_are_usage_errors(tmp_path, args, text):
+    result = _invoke("-o", tmp_path / "r.csv", *SMALL, *args)  # (a flag's last value wins)
+    assert result.exit_code == 2 and text in result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def _refused(result, output, *texts):
