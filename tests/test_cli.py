@@ -555,6 +555,30 @@ def test_a_script_loaded_as_a_module_keeps_the_ctrl_c_handler():
         signal.signal(signal.SIGINT, before)
 
 
+def test_an_ignored_or_own_ctrl_c_is_kept_while_a_command_loads():
+    """Only Python's own handler gives way to the default action: an ignored Ctrl-C (nohup, a
+    job started in the background by a script) stays ignored, as the command then keeps it
+    (library_errors), and another handler stays."""
+    import signal
+
+    from destiny.cli.entry import default_ctrl_c_while_loading
+
+    def own(signum, frame):
+        pass
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        for handler in (signal.SIG_IGN, own):
+            signal.signal(signal.SIGINT, handler)
+            default_ctrl_c_while_loading()
+            assert signal.getsignal(signal.SIGINT) is handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        default_ctrl_c_while_loading()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_quality_sample_stops_as_the_commands_do(tmp_path):
     """Its handlers are the commands' once it starts (library_errors): a stop signal removes
     its work directory and gives a message, no traceback, and the exit status of the signal."""
