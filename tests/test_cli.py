@@ -48,8 +48,12 @@ def test_console_script_installed(name):
 
 
 def test_version():
+    """The installed package's version (pyproject.toml's), which destiny.__version__ repeats."""
+    import importlib.metadata
+
     result = CliRunner().invoke(cli, ["--version"])
-    assert result.exit_code == 0 and "destiny" in result.output
+    assert result.exit_code == 0
+    assert result.output == f"destiny, version {importlib.metadata.version('destiny')}\n"
 
 
 def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
