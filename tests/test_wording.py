@@ -48,6 +48,8 @@ def test_readable_shows_the_bytes_that_are_not_utf8():
     assert readable(f"{NOT_UTF8}: not found").encode("utf-8")  # (a lone surrogate cannot be)
     assert readable("x\ud800y") == "x\\ud800y"  # (no byte's escape: shown as Python writes it)
     assert readable("caf\u00e9 \\udcff") == "caf\u00e9 \\udcff"  # UTF-8, and text, unchanged
+    # U+DC00..U+DC7F: no byte's escape (surrogateescape gives 0x80..0xff only)
+    assert readable("x\udc41\udc7f") == "x\\udc41\\udc7f"
 
 
 def test_quoted_is_repr_with_the_bytes_shown():
@@ -56,4 +58,5 @@ def test_quoted_is_repr_with_the_bytes_shown():
     assert quoted("it's\udcff") == '"it\'s\\xff"'
     assert quoted("a\\udcff") == repr("a\\udcff")  # a backslash in the name: not an escape
     assert quoted("x\ud800") == repr("x\ud800")
+    assert quoted("x\udc41\udc7f") == repr("x\udc41\udc7f")
     assert quoted("caf\u00e9\t") == repr("caf\u00e9\t")
