@@ -312,6 +312,31 @@ def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):
             signal.signal(signum, handler)
 
 
+def test_a_command_run_in_another_thread_leaves_the_signals_alone(tmp_path):
+    """Only the main thread can set handlers: a command run elsewhere (a caller's worker
+    thread) runs with the signals as they are, its failure still a message."""
+    import threading
+
+    from destiny.cli.evaluate import evaluate
+
+    results = []
+    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(
+        evaluate, ["-r", str(tmp_path / "none"), "-t", str(tmp_path / "x")])))
+    thread.start()
+    thread.join()
+    assert results[0].exit_code == 1, results[0].exception
+    assert results[0].output.startswith(f"Error: {tmp_path / 'x'}: the held-out file"), \
+        results[0].output
+
+
+def test_the_group_names_itself_in_its_usage_errors():
+    exe = pathlib.Path(sys.executable).parent / "destiny"
+    for argv, usage in ((["--bogus"], "Usage: destiny [OPTIONS] COMMAND"),
+                        (["predict", "--bogus"], "Usage: destiny predict [OPTIONS]")):
+        done = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.startswith(usage), done.stderr
+
+
 _SIGNAL_IN_AN_IMPORT = """
 import os, sys, time
 from destiny.cli.common import _catch_stop_signals
