@@ -174,6 +174,39 @@ def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+@pytest.mark.parametrize("failure", [
+    "DataFormatError", OSError(28, "No space left on device"), RuntimeError("NetCDF: HDF error"),
+    KeyboardInterrupt(), "InterruptedAfterOutputs"],
+    ids=["DataFormatError", "disk-full", "netcdf", "interrupt", "interrupted-after-outputs"])
+def test_destiny_debug_lets_every_failure_through_as_it_is(tmp_path, monkeypatch, failure):
+    """DESTINY_DEBUG=1: the failure itself (its traceback), not the one-paragraph message; an
+    interrupt is click's own 'Aborted!'. The outputs are still not put in place."""
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+    from destiny.errors import DataFormatError, InterruptedAfterOutputs
+
+    failure = {"DataFormatError": DataFormatError("in.txt", "bad", line=1),
+               "InterruptedAfterOutputs": InterruptedAfterOutputs(["out.nc"])}.get(failure,
+                                                                                  failure)
+
+    def fail(*_, **__):
+        raise failure
+
+    monkeypatch.setattr(destiny.generate, "write_dataset", fail)
+    monkeypatch.setenv("DESTINY_DEBUG", "1")
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    if isinstance(failure, KeyboardInterrupt):
+        assert (result.exit_code, result.output) == (1, "\nAborted!\n"), result.output
+    else:
+        # (the system's failures named with the output: io/failures.py)
+        assert isinstance(result.exception, type(failure)), result.output
+        assert str(failure) in str(result.exception) and "Error:" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_a_failing_write_of_an_index_names_it(tmp_path, monkeypatch):
     """The disk filling up as generate-netcdf writes the feature index, after the dataset:
     the index is named, and neither output is put in place."""
