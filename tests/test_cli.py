@@ -73,6 +73,26 @@ def test_out_of_memory_is_a_message_not_a_traceback(monkeypatch):
     assert "smaller batch (-b)" in result.output and "Traceback" not in result.output
 
 
+def test_predict_out_of_memory_advises_on_the_networks_size(model, monkeypatch, tmp_path):
+    """predict holds a network, as train does: the advice is the network's size and -b."""
+    import destiny.predict
+    from destiny.cli.predict import predict
+
+    def too_large(*_, **__):
+        raise MemoryError("Unable to allocate 38.1 GiB for an array with shape (10000, 1024000) "
+                          "and data type float32")
+
+    monkeypatch.setattr(destiny.predict.Predictor, "__init__", too_large)
+    result = CliRunner().invoke(predict, [
+        "-n", str(model / "gl.nc"), "-i", str(model / "features_input"), "-o",
+        str(model / "features_output"), "-r", str(model / "ratings.txt"), "-q",
+        "-s", str(tmp_path / "recs.txt")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of memory (Unable to allocate 38.1 GiB")
+    assert "The network's weights" in result.output and "smaller batch (-b)" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 class OutOfMemoryError(MemoryError):  # (as cupy.cuda.memory defines it)
     pass
 
