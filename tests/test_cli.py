@@ -1456,6 +1456,22 @@ def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
     assert waited >= 1.0, rest
 
 
+def test_the_progress_bar_counts_bytes_on_stderr_shown_only_on_a_terminal_after_a_second(
+        monkeypatch):
+    """generate-netcdf's bar (cli/common.py's progress_bar): bytes with their units (1.2MB),
+    on stderr (stdout is for data), only on a terminal (tqdm's disable=None), after a second
+    (none for a small file), cleared when done."""
+    import tqdm
+
+    from destiny.cli.common import progress_bar
+
+    made = []
+    monkeypatch.setattr(tqdm, "tqdm", lambda **kwargs: made.append(kwargs) or "bar")
+    assert progress_bar(1234, "generate-netcdf") == "bar"
+    assert made == [dict(total=1234, desc="generate-netcdf", unit="B", unit_scale=True,
+                         delay=1.0, file=sys.stderr, disable=None, leave=False)]
+
+
 def test_generate_netcdfs_progress_rate_leaves_out_the_wait(tmp_path, monkeypatch):
     """The progress bar's clock restarts once another run's lock is released, so that its
     rate is the conversion's own, not diluted by the wait."""
