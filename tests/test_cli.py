@@ -1732,3 +1732,74 @@ def test_an_interrupted_predict_to_standard_output_says_what_it_holds(model, mon
     assert result.output == ("Error: interrupted; no output was replaced (each is put in place "
                              "only once complete). Run the command again to start afresh.\n")
     assert not (tmp_path / "recs.txt").exists()
+
+
+# --- run_command under mpiexec: the ranks agree on the command line, one message for all ------
+
+_RANKS_COMMAND = """
+import signal
+import click
+from destiny.cli.common import library_errors, run_command
+from destiny.errors import DestinyError
+from destiny.parallel import get_comm
+
+@click.command()
+@click.option("--fail-on", type=int, default=-1)
+@click.option("--late-signal", is_flag=True)
+@library_errors
+def command(fail_on, late_signal):
+    \"\"\"A command run on every rank.\"\"\"
+    comm = get_comm()
+    if comm.rank == fail_on:  # (outside any collective: the others wait for this rank)
+        raise DestinyError(f"only rank {comm.rank} fails")
+    if late_signal:  # (as the context closes, once the command has returned)
+        click.get_current_context().call_on_close(lambda: signal.raise_signal(signal.SIGTERM))
+    comm.allgather(None)
+
+run_command(command, "command")
+"""
+
+
+def _ranks(tmp_path, *parts):
+    """``mpiexec -n 1 python command.py ARGS : ...``, a command line per rank."""
+    from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
+
+    if needs_mpiexec.args[0]:
+        pytest.skip(needs_mpiexec.kwargs["reason"])
+    script = tmp_path / "command.py"
+    script.write_text(_RANKS_COMMAND)
+    argv = [str(MPIEXEC)]
+    for args in parts:
+        argv += [*([":"] if len(argv) > 1 else []), "-n", "1", sys.executable, str(script), *args]
+    return subprocess.run(argv, env=rank_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_under_mpiexec_the_help_is_printed_once_on_stdout(tmp_path):
+    done = _ranks(tmp_path, ["--help"], ["--help"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.count("Usage: command [OPTIONS]") == 1, done.stdout
+
+
+def test_under_mpiexec_the_lowest_ranks_usage_error_is_printed_once(tmp_path):
+    done = _ranks(tmp_path, ["--bogus0"], ["--bogus1"], [])
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert [line for line in done.stderr.splitlines() if line.startswith("Error:")] == [
+        "Error: No such option '--bogus0'."], done.stderr
+
+
+def test_under_mpiexec_a_failure_of_one_rank_alone_names_it_and_stops_the_job(tmp_path):
+    """Rank 1 fails outside a collective, where rank 0 waits for it: its message says which
+    rank, and the job stops (it would wait for ever) with the command's exit code."""
+    done = _ranks(tmp_path, ["--fail-on", "1"], ["--fail-on", "1"])
+    assert done.returncode == 1, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("Error:")] == [
+        "Error: rank 1 of 2: only rank 1 fails"], done.stderr
+
+
+def test_under_mpiexec_a_signal_as_the_command_finishes_is_said_once(tmp_path):
+    """mpiexec passes a SIGTERM to every rank, here once the command has returned: the job
+    exits 143 as one process would, and rank 0 alone says that the work was complete."""
+    done = _ranks(tmp_path, ["--late-signal"], ["--late-signal"])
+    assert done.returncode == 128 + 15, done.stderr
+    assert done.stderr == ("command: SIGTERM came as the command finished, after its work was "
+                           "complete: its outputs are whole.\n")
