@@ -1626,9 +1626,11 @@ def test_help_or_version_to_a_full_standard_output_is_a_message(argv):
     """click writes the help and the version itself, outside the command: a full device there
     gave a traceback. A usage error is still click's (exit 2), and a closed pipe is silent."""
     command = [str(pathlib.Path(sys.executable).parent / argv[0]), *argv[1:]]
+    # (stdout buffered, as without PYTHONUNBUFFERED: what it holds is not written again at exit)
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "wb") as full:
         done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
-                              timeout=120)
+                              timeout=120, env=buffered)
     assert (done.returncode, done.stderr) == (1, "Error: standard output: No space left on "
                                                  "device; the help or version was not written.\n")
     with open("/dev/full", "wb") as full:
