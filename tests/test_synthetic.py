@@ -79,6 +79,18 @@ def test_popularity_is_skewed(ratings):
     assert top > 0.3  # the top 10% of items hold far more than 10% of the ratings
 
 
+def test_item_ids_say_nothing_of_popularity_or_cluster(ratings):
+    """Popularity ranks and home clusters are drawn over the ids: the most rated tenth of the
+    items spreads over all ids, and a user's items share no id residue (mod the 8 clusters)
+    more than chance and popularity make them."""
+    counts = np.bincount(ratings.items, minlength=401)[1:]
+    top = np.argsort(-counts)[:40] + 1
+    assert 120 < np.median(top) < 280, np.median(top)
+    shared = [np.bincount(ratings.items[ratings.users == u] % 8, minlength=8).max()
+              / np.sum(ratings.users == u) for u in range(1, 1501)]
+    assert np.mean(shared) < 0.4, np.mean(shared)  # (0.27; a cluster per residue: 0.8)
+
+
 def test_clusters_make_it_learnable(ratings):
     # Hold out 20% of each user's items. Item-item co-occurrence must find them clearly
     # better than a popularity ranking: the structure a model is meant to learn.
