@@ -12,6 +12,12 @@ import signal
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+# The commands a test starts run as a user's shell starts them: standard output to a pipe or
+# a file block-buffered. PYTHONUNBUFFERED=1 (set on some machines, this one among them) hid
+# a missing flush before a command dies by a signal, and a sys.stdout left in place after a
+# failed write; the few tests that need it set it themselves.
+os.environ.pop("PYTHONUNBUFFERED", None)
+
 import pytest  # noqa: E402
 
 # `make test` records every CUDA kernel launch's signature for scripts/cuda_compile_check.py;
