@@ -8,8 +8,8 @@
 #
 # Steps: env, test-gpu (the kernel tests and the GPU training tests), bench (tf32 off and on),
 # test (the whole suite), and, when named, profile (where a training step and a prediction
-# batch go, host functions and GPU kernels, and what one launch costs the host, numba's and
-# Destiny's), and quality (held-out quality of models trained with float32 and with TF32
+# batch go, host functions and GPU kernels, what one launch costs the host, numba's and
+# Destiny's, and what the step's waits for the GPU cost: profile_step.py --waits), and quality (held-out quality of models trained with float32 and with TF32
 # products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json), and predict
 # (bench_predict.py on the GPU: a cold start, scoring + top-100 beside PyTorch on CUDA, the
 # input's parse, and the whole predict command on all users), and mpi (the MPI tests, whose
@@ -101,6 +101,9 @@ kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
             --steps 50 --top 30
         run_step profile-predict 240 $PY scripts/profile_step.py --backend gpu --users 20000 \
             --steps 50 --top 30 --predict 100
+        # what a step gains if the host never waits for the loss (a brake decided on the GPU)
+        run_step profile-waits 240 $PY scripts/profile_step.py --backend gpu --users 20000 \
+            --steps 50 --waits
         run_step launch 120 $PY scripts/bench_launch.py ;;
     ab)
         : "${BASE:?ab needs BASE, the path of the checkout to compare with}"

@@ -15,6 +15,19 @@ With --backend gpu it synchronizes the device after each step, and, where PyTorc
 also lists the GPU's own time per kernel over the same steps (PyTorch's profiler records every
 kernel of the process through CUPTI, numba's and cuBLAS's included): the GPU's busy time beside
 the wall time says whether a step is bound by the kernels or by launching them from Python.
+
+With --waits it instead times the training step without cProfile, rounds alternating, three
+ways that differ only in when the host waits for the GPU:
+
+- step: for the whole step (the loss read, then a synchronize after the update; the way the
+  profile above times it);
+- loss: for the loss alone, read once the backward pass is queued, as `train` reads it each
+  step (the divergence brake and the NaN guard decide from it before the update);
+- none: never within the window (the loss is not copied back; one synchronize at its end): the
+  host queues the next steps while the GPU works, which a step whose brake and NaN guard were
+  decided on the device would allow. 'loss' against 'none' is what that change could gain.
+
+  python scripts/profile_step.py --backend gpu --users 20000 --steps 50 --waits
 """
 
 from __future__ import annotations
@@ -47,9 +60,12 @@ sys.path.insert(0, HERE)
               "(e.g. destiny/ with --sort cumulative: which of Destiny's calls cost the most).")
 @click.option("--workdir", default="build/bench", show_default=True)
 @click.option("--backend", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--waits", is_flag=True,
+              help="Time the training step waiting for the GPU after each step, for the loss "
+                   "only, and never (see above), without cProfile.")
 @click.option("--predict", "topk", type=int, default=0,
               help="Profile prediction with top-K and the seen-item filter instead of training.")
-def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, sort, only):
+def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, sort, only, waits):
     from bench_train import dataset_files
 
     from destiny import synthetic
@@ -60,6 +76,9 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     from destiny.predict import fused_activation, score_batches, top_k
     from destiny.train import TrainData, train_config
 
+    if waits and backend != "gpu":
+        raise click.UsageError("--waits times how the host waits for the GPU: it needs "
+                               "--backend gpu (the cpu never waits).")
     os.makedirs(workdir, exist_ok=True)
     inp, out = dataset_files(workdir, users, synthetic.ML20M_ITEMS,
                              synthetic.ML20M_MEAN_PER_USER, 0)
@@ -101,6 +120,9 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
 
     for s in range(3):  # compilation, first touch of the buffers
         step(s)
+    if waits:
+        time_waits(net, data, cfg, opt, kb, batch, steps)
+        return
     profile = cProfile.Profile()
     start = time.perf_counter()
     profile.enable()
@@ -114,6 +136,44 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     pstats.Stats(profile).sort_stats(sort).print_stats(*restrictions)
     if backend == "gpu":
         gpu_kernel_times(step, 3 + steps, steps, top)
+
+
+WAITS = ("step", "loss", "none")
+
+
+def time_waits(net, data, cfg, opt, kb, batch, steps, rounds=3):
+    """Median ms per training step over ``rounds`` windows of ``steps`` steps for each way of
+    waiting in ``WAITS`` (the module's docstring), the ways alternating."""
+    import statistics
+
+    from destiny.kernels.cuda.loss import DeviceError
+
+    read = DeviceError.__float__
+    first = 3
+    times = {wait: [] for wait in WAITS}
+    try:
+        for _ in range(rounds):
+            for wait in WAITS:
+                # 'none': the error is not copied back (a float the loop adds up, unread)
+                DeviceError.__float__ = (lambda self: 0.0) if wait == "none" else read
+                kb.synchronize()
+                start = time.perf_counter()
+                for s in range(first, first + steps):
+                    rows = np.arange(s * batch, (s + 1) * batch) % data.examples
+                    net.forward(data.batch(rows), train=True, dropout_key=s)
+                    net.backward()
+                    net.update(cfg.alpha, s + 1, opt)
+                    if wait == "step":
+                        kb.synchronize()
+                kb.synchronize()
+                times[wait].append((time.perf_counter() - start) / steps * 1e3)
+                first += steps
+    finally:
+        DeviceError.__float__ = read
+    for wait in WAITS:
+        ms = statistics.median(times[wait])
+        print(f"waiting {wait:>4}: {ms:6.2f} ms per step, {batch / ms * 1e3:9,.0f} samples/s "
+              f"(median of {rounds} windows of {steps} steps)")
 
 
 def gpu_kernel_times(step, first, steps, top):

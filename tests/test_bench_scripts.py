@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,61 @@ def test_tf32_products_on_the_cpu_are_a_usage_error(monkeypatch, tmp_path):
     assert result.exit_code == 2, result.output
     assert "--products tf32 has no effect on the cpu backend" in result.output
     assert "--backend reference" in result.output and list(tmp_path.iterdir()) == []
+
+
+def test_profile_steps_waits_differ_only_in_when_the_host_waits(monkeypatch, capsys):
+    """--waits (a GPU measurement: what deciding the brake on the device could gain) times the
+    same steps three ways; 'none' must not copy the loss back, 'step' must synchronize after
+    each step, and the loss read is restored afterwards. Under the simulator, on a 4-unit
+    copy of the benchmark network."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    import count_launches
+    import profile_step
+
+    from destiny.io.dataset import SparseDataset
+    from destiny.kernels import get_backend
+    from destiny.kernels.cuda.loss import DeviceError
+    from destiny.netdef import load_netdef
+    from destiny.network import Network
+    from destiny.train import TrainData, train_config
+
+    items, batch, steps = 12, 4, 2
+    netdef = load_netdef(count_launches.narrow_netdef(str(SCRIPTS.parent / "netdefs" /
+                                                          "benchmark.json"), 4),
+                         dataset_widths={"gl_input": items, "gl_output": items})
+    kb = get_backend("gpu")
+    net = Network(netdef, kb)
+    indptr, indices = count_launches.synthetic(3 * batch, items)
+    data = TrainData(net, {name: SparseDataset(name, items, indptr, indices)
+                           for name in ("gl_input", "gl_output")})
+    net.initialize(1)
+    cfg = train_config("rmsprop", batch=batch)
+    opt = cfg.optimizer_config()
+    net.init_optimizer(opt)
+    events = []
+    read = DeviceError.__float__
+    def counted(self):
+        events.append("read")
+        return read(self)
+
+    monkeypatch.setattr(DeviceError, "__float__", counted)
+    synchronize = kb.synchronize
+    monkeypatch.setattr(kb, "synchronize", lambda: events.append("sync") or synchronize())
+    update = net.update
+    monkeypatch.setattr(net, "update", lambda *a: events.append("update") or update(*a))
+    # (the simulator's syncthreads busy-wait for Python's switch interval: see tests/backends.py)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5e-5)
+    try:
+        profile_step.time_waits(net, data, cfg, opt, kb, batch, steps, rounds=1)
+    finally:
+        sys.setswitchinterval(interval)
+    step = ["read", "update", "sync"]
+    assert events == (["sync", *step * steps, "sync"]                    # step
+                      + ["sync", *["read", "update"] * steps, "sync"]    # loss
+                      + ["sync", *["update"] * steps, "sync"])           # none
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "waiting step", "waiting loss", "waiting none"]
+    assert all(f"(median of 1 windows of {steps} steps)" in line for line in lines)
+    assert DeviceError.__float__ is counted  # (restored: later reads copy the loss again)
