@@ -10,7 +10,8 @@
 # test (the whole suite), and, when named, profile (where a training step and a prediction
 # batch go, host functions and GPU kernels, what one launch costs the host, numba's and
 # Destiny's, and what the step's waits for the GPU cost: profile_step.py --waits), and
-# quality (held-out quality of models trained with float32 and with TF32 products; QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json), and predict
+# quality (held-out quality of models trained with float32 and with TF32 products;
+# QUALITY_ARGS adds options, e.g. --config netdefs/benchmark.json), and predict
 # (bench_predict.py on the GPU: a cold start, scoring + top-100 beside PyTorch on CUDA, the
 # input's parse, and the whole predict command on all users), and mpi (the MPI tests, whose
 # ranks then share the GPU: model-parallel training and predict --split-layers on a device;
