@@ -92,11 +92,10 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     opt = cfg.optimizer_config()
     net.init_optimizer(opt)
 
+    queue_step = training_step(net, data, cfg, opt, batch)
+
     def train_step(s):
-        rows = np.arange(s * batch, (s + 1) * batch) % data.examples
-        net.forward(data.batch(rows), train=True, dropout_key=s)
-        net.backward()
-        net.update(cfg.alpha, s + 1, opt)
+        queue_step(s)
         kb.synchronize()
 
     (inputs,) = net.inputs
@@ -121,7 +120,7 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
     for s in range(3):  # compilation, first touch of the buffers
         step(s)
     if waits:
-        time_waits(net, data, cfg, opt, kb, batch, steps)
+        time_waits(queue_step, kb, batch, steps)
         return
     profile = cProfile.Profile()
     start = time.perf_counter()
@@ -138,12 +137,24 @@ def main(config, optimizer, users, batch, steps, top, workdir, backend, topk, so
         gpu_kernel_times(step, 3 + steps, steps, top)
 
 
+def training_step(net, data, cfg, opt, batch):
+    """``step(s)``: queue training step ``s`` (batch ``s`` of the data in file order, update
+    ``s + 1``); it waits for the GPU only where the network reads the loss."""
+    def step(s):
+        rows = np.arange(s * batch, (s + 1) * batch) % data.examples
+        net.forward(data.batch(rows), train=True, dropout_key=s)
+        net.backward()
+        net.update(cfg.alpha, s + 1, opt)
+    return step
+
+
 WAITS = ("step", "loss", "none")
 
 
-def time_waits(net, data, cfg, opt, kb, batch, steps, rounds=3):
-    """Median ms per training step over ``rounds`` windows of ``steps`` steps for each way of
-    waiting in ``WAITS`` (the module's docstring), the ways alternating."""
+def time_waits(step, kb, batch, steps, rounds=3):
+    """Median ms per training step (``training_step``'s, from step 3 on) over ``rounds``
+    windows of ``steps`` steps for each way of waiting in ``WAITS`` (the module's docstring),
+    the ways alternating."""
     import statistics
 
     from destiny.kernels.cuda.loss import DeviceError
@@ -159,10 +170,7 @@ def time_waits(net, data, cfg, opt, kb, batch, steps, rounds=3):
                 kb.synchronize()
                 start = time.perf_counter()
                 for s in range(first, first + steps):
-                    rows = np.arange(s * batch, (s + 1) * batch) % data.examples
-                    net.forward(data.batch(rows), train=True, dropout_key=s)
-                    net.backward()
-                    net.update(cfg.alpha, s + 1, opt)
+                    step(s)
                     if wait == "step":
                         kb.synchronize()
                 kb.synchronize()

@@ -90,7 +90,8 @@ def test_profile_steps_waits_differ_only_in_when_the_host_waits(monkeypatch, cap
     interval = sys.getswitchinterval()
     sys.setswitchinterval(5e-5)
     try:
-        profile_step.time_waits(net, data, cfg, opt, kb, batch, steps, rounds=1)
+        profile_step.time_waits(profile_step.training_step(net, data, cfg, opt, batch), kb,
+                                batch, steps, rounds=1)
     finally:
         sys.setswitchinterval(interval)
     step = ["read", "update", "sync"]
