@@ -390,9 +390,9 @@ def _scan_error(path, scanned: _Chunk, first_line: int) -> DataFormatError:
     # evaluate and convert_ratings say), and converting it from UTF-16 is the remedy.
     if status == textscan.CARRIAGE_RETURN and (nul := chunk.find(b"\0", start, end)) >= 0:
         return nul_error(path, chunk, nul, first_line)
-    cut = _cut_short(path, chunk, start, end)
-    if status == _BOM_LINE:
+    if status == _BOM_LINE:  # (at a line's start: never a line cut short)
         return bom_line_error(path, chunk, pos, first_line)
+    cut = _cut_short(path, chunk, start, end)
     if status == _NOT_UTF8:
         return DataFormatError(
             path, f"the bytes {chunk[pos:scanned.utf8_end]!r} in {quote} are not valid UTF-8. "
