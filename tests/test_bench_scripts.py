@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -63,9 +64,11 @@ def test_profile_steps_waits_differ_only_in_when_the_host_waits(monkeypatch, cap
     from destiny.train import TrainData, train_config
 
     items, batch, steps = 12, 4, 2
-    netdef = load_netdef(count_launches.narrow_netdef(str(SCRIPTS.parent / "netdefs" /
-                                                          "benchmark.json"), 4),
-                         dataset_widths={"gl_input": items, "gl_output": items})
+    narrow = count_launches.narrow_netdef(str(SCRIPTS.parent / "netdefs" / "benchmark.json"), 4)
+    try:
+        netdef = load_netdef(narrow, dataset_widths={"gl_input": items, "gl_output": items})
+    finally:
+        os.unlink(narrow)  # (a temporary file of the script's)
     kb = get_backend("gpu")
     net = Network(netdef, kb)
     indptr, indices = count_launches.synthetic(3 * batch, items)
