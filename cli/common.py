@@ -227,11 +227,13 @@ _CALLBACKS = {("llvmlite.binding.executionengine", "_raw_object_cache_notify"),
 
 
 def _losing(frame) -> bool:
-    """Whether an interrupt raised in ``frame`` could be lost: an import or a ctypes callback
-    of llvmlite's is under way."""
+    """Whether an interrupt raised in ``frame`` could be lost: an import, a ctypes callback
+    of llvmlite's or a finalizer is under way. Python drops an exception raised in a
+    ``__del__`` ("Exception ignored in"): a Ctrl-C that came as llvmlite freed a compiled
+    object (numba compiling, a first run) let quality_sample.py train on to its end."""
     while frame is not None:
-        module = frame.f_globals.get("__name__")
-        if module in _IMPORT_MACHINERY or (module, frame.f_code.co_name) in _CALLBACKS:
+        module, name = frame.f_globals.get("__name__"), frame.f_code.co_name
+        if module in _IMPORT_MACHINERY or (module, name) in _CALLBACKS or name == "__del__":
             return True
         frame = frame.f_back
     return False
