@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from destiny.kernels.counter_rng import MUL1, MUL2, UNIFORM_SCALE, UNIFORM_SHIFT
+from destiny.kernels.cuda.csr import row_of
 from destiny.kernels.cuda.launch import THREADS, blocks_for, device_arrays, kernel
 
 _U = np.uint64
@@ -72,18 +73,18 @@ def uniform_fill(out, key, row_offset, col_offset):
 
 @kernel
 def _keep(keep, indptr, indices, key, row_offset, col_offset, p):
-    # One thread per row of the CSR matrix: a row's entries are few and contiguous.
+    # A thread per entry, its row by binary search in indptr: a batch's rows hold tens to
+    # thousands of entries each, too uneven and too few rows (256) for a thread per row.
+    n_rows = indptr.shape[0] - 1
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for r in range(start, indptr.shape[0] - 1, stride):
-        row = _U(row_offset + r)
-        for k in range(indptr[r], indptr[r + 1]):
-            keep[k] = uniform(key, row, _U(col_offset + indices[k])) >= p
+    for k in range(indptr[0] + start, indptr[n_rows], stride):
+        row = _U(row_offset + row_of(indptr, k))
+        keep[k] = uniform(key, row, _U(col_offset + indices[k])) >= p
 
 
 @device_arrays
 def denoise_keep(keep, indptr, indices, key, row_offset, col_offset, p):
     """``keep[k] = u(key, row_offset + row(k), col_offset + indices[k]) >= p`` for a CSR matrix."""
-    n_rows = indptr.shape[0] - 1
-    if n_rows > 0 and indices.shape[0] > 0:
-        _keep[blocks_for(n_rows), THREADS](keep, indptr, indices, _U(key), int(row_offset),
-                                           int(col_offset), float(p))
+    if indptr.shape[0] > 1 and indices.shape[0] > 0:
+        _keep[blocks_for(indices.shape[0]), THREADS](keep, indptr, indices, _U(key),
+                                                     int(row_offset), int(col_offset), float(p))

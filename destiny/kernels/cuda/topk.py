@@ -396,19 +396,36 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
 
 @kernel
 def _multiply_filter(scores, indptr, indices, values):
-    # One thread per row, its entries in order: duplicates multiply twice, as on the cpu.
+    # A thread per entry, its row by binary search in indptr. A row may list an item twice,
+    # and then its values multiply in entry order, as on the cpu: the thread of the item's
+    # first entry applies them all, and the others leave it. Finding which is first scans the
+    # row's earlier entries, so a row of L entries costs L * L / 2 index reads in all but no
+    # thread more than the L steps the whole row took with a thread per row. Without values
+    # every factor is 0.0, and a second 0.0 * s gives the bits of the first (a signed zero or
+    # NaN), so there each thread applies its own entry and repeats need no scan.
+    n_rows = indptr.shape[0] - 1
     n_items = scores.shape[1]
     zero = values.shape[0] == 0
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for b in range(start, scores.shape[0], stride):
-        for e in range(indptr[b], indptr[b + 1]):
-            i = indices[e]
-            if i < 0 or i >= n_items:
-                continue
-            if zero:
-                scores[b, i] = 0.0 * scores[b, i]
-            else:
-                scores[b, i] *= values[e]
+    for e in range(indptr[0] + start, indptr[n_rows], stride):
+        i = indices[e]
+        if i < 0 or i >= n_items:
+            continue
+        b = row_of(indptr, e)
+        if zero:
+            scores[b, i] = 0.0 * scores[b, i]
+            continue
+        first = True
+        for earlier in range(indptr[b], e):
+            if indices[earlier] == i:
+                first = False
+                break
+        if first:
+            s = scores[b, i] * values[e]
+            for later in range(e + 1, indptr[b + 1]):
+                if indices[later] == i:
+                    s *= values[later]
+            scores[b, i] = s
 
 
 @device_arrays
@@ -418,6 +435,6 @@ def multiply_filter(scores, indptr, indices, values):
     An empty ``values`` means every value is 0.0; an empty ``indptr`` means no filter. Entries
     outside ``[0, N)`` are ignored; a row's entries are applied in order.
     """
-    if indptr.shape[0] == 0 or scores.shape[0] == 0:
+    if indptr.shape[0] < 2 or indices.shape[0] == 0 or scores.shape[0] == 0:
         return
-    _multiply_filter[blocks_for(scores.shape[0]), THREADS](scores, indptr, indices, values)
+    _multiply_filter[blocks_for(indices.shape[0]), THREADS](scores, indptr, indices, values)
