@@ -18,12 +18,24 @@ def gather_ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
 
 
 def keep_entries(indptr, keep: np.ndarray) -> np.ndarray:
-    """The indptr of the same rows after dropping the entries where ``keep`` is False."""
-    rows = len(indptr) - 1
-    row_of_entry = np.repeat(np.arange(rows), np.diff(indptr))
-    new_indptr = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_of_entry[keep], minlength=rows), out=new_indptr[1:])
+    """The indptr of the same rows after dropping the entries where ``keep`` is False
+    (``keep[k]`` for entry ``indptr[0] + k``)."""
+    new_indptr = np.zeros(len(indptr), dtype=np.int64)
+    if len(indptr) > 1:
+        _count_kept(indptr, keep, new_indptr)
     return new_indptr
+
+
+@njit(cache=True)
+def _count_kept(indptr, keep, out):
+    # One pass, no temporaries: denoising calls this every epoch on the whole training set,
+    # where NumPy's row-of-each-entry array took 0.1-0.4 s of 20 M entries.
+    base = indptr[0]
+    for r in range(len(indptr) - 1):
+        n = 0
+        for k in range(indptr[r] - base, indptr[r + 1] - base):
+            n += keep[k]
+        out[r + 1] = out[r] + n
 
 
 def column_range(indptr, indices, values, lo: int, hi: int):

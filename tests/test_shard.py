@@ -216,3 +216,23 @@ def test_a_layer_with_fewer_units_than_ranks_is_refused():
     with pytest.raises(NetDefError, match=r"Layers\[1\]\.N: layer 'Hidden' has 2 units, fewer "
                                           r"than the 3 MPI ranks .* at most 2 ranks"):
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 3))
+
+
+@pytest.mark.parametrize("base", [0, 7])
+def test_keep_entries_counts_each_rows_kept_entries(base):
+    """keep_entries against NumPy's count by row, with empty rows, rows losing every entry,
+    and an indptr that does not start at 0 (keep[k] is entry indptr[0] + k)."""
+    from destiny.sparse import keep_entries
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 6, size=40)
+    lengths[::5] = 0
+    indptr = np.full(41, base, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indptr[1:] += base
+    keep = rng.random(int(lengths.sum())) < 0.6
+    keep[indptr[3] - base:indptr[4] - base] = False
+    rows = np.repeat(np.arange(40), lengths)
+    expected = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=40))])
+    np.testing.assert_array_equal(keep_entries(indptr, keep), expected)
+    np.testing.assert_array_equal(keep_entries(np.array([base], np.int64), keep[:0]), [0])
