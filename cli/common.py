@@ -125,11 +125,12 @@ def note(command: str, message: str) -> None:
     click.echo(f"{command}: {readable(message)}", err=True)
 
 
-def progress_bar(total: int, desc: str):
-    """A byte-count progress bar on stderr, shown only on a terminal and after one second."""
+def progress_bar(total: int, desc: str, unit: str = "B"):
+    """A progress bar on stderr (bytes, or another ``unit``), shown only on a terminal and
+    after one second, and cleared when closed."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, delay=1.0, file=sys.stderr,
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, file=sys.stderr,
                 disable=None, leave=False)
 
 

@@ -9,8 +9,8 @@ from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, products_note, run_command,
-                                stdin_for_dash, tf32_option)
+from destiny.cli.common import (CONTEXT, library_errors, note, products_note, progress_bar,
+                                run_command, stdin_for_dash, tf32_option)
 from destiny.wording import counted, quoted
 
 NAME = "predict"
@@ -113,8 +113,13 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                        "holds every layer")
         options = dict(k=k, filter_path=filter_path, multiply=filter_mode == "multiply",
                        batch_size=batch, score_format=score_format, comm=comm)
+        # A bar of the records written, by rank 0, unless they go to the same terminal
+        # (stdout None: closed, which _records_out refuses)
+        to_terminal = output_path == "-" and sys.stdout is not None and sys.stdout.isatty()
+        bar = held.enter_context(_Progress(quiet or not comm.is_root or to_terminal))
         with _records_out(output_path, comm) as out:
-            report = predict_file(predictor, input_path, out, **options)
+            report = predict_file(predictor, input_path, out, **options, on_start=bar.start,
+                                  on_written=bar.update)
     if not comm.is_root:
         return
     if report.dropped:
@@ -135,6 +140,26 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
                    + products_note(predictor.kernels)
                    + (f", layers split over {comm.size} processes" if predictor.split else ""))
+
+
+class _Progress(contextlib.AbstractContextManager):
+    """The records written, as a bar on stderr (``progress_bar``) once the input is read: its
+    count is known only then. Closed (cleared) before predict's notes or an error message."""
+
+    def __init__(self, off: bool):
+        self.off, self.bar = off, None
+
+    def start(self, samples: int) -> None:
+        if not self.off:
+            self.bar = progress_bar(samples, NAME, unit="sample")
+
+    def update(self, records: int) -> None:
+        if self.bar is not None:
+            self.bar.update(records)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _check_read_once(input_path, filter_path) -> None:

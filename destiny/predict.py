@@ -14,7 +14,7 @@ import functools
 import io
 import json
 from dataclasses import dataclass
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 import numpy as np
 
@@ -433,33 +433,45 @@ def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.
 
 def predict_file(predictor: Predictor, input_path, out: TextIO | None, *, k: int,
                  filter_path=None, multiply: bool = False, batch_size: int = 1024,
-                 score_format: str = "4.3f", comm: Comm | None = None) -> PredictReport:
+                 score_format: str = "4.3f", comm: Comm | None = None,
+                 on_start: Callable[[int], None] | None = None,
+                 on_written: Callable[[int], None] | None = None) -> PredictReport:
     """Score every sample of ``input_path`` and write its top-k record to ``out``.
 
     With a ``comm`` of several MPI ranks, each rank scores its share of the batches and rank 0
     writes every record to ``out`` in input order (the other ranks pass None); any rank's
     failure raises the same ``ParallelError`` on all of them.
+
+    ``on_start(samples)`` is called once the input is read, and ``on_written(records)`` after
+    each batch of records is written (under MPI, by rank 0, which writes them all): a progress
+    bar's hooks.
     """
+    on_start, on_written = on_start or _nothing, on_written or _nothing
+    options = dict(k=k, filter_path=filter_path, multiply=multiply, batch_size=batch_size,
+                   score_format=score_format, on_start=on_start, on_written=on_written)
     if predictor.split:
-        return _predict_split(predictor, input_path, out, k=k, filter_path=filter_path,
-                              multiply=multiply, batch_size=batch_size,
-                              score_format=score_format)
+        return _predict_split(predictor, input_path, out, **options)
     if comm is not None and comm.size > 1:
-        return _predict_ranks(predictor, input_path, out, comm, k=k, filter_path=filter_path,
-                              multiply=multiply, batch_size=batch_size,
-                              score_format=score_format)
+        return _predict_ranks(predictor, input_path, out, comm, **options)
     records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
+    on_start(len(records.labels))
     for lo, items, scores in predictor.recommend(records, k, filter_csr=filter_csr,
                                                  multiply=multiply, batch_size=batch_size):
         hi = lo + len(items)
         write_records(out, records.labels[lo:hi], items, scores, predictor.item_labels(),
                       score_format)
+        on_written(hi - lo)
     return _report(records, filter_csr)
 
 
+def _nothing(_: int) -> None:
+    pass
+
+
 def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: Comm, *, k: int,
-                   filter_path, multiply: bool, batch_size: int,
-                   score_format: str) -> PredictReport:
+                   filter_path, multiply: bool, batch_size: int, score_format: str,
+                   on_start: Callable[[int], None],
+                   on_written: Callable[[int], None]) -> PredictReport:
     """``predict_file`` on MPI ranks; every rank reads the whole input (it is small).
 
     The batches are exactly those of a single process (rows ``[j*b, (j+1)*b)``), shared out one
@@ -469,22 +481,29 @@ def _predict_ranks(predictor: Predictor, input_path, out: TextIO | None, comm: C
     with all_or_none(comm):
         records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
     _check_same_input(comm, records, filter_csr)
+    on_start(len(records.labels))
 
-    def produce(lo: int, hi: int) -> str:
+    def produce(lo: int, hi: int) -> tuple[int, str]:
         sub, sub_filter = _rows(records, filter_csr, lo, hi)
         ((_, items, scores),) = predictor.recommend(sub, k, filter_csr=sub_filter,
                                                     multiply=multiply, batch_size=hi - lo)
         text = io.StringIO()
         write_records(text, sub.labels, items, scores, predictor.item_labels(), score_format)
-        return text.getvalue()
+        return hi - lo, text.getvalue()
 
-    gather_in_order(comm, len(records.labels), batch_size, produce,
-                    lambda text: out.write(text))  # (rank 0 alone consumes, and has ``out``)
+    def consume(result: tuple[int, str]) -> None:  # (rank 0 alone consumes, and has ``out``)
+        records_in, text = result
+        out.write(text)
+        on_written(records_in)
+
+    gather_in_order(comm, len(records.labels), batch_size, produce, consume)
     return _report(records, filter_csr)
 
 
 def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: int, filter_path,
-                   multiply: bool, batch_size: int, score_format: str) -> PredictReport:
+                   multiply: bool, batch_size: int, score_format: str,
+                   on_start: Callable[[int], None],
+                   on_written: Callable[[int], None]) -> PredictReport:
     """``predict_file`` with the layers split across MPI ranks (``Predictor(comm=)``).
 
     Every rank reads the whole input and takes every batch through its part of the network
@@ -498,11 +517,14 @@ def _predict_split(predictor: Predictor, input_path, out: TextIO | None, *, k: i
     with all_or_none(comm):
         records, filter_csr = _read_inputs(predictor, input_path, filter_path, multiply)
     _check_same_input(comm, records, filter_csr)
+    on_start(len(records.labels))
+
     def write(lo: int, parts: list) -> None:
         items, best = merge_top_k([p[0] for p in parts], [p[1] for p in parts], k)
         hi = lo + len(items)
         write_records(out, records.labels[lo:hi], items, best, predictor.item_labels(),
                       score_format)
+        on_written(hi - lo)
 
     with stop_together(comm) as stops:
         for lo, items, best in predictor.recommend(records, k, filter_csr=filter_csr,

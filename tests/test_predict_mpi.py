@@ -364,3 +364,46 @@ def test_group_command_prints_once(model, tmp_path):  # noqa: F811
     done = run([MPIEXEC, "-n", 2, BIN / "destiny", "predict", "--bogus"])
     assert done.returncode == 2 and done.stderr.decode().count("No such option") == 1
     assert os.listdir(tmp_path) == []
+
+
+# A test-only launcher: predict with its progress bar replaced by one that writes what it was
+# given to BAR_LOG<rank> when closed.
+RECORDING_BAR = textwrap.dedent("""
+    import json, os, sys
+    import destiny.cli.predict as cli
+    from destiny.parallel import get_comm
+
+    class Bar:
+        def __init__(self, total, desc, unit):
+            self.made, self.updates = [total, desc, unit], []
+
+        def update(self, n):
+            self.updates.append(n)
+
+        def close(self):
+            with open(os.environ["BAR_LOG"] + str(get_comm().rank), "w") as f:
+                json.dump([self.made, self.updates], f)
+
+    cli.progress_bar = Bar
+    sys.argv[0] = "predict"
+    cli.main()
+""")
+
+
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_rank_zero_alone_shows_progress_counting_every_ranks_records(model, tmp_path,  # noqa: F811
+                                                                     split):
+    """Rank 0 writes every record, and its bar counts them all, batch by batch in input
+    order (32 samples each, the last 12), whichever rank scored them; the other ranks show
+    none."""
+    script = tmp_path / "bar.py"
+    script.write_text(RECORDING_BAR)
+    out = tmp_path / "out" / "recs.txt"
+    out.parent.mkdir()
+    env = dict(ENV, BAR_LOG=str(tmp_path / "bar"))
+    done = run([MPIEXEC, "-n", 3, sys.executable, script,
+                *argv(model, "-b", "32", *split, "-s", out)], env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert sorted(p.name for p in tmp_path.glob("bar*")) == ["bar.py", "bar0"]
+    made, updates = json.loads((tmp_path / "bar0").read_text())
+    assert made == [300, "predict", "sample"] and updates == [32] * 9 + [12]
