@@ -334,6 +334,18 @@ def test_sparseness_penalty_by_hand(backend):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_sparseness_penalty_of_a_nan_column_is_nan(backend):
+    """A NaN activation keeps its column's penalty NaN in every backend, as NumPy's clip of
+    the mean does: a GPU's min and max (fmin, fmax) would have clamped the mean to 1e-6 and
+    added a large finite penalty instead, hiding the NaN from the training's NaN guard."""
+    a = np.array([[0.2, np.nan, 0.5], [0.4, 0.3, 0.1]], dtype=np.float32)
+    da = np.zeros_like(a)
+    BACKENDS[backend].sparseness_penalty(da, a, 0.1, 0.5)
+    assert np.isnan(da[:, 1]).all(), da
+    assert np.isfinite(da[:, [0, 2]]).all(), da
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_delta_norm_by_hand(backend):
     d = np.array([[3.0, 4.0, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32)
     BACKENDS[backend].delta_norm(d, 2.0)

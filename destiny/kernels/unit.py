@@ -61,6 +61,19 @@ def unit_derivative(act, a, slope, alpha, lam):
     return 1.0  # LINEAR
 
 
+def sparseness_penalty(column_sum, n_rows, p, beta):
+    """beta * (-p / rho + (1 - p) / (1 - rho)) for a column's mean activation rho, clamped to
+    [1e-6, 0.999999] (spec 3.10). The clamp compares, where ``min`` and ``max`` would do: on a
+    GPU they become fmin and fmax, which drop a NaN, and a NaN column would get a finite
+    penalty where the cpu and NumPy's clip keep it NaN."""
+    rho = column_sum / max(n_rows, 1)
+    if rho < 1e-6:
+        rho = 1e-6
+    elif rho > 0.999999:
+        rho = 0.999999
+    return beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+
+
 def direction(gradient, w, lam, lam1):
     # g = G - lam*w - lam1*sgn(w), sgn(0) = 0 (spec 5.8): a zero weight gets no L1 push.
     g = gradient - lam * w

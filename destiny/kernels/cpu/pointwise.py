@@ -37,6 +37,7 @@ unit_activation = njit(cache=True)(unit.unit_activation)
 
 
 unit_derivative = njit(cache=True)(unit.unit_derivative)
+unit_sparseness_penalty = njit(cache=True)(unit.sparseness_penalty)
 
 
 @njit(cache=True)
@@ -300,8 +301,7 @@ def sparseness_penalty(da, a, p, beta):
         hi = min(lo + _TILE, n_units)
         penalty = column_block_sums(a, lo, hi)
         for j in range(hi - lo):
-            rho = min(max(penalty[j] / max(n_rows, 1), 1e-6), 0.999999)
-            penalty[j] = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+            penalty[j] = unit_sparseness_penalty(penalty[j], n_rows, p, beta)
         for r in range(n_rows):
             for j in range(lo, hi):
                 da[r, j] = np.float64(da[r, j]) + penalty[j - lo]

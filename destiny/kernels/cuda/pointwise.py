@@ -39,6 +39,7 @@ unit_activation = cuda.jit(device=True)(unit.unit_activation)
 
 
 unit_derivative = cuda.jit(device=True)(unit.unit_derivative)
+unit_sparseness_penalty = cuda.jit(device=True)(unit.sparseness_penalty)
 
 
 @cuda.jit(device=True)
@@ -325,8 +326,7 @@ def _sparseness_penalty(da, a, p, beta):
                 total += np.float64(a[r, j])
         total = _lane_sum(partial, total)
         if j < n_cols:
-            rho = min(max(total / max(n_rows, 1), 1e-6), 0.999999)
-            penalty = beta * (-p / rho + (1.0 - p) / (1.0 - rho))
+            penalty = unit_sparseness_penalty(total, n_rows, p, beta)
             for r in range(ty, n_rows, LANES):
                 da[r, j] = np.float64(da[r, j]) + penalty
 
