@@ -6,7 +6,7 @@
 #
 #   OUT=build/gpu STEPS="env test bench" scripts/gpu_check.sh
 #
-# Steps: env, test-gpu (the kernel tests and the GPU training tests), bench (tf32 off and on),
+# Steps: env, test-gpu (the launcher's, kernel and GPU training tests), bench (tf32 off and on),
 # test (the whole suite), and, when named, profile (where a training step and a prediction
 # batch go, host functions and GPU kernels, what one launch costs the host, numba's and
 # Destiny's, and what the step's waits for the GPU cost: profile_step.py --waits), and
@@ -87,7 +87,10 @@ print(\"cuda_available\", cuda_available()); cuda.detect()
 kb = get_backend(\"gpu\"); print(\"backend\", kb.name)
 '" ;;
     test-gpu)
-        run_step test-gpu "${TEST_GPU_LIMIT:-300}" $PY -m pytest -q --maxfail=10 -p no:cacheprovider tests/test_train_gpu.py \
+        # The launcher's own tests first: every launch on a GPU packs its arguments there
+        # (under the simulator numba launches), so a fault in it fails everything after.
+        run_step test-gpu "${TEST_GPU_LIMIT:-300}" $PY -m pytest -q --maxfail=10 -p no:cacheprovider \
+            tests/test_cuda_launch.py tests/test_cuda_device.py tests/test_train_gpu.py \
             tests/test_kernels_matmul.py tests/test_kernels_dense.py tests/test_kernels_sparse.py \
             tests/test_kernels_loss.py tests/test_kernels_pointwise.py tests/test_kernels_optim.py \
             tests/test_kernels_rng.py tests/test_kernels_topk.py tests/test_kernels_batch.py ;;
