@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import sys
 
 # Without an NVIDIA driver the CUDA kernels run in numba's simulator (every thread in Python,
 # hence the tests' tiny shapes for them). numba reads this when it is first imported, so it
@@ -53,6 +54,35 @@ def _fail_if_hung():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class RecordedBar:
+    """Stands in for tqdm: what a command's progress bar was given (``progress_bars``)."""
+
+    def __init__(self, bars: list, **kwargs):
+        self.on_stderr = kwargs.pop("file") is sys.stderr  # (the runner's, while it runs)
+        self.kwargs, self.updates, self.postfix, self.closed = kwargs, [], [], False
+        bars.append(self)
+
+    def set_postfix_str(self, text, refresh=True):
+        self.postfix.append(text)
+
+    def update(self, n):
+        assert not self.closed
+        self.updates.append(n)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def progress_bars(monkeypatch) -> list:
+    """The progress bars (``RecordedBar``) the commands make during the test, in order."""
+    import tqdm
+
+    bars = []
+    monkeypatch.setattr(tqdm, "tqdm", lambda **kwargs: RecordedBar(bars, **kwargs))
+    return bars
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -918,49 +918,22 @@ def test_the_notes_count_one_dropped_feature_and_several_featureless_samples(mod
         "biases alone (the most popular items)"]
 
 
-class RecordedBar:
-    """Stands in for tqdm: what predict's progress bar was given."""
-
-    bars: list = []
-
-    def __init__(self, **kwargs):
-        self.on_stderr = kwargs.pop("file") is sys.stderr  # (the runner's, while it runs)
-        self.kwargs, self.updates, self.closed = kwargs, [], False
-        RecordedBar.bars.append(self)
-
-    def update(self, n):
-        assert not self.closed
-        self.updates.append(n)
-
-    def close(self):
-        self.closed = True
-
-
-@pytest.fixture
-def bars(monkeypatch):
-    import tqdm
-
-    monkeypatch.setattr(tqdm, "tqdm", RecordedBar)
-    monkeypatch.setattr(RecordedBar, "bars", [])
-    return RecordedBar.bars
-
-
 @pytest.mark.parametrize("output", ["recs.txt", "-"])
-def test_the_progress_bar_counts_the_records_written(model, tmp_path, bars, output):
+def test_the_progress_bar_counts_the_records_written(model, tmp_path, progress_bars, output):
     """A bar of samples on stderr, made once the input is read (its count is known then),
     shown only on a terminal (tqdm's disable=None) after a second, and cleared when done; none
     with -q. Records on stdout not to a terminal (here the runner's) leave it shown."""
     out = str(tmp_path / output) if output != "-" else output
     result = run(model, "-r", str(model / "ratings.txt"), "-b", "128", output=out)
     assert result.exit_code == 0, result.output
-    (bar,) = bars
+    (bar,) = progress_bars
     assert bar.on_stderr and bar.kwargs == dict(total=300, desc="predict", unit="sample",
                                                 unit_scale=True, delay=1.0, disable=None,
                                                 leave=False)
     assert bar.updates == [128, 128, 44] and bar.closed
-    bars.clear()
+    progress_bars.clear()
     assert run(model, "-r", str(model / "ratings.txt"), "-q", output=out).exit_code == 0
-    assert bars == []
+    assert progress_bars == []
 
 
 class Terminal(io.StringIO):
@@ -968,7 +941,8 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_no_progress_bar_where_the_records_go_to_the_same_terminal(model, bars, monkeypatch):
+def test_no_progress_bar_where_the_records_go_to_the_same_terminal(model, progress_bars,
+                                                                   monkeypatch):
     """Records on stdout to a terminal would break up the bar's line and it theirs: predict
     -s - there shows none."""
     monkeypatch.setattr(sys, "stdout", Terminal())
@@ -976,13 +950,13 @@ def test_no_progress_bar_where_the_records_go_to_the_same_terminal(model, bars, 
             "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), "-s", "-",
             "-q"]
     predict.main(argv, standalone_mode=False)
-    assert sys.stdout.getvalue().count("\n") == 300 and bars == []
+    assert sys.stdout.getvalue().count("\n") == 300 and progress_bars == []
     argv.remove("-q")
     predict.main(argv, standalone_mode=False)
-    assert bars == []
+    assert progress_bars == []
 
 
-def test_a_failure_closes_the_bar(model, tmp_path, bars, monkeypatch):
+def test_a_failure_closes_the_bar(model, tmp_path, progress_bars, monkeypatch):
     """An error while scoring clears the bar before its message is printed."""
     import destiny.predict
     from destiny.errors import DestinyError
@@ -993,5 +967,5 @@ def test_a_failure_closes_the_bar(model, tmp_path, bars, monkeypatch):
     monkeypatch.setattr(destiny.predict, "write_records", fail)
     result = run(model, "-r", str(model / "ratings.txt"), output=str(tmp_path / "recs.txt"))
     assert result.exit_code == 1 and "simulated failure" in result.output
-    (bar,) = bars
+    (bar,) = progress_bars
     assert bar.closed and bar.updates == []

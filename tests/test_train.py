@@ -659,49 +659,24 @@ def test_the_epochs_line_counts_the_batches_the_brake_skipped(files, monkeypatch
     assert " examples/s, lr 0.01, 1 batch skipped by the divergence brake\n" in result.output
 
 
-class RecordedBar:
-    """Stands in for tqdm: what train's progress bar was given."""
-
-    bars: list = []
-
-    def __init__(self, **kwargs):
-        self.on_stderr = kwargs.pop("file") is sys.stderr  # (the runner's, while it runs)
-        self.kwargs, self.updates, self.postfix, self.closed = kwargs, [], [], False
-        RecordedBar.bars.append(self)
-
-    def set_postfix_str(self, text, refresh=True):
-        self.postfix.append(text)
-
-    def update(self, n):
-        assert not self.closed
-        self.updates.append(n)
-
-    def close(self):
-        self.closed = True
-
-
 def test_the_progress_bar_counts_each_epochs_examples_with_the_running_loss(files,
-                                                                             monkeypatch):
+                                                                             progress_bars):
     """A bar per epoch, on stderr, shown only on a terminal (tqdm's disable=None) and cleared
     when done; its loss is the running mean per example, which ends at the epoch's training
     error (the --metrics value)."""
-    import tqdm
-
-    monkeypatch.setattr(tqdm, "tqdm", RecordedBar)
-    monkeypatch.setattr(RecordedBar, "bars", [])
     result = run_train(files, "-b", "64", "-e", "2", "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (files / "m.jsonl").read_text().splitlines()]
-    assert len(RecordedBar.bars) == 2
-    for bar, r in zip(RecordedBar.bars, records, strict=True):
+    assert len(progress_bars) == 2
+    for bar, r in zip(progress_bars, records, strict=True):
         assert bar.on_stderr and bar.kwargs == dict(
             total=300, desc=f"epoch {r['epoch']}/2", unit="ex", unit_scale=True, disable=None,
             leave=False)
         assert bar.updates == [64, 64, 64, 64, 44] and bar.closed
         assert len(bar.postfix) == 5 and bar.postfix[-1] == f"loss {r['training_error']:.5f}"
-    RecordedBar.bars.clear()
+    progress_bars.clear()
     assert run_train(files, "-e", "1", "-q", "--force").exit_code == 0
-    assert RecordedBar.bars == []  # (-q: nothing on stderr)
+    assert progress_bars == []  # (-q: nothing on stderr)
 
 
 def test_the_metrics_of_an_epoch_are_in_the_file_once_it_is_done(files):
