@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from destiny.metrics import RankingMetrics, ranking_metrics
-from destiny.sparse import keep_entries
+from destiny.sparse import drop_entries
 
 
 def held_out_count(n: int, fraction: float) -> int:
@@ -39,7 +39,8 @@ def split_holdout(indptr, indices, fraction: float, seed: int):
         out = lo + rng.choice(hi - lo, size=n_out, replace=False)
         keep[out] = False
         held.append(set(indices[out].tolist()))
-    return keep_entries(indptr, keep), indices[keep], held
+    train_indptr, train_indices, _ = drop_entries(indptr, indices, None, keep)
+    return train_indptr, train_indices, held
 
 
 def popularity_metrics(indptr, indices, held, n_items: int, k: int) -> RankingMetrics:

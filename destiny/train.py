@@ -27,7 +27,7 @@ from destiny.kernels.reference.optim import step_size
 from destiny.netdef import LayerKind
 from destiny.network import Batch, Network, OptimizerConfig
 from destiny.parallel import ParallelError, StopCheck, stop_together
-from destiny.sparse import column_range, keep_entries
+from destiny.sparse import column_range, drop_entries
 
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "nesterov": 3, "rmsprop": 4,
               "adadelta": 5, "adam": 6}
@@ -400,8 +400,7 @@ def denoised(net: Network, name: str, ds: SparseDataset, seed: int, epoch: int) 
     keep = np.empty(ds.nnz, dtype=bool)
     key = stream_key(seed, DENOISE, epoch, net.layers[name].index)
     denoise_keep(keep, ds.indptr, ds.indices, key, 0, ds.offset, net.netdef.denoising.p)
-    return (keep_entries(ds.indptr, keep), ds.indices[keep],
-            None if ds.values is None else ds.values[keep])
+    return drop_entries(ds.indptr, ds.indices, ds.values, keep)
 
 
 def epoch_rng(seed: int, epoch: int) -> np.random.Generator:

@@ -137,10 +137,12 @@ def test_column_range_keeps_a_boolean_datasets_empty_values():
         got_indptr, got_indices, got_values = column_range(indptr, indices, values, 4, 9)
         np.testing.assert_array_equal(got_indptr, [0, 2, 2, 3])
         np.testing.assert_array_equal(got_indices, [0, 1, 1])
+        assert got_indices.flags.owndata  # a rank's share, not a view of every entry
         if kept is None:
             assert got_values is None
         else:
             np.testing.assert_array_equal(got_values, kept)
+            assert got_values.flags.owndata
 
 
 def test_join_puts_row_and_column_pieces_in_place():
@@ -218,11 +220,13 @@ def test_a_layer_with_fewer_units_than_ranks_is_refused():
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 3))
 
 
+@pytest.mark.parametrize("values_kind", ["float", "empty", "none"])
 @pytest.mark.parametrize("base", [0, 7])
-def test_keep_entries_counts_each_rows_kept_entries(base):
-    """keep_entries against NumPy's count by row, with empty rows, rows losing every entry,
-    and an indptr that does not start at 0 (keep[k] is entry indptr[0] + k)."""
-    from destiny.sparse import keep_entries
+def test_drop_entries_matches_numpys_masks(base, values_kind):
+    """drop_entries against NumPy's boolean indexing and count by row, with empty rows, a row
+    losing every entry, and an indptr that does not start at 0 (keep[k] is entry
+    indptr[0] + k); values float, empty (a boolean dataset's) or None, returned as given."""
+    from destiny.sparse import drop_entries
 
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 6, size=40)
@@ -230,9 +234,23 @@ def test_keep_entries_counts_each_rows_kept_entries(base):
     indptr = np.full(41, base, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
     indptr[1:] += base
-    keep = rng.random(int(lengths.sum())) < 0.6
+    nnz = int(lengths.sum())
+    indices = rng.integers(0, 50, size=nnz).astype(np.int32)
+    values = {"float": rng.random(nnz, dtype=np.float32), "empty": np.empty(0, np.float32),
+              "none": None}[values_kind]
+    keep = rng.random(nnz) < 0.6
     keep[indptr[3] - base:indptr[4] - base] = False
     rows = np.repeat(np.arange(40), lengths)
     expected = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=40))])
-    np.testing.assert_array_equal(keep_entries(indptr, keep), expected)
-    np.testing.assert_array_equal(keep_entries(np.array([base], np.int64), keep[:0]), [0])
+
+    got_indptr, got_indices, got_values = drop_entries(indptr, indices, values, keep)
+    np.testing.assert_array_equal(got_indptr, expected)
+    np.testing.assert_array_equal(got_indices, indices[keep])
+    assert got_indices.dtype == indices.dtype
+    if values_kind == "float":
+        np.testing.assert_array_equal(got_values, values[keep])
+    else:
+        assert got_values is values
+    no_rows = drop_entries(np.array([base], np.int64), indices[:0], values, keep[:0])
+    np.testing.assert_array_equal(no_rows[0], [0])
+    assert len(no_rows[1]) == 0
