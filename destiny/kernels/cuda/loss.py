@@ -115,11 +115,14 @@ def _listed_target(err_fn, act, value, count):
 
 @cuda.jit(device=True)
 def _is_last(indices, k, hi):
-    """Whether entry k is the last of its row (entries k..hi-1) to list its unit: the entry
-    whose value sets a unit listed twice (quirk 10.5), as on the cpu. A scan of the rest of
-    the row, so only asked where the values differ: an indicator row's entries of one unit
-    all write the same delta, in any order (a SoftMax row of 9,000 entries, one block,
-    would scan 40 M indices)."""
+    """Whether entry k is the last of entries k..hi-1 to list its unit.
+
+    A unit listed twice in a row takes the last entry's value (quirk 10.5), as on the cpu.
+    The block writes a row's entries in rounds of ROW_THREADS with a barrier between them,
+    so a later round overwrites an earlier one, and a thread need only scan the rest of its
+    own round (hi = the round's end): at most ROW_THREADS - 1 indices, where a scan to the
+    row's end made a row of 9,000 entries scan 40 M. Only asked where the values differ: an
+    indicator row's entries of one unit all write the same delta, in any order."""
     j = indices[k]
     for later in range(k + 1, hi):
         if indices[later] == j:
@@ -184,18 +187,21 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
                 delta[r, j] = p
                 row_err += e
         cuda.syncthreads()
-        for k in range(lo + t, hi, ROW_THREADS):  # 2. ... then correct the listed entries
-            if indices[k] < c0 or indices[k] >= c1:  # (another block's units)
-                continue
-            x = np.float64(a[r, indices[k]])
-            v = 1.0 if boolean else np.float64(values[k])
-            e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo), True,
-                               prm)
-            row_err += e1
-            if not ignore_zero:
-                row_err -= unit_loss(err_fn, act, x, 0.0, False, prm)[0]
-            if boolean or _is_last(indices, k, hi):
-                delta[r, indices[k]] = p1
+        for start in range(lo, hi, ROW_THREADS):  # 2. ... then correct the listed entries,
+            k = start + t                          #    a round of ROW_THREADS at a time
+            end = min(start + ROW_THREADS, hi)
+            if k < end and c0 <= indices[k] < c1:  # (not another block's units)
+                x = np.float64(a[r, indices[k]])
+                v = 1.0 if boolean else np.float64(values[k])
+                e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
+                                   True, prm)
+                row_err += e1
+                if not ignore_zero:
+                    row_err -= unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+                if boolean or _is_last(indices, k, end):
+                    delta[r, indices[k]] = p1
+            if not boolean:  # (the same for the whole block)
+                cuda.syncthreads()  # this round's writes before the next round's
         err += w * row_err
         cuda.syncthreads()
         total = 0.0
@@ -206,9 +212,11 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
         _finish_row(delta, a, r, act, w * boost_zero if boosting else w, total, c0, c1)
         if boosting:
             cuda.syncthreads()
-            for k in range(lo + t, hi, ROW_THREADS):
-                j = indices[k]
-                if c0 <= j < c1 and (boolean or _is_last(indices, k, hi)):
+            for start in range(lo, hi, ROW_THREADS):  # (in rounds, as in 2.)
+                k = start + t
+                end = min(start + ROW_THREADS, hi)
+                if k < end and c0 <= indices[k] < c1 and (boolean or _is_last(indices, k, end)):
+                    j = indices[k]
                     x = np.float64(a[r, j])
                     v = 1.0 if boolean else np.float64(values[k])
                     p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
@@ -216,6 +224,8 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
                     if act == SOFTMAX:
                         p1 -= x * total
                     delta[r, j] = p1 * boost_one * w
+                if not boolean:
+                    cuda.syncthreads()
     err = _block_sum(shared, err)
     if t == 0:
         block_err[cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x] = err
