@@ -79,6 +79,54 @@ def library_errors(fn):
     return wrapper
 
 
+class _Diagnostics:
+    """stderr whose reader may leave: what the command would still say is then dropped, and
+    the command goes on (see _diagnostics_outlive_their_reader)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_left = False
+
+    def write(self, text):
+        if not self.reader_left:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._left()
+        return len(text)
+
+    def flush(self):
+        if not self.reader_left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._left()
+
+    def _left(self):
+        self.reader_left = True
+        # The descriptor is pointed at /dev/null, as Python's documentation advises for a
+        # reader that left: the stream still holds the text that failed, and flushing it as
+        # the process exits would fail again (exit status 120), as would the final message.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name):  # (isatty, fileno, encoding: the stream's own)
+        return getattr(self._stream, name)
+
+
+def _diagnostics_outlive_their_reader():
+    """From here to the process's exit, a reader of stderr that leaves (`train 2>&1 | head`)
+    stops only the notes, progress, summary and final message, not the command: stderr is
+    commentary, and hours of training, or a prediction's file, are lost to a log filter that
+    has seen enough. The exit status still says how the command ended. A reader of stdout
+    that leaves still stops the command by SIGPIPE (records and metrics written there are its
+    output, as cat's)."""
+    if not isinstance(sys.stderr, _Diagnostics):
+        sys.stderr = _Diagnostics(sys.stderr)
+
+
 class FiniteRange(click.FloatRange):
     """A ``click.FloatRange`` that also refuses NaN and infinities (which pass its bounds)."""
 
@@ -122,7 +170,8 @@ def products_note(kernels) -> str:
 def note(command: str, message: str) -> None:
     """One line of information on stderr (stdout is kept for data); file names as
     ``wording.readable`` shows them."""
-    click.echo(f"{command}: {readable(message)}", err=True)
+    click.echo(f"{command}: {readable(message)}", file=sys.stderr)  # (the stream as it is
+    #                                                                  now: _Diagnostics)
 
 
 def progress_bar(total: int, desc: str, unit: str = "B"):
@@ -281,6 +330,7 @@ def run_program(command: click.Command, name: str):
     cleans up, then dies by that signal (exit status 128 + its number: 130 for Ctrl-C, 143 for
     SIGTERM), so that the shell script, make or scheduler that ran it stops too instead of
     taking it for an ordinary failure it may go past."""
+    _diagnostics_outlive_their_reader()
     try:
         return command(prog_name=name)
     except BaseException as e:  # (also the message's own failure: stderr gone with SIGHUP)
@@ -344,6 +394,7 @@ def _die_by(signum: int):
 def _run_ranks(command: click.Command, name: str, comm):
     from destiny.parallel import ParallelError, StoppedTogether
 
+    _diagnostics_outlive_their_reader()
     ctx, stop = _parse_ranks(command, name, comm)
     if stop is not None:
         code, text = stop

@@ -544,6 +544,23 @@ def test_a_reader_that_leaves_the_pipe_stops_predict_as_sigpipe_does(model):
     assert "Error" not in stderr and "Traceback" not in stderr, stderr
 
 
+def test_a_reader_of_stderr_that_leaves_does_not_stop_predict(model, tmp_path):
+    """`predict ... 2>&1 | head` with the records going to a file: the notes have nowhere to
+    go and are dropped, and the file is written whole (it used to be lost to SIGPIPE)."""
+    import pathlib
+    import subprocess
+    import sys
+
+    predict_bin = pathlib.Path(sys.executable).parent / "predict"
+    argv = [str(predict_bin), "-n", str(model / "gl.nc"), "-i", str(model / "features_input"),
+            "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), "-k", "5"]
+    proc = subprocess.Popen([*argv, "-s", str(tmp_path / "recs")], stderr=subprocess.PIPE)
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0
+    expected = subprocess.run([*argv, "-s", "-", "-q"], capture_output=True, check=True).stdout
+    assert (tmp_path / "recs").read_bytes() == expected and expected.count(b"\n") > 10
+
+
 def test_alike_indices_are_digested_once(model, monkeypatch):
     """An autoencoder's input and output indices map alike: the check of each against the
     network's record computes one digest for both (0.26 s each at 930k items)."""

@@ -1687,6 +1687,23 @@ def test_sigterm_stops_as_ctrl_c_does(files):
     assert left == [] and not (files / "net.nc").exists()
 
 
+def test_a_reader_of_stderr_that_leaves_does_not_stop_training(files):
+    """`train ... 2>&1 | head`: once head has its lines and leaves, train's notes, progress
+    and summary have nowhere to go, and they are dropped; training goes on and writes its
+    network (it used to die by SIGPIPE at its next line, exit status 141, the run lost). A
+    failure still exits 1."""
+    argv = [str(BIN / "train"), "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+            "-o", str(files / "gl_output.nc"), "-n", str(files / "net.nc"), "-b", "64",
+            "-e", "3"]
+    for expected in (0, 1):  # the second run: the network file exists, no --force
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+        proc.stderr.close()  # the reader left before the first line
+        assert proc.wait(timeout=300) == expected
+        assert read_network(files / "net.nc").weights
+    assert sorted(p.name for p in files.iterdir()) == ["gl_input.nc", "gl_output.nc",
+                                                       "net.json", "net.nc"]
+
+
 def test_checkerboard_known_answer():
     # implicit's checkerboard: user u likes the items of its parity, item u withheld. A trained
     # autoencoder must rank item u first among the items user u has not seen.
