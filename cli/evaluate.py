@@ -96,6 +96,14 @@ def _notes(result, recs_path, held_out_path, k: int) -> None:
         if model.missing_recommendations == model.metrics.users:
             note(NAME, "no held-out user has a recommendation line: do both files use the same "
                        "sample labels?")
+    if (model.metrics.users and model.metrics.precision == 0.0
+            and model.missing_recommendations < model.metrics.users):
+        # (a pipeline that trained and filtered on all the data, held-out items included:
+        # predict's -f then removes every held-out item from the lists)
+        note(NAME, f"no recommendation in {recs_path} is a held-out item: if predict's -f "
+                   "file or the training data listed the held-out items, they were filtered "
+                   "out; train and filter with the training part alone (split_holdout.py's "
+                   "--train)")
     if result.longest_list < k:
         longest = counted(result.longest_list, "item")
         note(NAME, f"the longest recommendation list has {longest}, fewer than k={k}: the "

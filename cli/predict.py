@@ -139,7 +139,9 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                       f"({filter_mode})"
                       if filter_path else "") + f"; backend {predictor.kernels.name}"
                    + products_note(predictor.kernels)
-                   + (f", layers split over {comm.size} processes" if predictor.split else ""))
+                   + (f", layers split over {comm.size} processes" if predictor.split
+                      else f", samples shared out over {comm.size} processes" if comm.size > 1
+                      else ""))
 
 
 class _Progress(contextlib.AbstractContextManager):

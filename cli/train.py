@@ -74,8 +74,11 @@ NAME = "train"
 @click.option("--force", is_flag=True,
               help="Overwrite an existing network file, and an --initial-network FILE that "
                    "is not an earlier run's untrained network.")
-@click.option("-d", "ignored_d", hidden=True, help="Ignored, as in DSSTNE.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or per-epoch lines on stderr.")
+@click.option("-d", "ignored_d", metavar="NAME",
+              help="Ignored, as in DSSTNE (accepted so that its command lines run).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Nothing on stderr but errors: no progress, settings, per-epoch lines, "
+                   "summary or notes.")
 @library_errors
 def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
           mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, keep_checkpoints,
@@ -104,12 +107,24 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         note(NAME, f"{' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect "
                    f"with --optimizer {optimizer}, which reads only {', '.join(reads[:-1])} "
                    f"and {reads[-1]}")
+    if (not quiet and (alpha is not None or mu is not None)
+            and click.get_current_context().get_parameter_source("optimizer")
+            == click.core.ParameterSource.DEFAULT):
+        # A DSSTNE command line ported as it was: its -alpha and -mu were SGD's (spec 5.8)
+        given = " and ".join(f for f, v in (("-alpha", alpha), ("-mu", mu)) if v is not None)
+        note(NAME, f"{given} {'set' if ' and ' in given else 'sets'} {DEFAULT_OPTIMIZER}'s "
+                   f"settings: Destiny trains with {DEFAULT_OPTIMIZER} unless --optimizer says "
+                   "otherwise, where DSSTNE always trained with sgd; add --optimizer sgd for "
+                   f"DSSTNE's training, or --optimizer {DEFAULT_OPTIMIZER} to keep this one "
+                   "without this note")
     if keep_checkpoints and not checkpoint_every and not quiet:
         note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
                    "checkpoints")
-    progress = _Progress(cfg, quiet, comm.size)
+    progress = _Progress(cfg, quiet, comm.size, resume=resume or restart,
+                         network_path=network_path)
 
     def restarted(path, why):
+        progress.restarted = True
         if not quiet:
             note(NAME, f"the newest checkpoint, {path}, is {why}: --resume-or-restart trains "
                        "afresh (the files passed over stay until this run's checkpoints of "
@@ -199,8 +214,9 @@ def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
 class _Progress:
     """A bar per epoch (examples/s, running loss) and one line per epoch, on stderr."""
 
-    def __init__(self, cfg, quiet: bool, ranks: int):
+    def __init__(self, cfg, quiet: bool, ranks: int, *, resume: bool, network_path):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
+        self.resume, self.network_path, self.restarted = resume, network_path, False
         self.examples, self.seen, self.loss = 0, 0, 0.0
         self.checkpoint = None  # this run's newest: (path, epoch)
 
@@ -213,6 +229,10 @@ class _Progress:
             return
         import numba
 
+        if self.resume and state.epoch == 0 and not self.restarted:
+            # (a mistyped -n in a cron job's --resume would otherwise retrain without a word)
+            note(NAME, f"no checkpoint of {self.network_path} to resume from "
+                       f"({self.network_path}<epoch>.nc): training from the start")
         where = f"{self.ranks} MPI ranks x " if self.ranks > 1 else ""
         note(NAME, f"backend {net.backend.name}{products_note(net.backend)} ({where}"
                    f"{counted(numba.get_num_threads(), 'thread')}), optimizer "

@@ -224,6 +224,21 @@ def test_no_recommendations_at_all_is_pointed_out():
     assert "same sample labels" in result.stderr
 
 
+def test_a_model_that_never_hits_is_pointed_out_once_it_has_lines():
+    """Recommendations that never name a held-out item (a pipeline that trained and filtered
+    with all the data, held-out items included) get a note on where those items went; one
+    hit, or no lines at all (the labels' note instead), gets none."""
+    write("recs.txt", "u1\ta,0.9:c,0.8:\nu2\ta,0.5:\nu3\tb,0.4:\n")
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"])
+    assert result.exit_code == 0
+    assert "no recommendation in recs.txt is a held-out item" in result.stderr
+    assert "split_holdout.py" in result.stderr
+    write("recs.txt", "u1\ta,0.9:c,0.8:\nu2\tc,0.5:\n")  # u2's c is held out
+    assert "is a held-out item" not in invoke(["-r", "recs.txt", "-t", "held.txt"]).stderr
+    write("recs.txt", "x1\ta,0.9:\n")
+    assert "is a held-out item" not in invoke(["-r", "recs.txt", "-t", "held.txt"]).stderr
+
+
 def test_non_ascii_labels():
     write("recs.txt", "ü1\té,0.9:b,0.8:\n")
     write("held.txt", "ü1\tb:é\n")

@@ -829,6 +829,49 @@ def test_the_first_line_names_the_settings_and_flags_the_optimizer_ignores(files
             in result.output)
 
 
+def test_dsstnes_alpha_or_mu_without_optimizer_says_that_adam_reads_them(files):
+    """A DSSTNE command line ported as it was (`-alpha 0.025 -mu 0.5`) trains with Adam,
+    Destiny's default, where DSSTNE trained with SGD: a note says so and how to choose; an
+    --optimizer given, even adam, or no -alpha and -mu, makes none, and -q none."""
+    result = run_train(files, "-e", "1", "-alpha", "0.025", "-lambda", "0.0001", "-mu", "0.5")
+    assert result.exit_code == 0, result.output
+    assert ("train: -alpha and -mu set adam's settings: Destiny trains with adam unless "
+            "--optimizer says otherwise, where DSSTNE always trained with sgd; add --optimizer "
+            "sgd for DSSTNE's training") in result.output
+    for args in (("-alpha", "0.01", "--optimizer", "adam"), ("-mu", "0.5", "--optimizer", "sgd"),
+                 ("-lambda", "0.001",), ("-alpha", "0.01", "-q")):
+        result = run_train(files, "-e", "1", "--force", *args)
+        assert result.exit_code == 0 and "adam's settings" not in result.output, result.output
+    result = run_train(files, "-e", "1", "--force", "-mu", "0.5")
+    assert "train: -mu sets adam's settings" in result.output
+
+
+def test_resume_without_a_checkpoint_says_it_trains_from_the_start(files):
+    """--resume where there is no checkpoint (the first run of a cron rule, or a mistyped
+    -n) trains afresh, as its help says, with a note; a resumed run, one that --resume-or-
+    restart restarts (its own note), and -q make none."""
+    result = run_train(files, "-e", "1", "-b", "64", "--resume")
+    assert result.exit_code == 0, result.output
+    note = (f"train: no checkpoint of {files / 'net.nc'} to resume from "
+            f"({files / 'net.nc'}<epoch>.nc): training from the start")
+    assert note in result.output
+    result = run_train(files, "-e", "2", "-b", "64", "--force", "--checkpoint-every", "1",
+                       "--resume")
+    assert result.exit_code == 0 and note in result.output, result.output
+    result = run_train(files, "-e", "3", "-b", "64", "--force", "--checkpoint-every", "1",
+                       "--resume")
+    assert result.exit_code == 0 and "resumed from" in result.output, result.output
+    assert "no checkpoint of" not in result.output
+    result = run_train(files, "-e", "3", "-b", "64", "--force", "--checkpoint-every", "1",
+                       "--resume-or-restart")  # (at -e already: restarted, with its own note)
+    assert result.exit_code == 0 and "trains afresh" in result.output, result.output
+    assert "no checkpoint of" not in result.output
+    (files / "net.nc").unlink()
+    for path in files.glob("net.nc*.nc"):
+        path.unlink()
+    assert run_train(files, "-e", "1", "-b", "64", "--resume", "-q").output == ""
+
+
 def test_each_optimizer_reads_its_settings_with_the_readmes_defaults():
     """README ("-alpha, ..."): each optimizer's settings and their defaults, as the first
     line names them; and each name selects its own update rule (the kernels' mode)."""
