@@ -25,6 +25,7 @@ if __name__ == "__main__":
 
 import io  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -35,10 +36,14 @@ from destiny.errors import InterruptedAfterOutputs  # noqa: E402
 from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (the defaults' checkout)
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--ratings", default="data/ratings.csv", show_default=True)
-@click.option("--config", default="netdefs/movielens.json", show_default=True)
+@click.option("--ratings", default=os.path.join(ROOT, "data", "ratings.csv"),
+              show_default="data/ratings.csv beside scripts/")
+@click.option("--config", default=os.path.join(ROOT, "netdefs", "movielens.json"),
+              show_default="netdefs/movielens.json beside scripts/")
 @click.option("--recipe", "recipes", multiple=True, default=["default"], show_default=True,
               help="'default', or an optimizer name with optional key=value overrides, "
                    "e.g. 'adam alpha=0.003'.")
