@@ -203,6 +203,18 @@ def test_single_layer_object_and_skip_and_shared_weights():
     assert net.layer("H3").shared_weights[0].transposed is False
 
 
+@pytest.mark.parametrize("sparse", [True, False])
+def test_a_skip_from_an_input_layer_is_refused_naming_it(sparse):
+    """A skip adds its source's activations (spec 3.16); an Input layer has none in Destiny
+    (the batch's entries, sparse), and train stopped with a KeyError in the first epoch."""
+    data = minimal()
+    data["Layers"][0].update(Name="In", Sparse=sparse)
+    data["Layers"][2]["Skip"] = ["In"]
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.Skip: 'In' is an Input layer: "
+                                          r"a skip from an Input layer is not supported"):
+        load_netdef(data, {"in": 16, "out": 16})
+
+
 @pytest.mark.parametrize("share, message", [
     ({"InputLayer": "H2", "SourceInputLayer": "H2", "SourceOutputLayer": "H3"},
      "the weight H2 -> H3 is itself shared; a share reuses an unshared matrix (spec 3.14)"),

@@ -422,6 +422,22 @@ def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
         read_network(net)
 
 
+def test_a_skip_from_the_input_layer_is_refused_naming_it(tmp_path):
+    """A DSSTNE network file whose output layer skips from the input layer (spec 3.16): refused
+    as the file is read, naming the attribute, where predict stopped with a KeyError."""
+    net = tmp_path / "skip.nc"
+    layers = (LayerDef("Input", LayerKind.Input, 0, 8, dataset="gl_input"),
+              LayerDef("Hidden", LayerKind.Hidden, 1, 4, sources=("Input",)),
+              LayerDef("Output", LayerKind.Output, 2, 8, sources=("Hidden",), skips=("Input",),
+                       dataset="gl_output"))
+    write_network(net, NetworkDef(layers=layers), {0: np.zeros((8, 4)), 1: np.zeros((4, 8))},
+                  {0: np.zeros(4), 1: np.zeros(8)})
+    with pytest.raises(DataFormatError, match=re.escape(
+            f"{net}: the attribute 'layer2_skip0' is 'Input' (text): 'Input' is an Input layer: "
+            "a skip from an Input layer is not supported")):
+        read_network(net)
+
+
 def test_a_dsstne_network_whose_loss_cannot_train_its_output_layer_still_reads(model, tmp_path):
     """A JSON definition pairing ScaledMarginalCrossEntropy with a Linear output is refused
     for training (quirk 10.13); a network file, DSSTNE's, that does is read and predicts as
