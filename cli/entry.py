@@ -11,15 +11,33 @@ command installs its own handlers when it starts (``library_errors``).
 from __future__ import annotations
 
 import importlib
+import os
 import signal
+import sys
 
 
 def default_ctrl_c_while_loading() -> None:
     """Give Ctrl-C its default action until the command installs its handlers: called first by
     the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
-    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept."""
+    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept. First, a
+    thread count numba cannot load with is refused (``_refuse_unusable_thread_count``)."""
+    _refuse_unusable_thread_count()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _refuse_unusable_thread_count() -> None:
+    """Exit 1 with a message where NUMBA_NUM_THREADS is not a whole number of at least 1:
+    numba raised a traceback as it loaded for 0 (a script's cores // processes), and for text
+    printed a warning with traceback lines and went on with every core."""
+    value = os.environ.get("NUMBA_NUM_THREADS")
+    if value is None or (value.strip().isdigit() and int(value) >= 1):
+        return
+    sys.stderr.write(f"Error: the environment variable NUMBA_NUM_THREADS is {value!r}; "
+                     "expected the number of threads for numba's parallel loops, 1 or more "
+                     "(under mpiexec, cores // processes, at least 1). Set it so, or unset it "
+                     "to use every core.\n")
+    sys.exit(1)
 
 
 def _main(module: str):

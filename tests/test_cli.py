@@ -606,6 +606,22 @@ def test_a_signal_as_the_process_exits_leaves_the_commands_status():
     assert (result.returncode, result.stdout, result.stderr) == (0, "done\n", "")
 
 
+@pytest.mark.parametrize("value", ["0", "abc", ""])
+def test_a_thread_count_numba_cannot_load_with_is_refused_without_a_traceback(value):
+    """NUMBA_NUM_THREADS=0 (a script's cores // processes) made every command print numba's
+    traceback as it loaded; text printed a warning with traceback lines and ran on. Both
+    installed commands and scripts refuse it first, naming the variable."""
+    env = {**os.environ, "NUMBA_NUM_THREADS": value}
+    for command in ([str(pathlib.Path(sys.executable).parent / "train"), "--help"],
+                    [sys.executable, str(ROOT / "scripts" / "split_holdout.py"), "--help"]):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1 and result.stdout == "", result.stderr
+        assert result.stderr == (f"Error: the environment variable NUMBA_NUM_THREADS is "
+                                 f"{value!r}; expected the number of threads for numba's "
+                                 "parallel loops, 1 or more (under mpiexec, cores // processes, "
+                                 "at least 1). Set it so, or unset it to use every core.\n")
+
+
 def test_ctrl_c_while_a_command_loads_stops_it_without_a_traceback(tmp_path):
     """The installed commands load with Ctrl-C's default action (cli/entry.py): a Ctrl-C in
     the half second numba takes to load used to print Python's traceback."""
