@@ -18,14 +18,20 @@ NAME = "predict"
 
 # printf's flags, width and precision, then a floating-point conversion: anything else (a
 # literal suffix, %d, %s, a ',' or ':') would write records that do not parse, with exit 0.
-_SCORE_FORMAT = re.compile(r"[-+ #0]*\d*(?:\.\d*)?[hlL]?[eEfFgG]")  # (C's 4.3lf too)
+_SCORE_FORMAT = re.compile(r"[-+ #0]*(\d*)(?:\.(\d*))?[hlL]?[eEfFgG]")  # (C's 4.3lf too)
+_MAX_FORMAT_DIGITS = 99  # width and precision: more is no score, and 10**9 took all memory
 
 
 def _check_format(ctx, param, fmt: str) -> str:
     # A parse-time check: under mpiexec every rank then agrees on it with the other usage errors.
-    if not _SCORE_FORMAT.fullmatch(fmt):
+    m = _SCORE_FORMAT.fullmatch(fmt)
+    if not m:
         raise click.BadParameter(f"{quoted(fmt)} is not a printf conversion for a number, such as "
                                  "4.3f, 6.5f or .3e (without the %)", param_hint="-p")
+    if any(int(n or 0) > _MAX_FORMAT_DIGITS for n in m.groups()):
+        raise click.BadParameter(f"{quoted(fmt)} asks for a width or precision above "
+                                 f"{_MAX_FORMAT_DIGITS}; a score needs far fewer, such as 4.3f",
+                                 param_hint="-p")
     return fmt
 
 

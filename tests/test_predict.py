@@ -309,7 +309,7 @@ def test_items_never_seen_in_training_are_not_recommended(model, tmp_path):
     assert "brand-new-item" not in out.read_text()
 
 
-@pytest.mark.parametrize("fmt", ["4.3f", ".3e", "+08.2f", "g", "10.4G", "4.3lf"])
+@pytest.mark.parametrize("fmt", ["4.3f", ".3e", "+08.2f", "g", "10.4G", "4.3lf", "99.99f"])
 def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     out = tmp_path / "recs.txt"
     result = run(model, "-r", str(model / "ratings.txt"), "-k", "2", "-p", fmt, output=str(out))
@@ -328,6 +328,8 @@ def test_score_formats_of_printf_are_taken(model, tmp_path, fmt):
     (["-p", "abc"], "'abc' is not a printf conversion"),  # Python's % took 'a', then "bc"
     (["-p", "4.3d"], "'4.3d' is not a printf conversion"),
     (["-p", "4.3f,9"], "'4.3f,9' is not a printf conversion"),  # a ',' inside the records
+    (["-p", "1000000000f"], "'1000000000f' asks for a width or precision above 99"),  # (memory)
+    (["-p", ".99999999999f"], "asks for a width or precision above 99"),  # (a traceback)
     (["-r", "nope.txt"], "nope.txt: the input file does not exist; check the -r path"),
     (["-f", "nope.txt"], "nope.txt: the input file does not exist; check the -f path"),
     (["-k", "0"], "0 is not in the range x>=1"),
