@@ -374,6 +374,9 @@ def setter(name, reader):
     return apply
 
 
+MAX_N = 2**31 - 1  # the units of a layer: as io.dataset.MAX_WIDTH, int32 indices
+
+
 def read_n(kw, path, value) -> None:
     if isinstance(value, str) and value.lower() == "auto":
         kw["n"], kw["n_auto"] = None, True
@@ -389,4 +392,7 @@ def read_n(kw, path, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
             0 < value < math.inf) or float(value) != int(value):
         raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
+    if int(value) > MAX_N:  # (2**62 ended in NumPy's traceback as the weights were made)
+        raise NetDefError(path, f"{int(value)} units is more than Destiny holds in a layer (at "
+                                f"most {MAX_N:,}, as a dataset's width: unit indices are int32)")
     kw["n"], kw["n_auto"] = int(value), False

@@ -292,6 +292,11 @@ INVALID = [
      r"Gaussian"),
     ("n_zero", _set_layer(1, "N", 0), r"^Layers\[1\]\.N: expected a positive integer or 'auto'"),
     ("n_float", _set_layer(1, "N", 2.5), r"^Layers\[1\]\.N: expected a positive integer"),
+    ("n_beyond_int32", _set_layer(1, "N", 2**62),
+     r"^Layers\[1\]\.N: 4611686018427387904 units is more than Destiny holds in a layer \(at "
+     r"most 2,147,483,647"),
+    ("n_float_beyond_int32", _set_layer(1, "N", 1e19), r"^Layers\[1\]\.N: 10000000000000000000 "
+                                                        r"units is more than"),
     ("n_auto_hidden", _set_layer(1, "N", "auto"),
      r"^Layers\[1\]\.N: 'auto' is allowed only on Input and Output"),
     ("n_multi_dim", _set_layer(1, "N", [2, 3]), r"^Layers\[1\]\.N: multi-dimensional"),
