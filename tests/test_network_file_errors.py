@@ -406,16 +406,22 @@ def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path)
     assert net.read_bytes() == before
 
 
-def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
-    """check_graph's check of a JSON definition's skips, which the network file's own checks
-    lacked: its weights and biases fit its layers, and only the skip is wrong."""
+def network_skipping(tmp_path, source: str):
+    """A network file of 8 -> 4 -> 8 units whose output layer skips from ``source``."""
     net = tmp_path / "skip.nc"
     layers = (LayerDef("Input", LayerKind.Input, 0, 8, dataset="gl_input"),
               LayerDef("Hidden", LayerKind.Hidden, 1, 4, sources=("Input",)),
-              LayerDef("Output", LayerKind.Output, 2, 8, sources=("Hidden",), skips=("Hidden",),
+              LayerDef("Output", LayerKind.Output, 2, 8, sources=("Hidden",), skips=(source,),
                        dataset="gl_output"))
     write_network(net, NetworkDef(layers=layers), {0: np.zeros((8, 4)), 1: np.zeros((4, 8))},
                   {0: np.zeros(4), 1: np.zeros(8)})
+    return net
+
+
+def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
+    """check_graph's check of a JSON definition's skips, which the network file's own checks
+    lacked: its weights and biases fit its layers, and only the skip is wrong."""
+    net = network_skipping(tmp_path, "Hidden")
     with pytest.raises(DataFormatError, match=re.escape(
             f"{net}: the attribute 'layer2_skip0' is 'Hidden' (text): 'Hidden' has N=4 but this "
             f"layer has N=8; skip layers must have equal sizes. {DAMAGED}")):
@@ -425,13 +431,7 @@ def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
 def test_a_skip_from_the_input_layer_is_refused_naming_it(tmp_path):
     """A DSSTNE network file whose output layer skips from the input layer (spec 3.16): refused
     as the file is read, naming the attribute, where predict stopped with a KeyError."""
-    net = tmp_path / "skip.nc"
-    layers = (LayerDef("Input", LayerKind.Input, 0, 8, dataset="gl_input"),
-              LayerDef("Hidden", LayerKind.Hidden, 1, 4, sources=("Input",)),
-              LayerDef("Output", LayerKind.Output, 2, 8, sources=("Hidden",), skips=("Input",),
-                       dataset="gl_output"))
-    write_network(net, NetworkDef(layers=layers), {0: np.zeros((8, 4)), 1: np.zeros((4, 8))},
-                  {0: np.zeros(4), 1: np.zeros(8)})
+    net = network_skipping(tmp_path, "Input")
     with pytest.raises(DataFormatError, match=re.escape(
             f"{net}: the attribute 'layer2_skip0' is 'Input' (text): 'Input' is an Input layer: "
             "a skip from an Input layer is not supported")):
