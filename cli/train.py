@@ -124,7 +124,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                          network_path=network_path)
 
     def restarted(path, why):
-        progress.restarted = True
+        progress.resume = False  # (trains afresh, as this note says: no other note of it)
         if not quiet:
             note(NAME, f"the newest checkpoint, {path}, is {why}: --resume-or-restart trains "
                        "afresh (the files passed over stay until this run's checkpoints of "
@@ -216,7 +216,7 @@ class _Progress:
 
     def __init__(self, cfg, quiet: bool, ranks: int, *, resume: bool, network_path):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
-        self.resume, self.network_path, self.restarted = resume, network_path, False
+        self.resume, self.network_path = resume, network_path
         self.examples, self.seen, self.loss = 0, 0, 0.0
         self.checkpoint = None  # this run's newest: (path, epoch)
 
@@ -229,7 +229,7 @@ class _Progress:
             return
         import numba
 
-        if self.resume and state.epoch == 0 and not self.restarted:
+        if self.resume and state.epoch == 0:
             # (a mistyped -n in a cron job's --resume would otherwise retrain without a word)
             note(NAME, f"no checkpoint of {self.network_path} to resume from "
                        f"({self.network_path}<epoch>.nc): training from the start")
