@@ -8,6 +8,7 @@ import io
 import math
 import os
 import signal
+import struct
 import sys
 import threading
 import time
@@ -141,6 +142,33 @@ class FiniteRange(click.FloatRange):
         if self.min is None and self.max is None:
             return ""
         return super()._describe_range()
+
+
+class Float32Range(FiniteRange):
+    """A ``FiniteRange`` for a setting the training computes with in float32 (the optimizer's
+    alpha, lambda, mu): it must survive the cast, or it would become another setting than the
+    one recorded. 1e39 became infinity, 1e-320 became 0 (no learning, without a word) and
+    -mu 0.9999999999 became 1.0 (which Adam's bias correction divides by 1 - 1)."""
+
+    _TINY = 2.0 ** -126  # float32's smallest normal number: below it, 0 or lost precision
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        try:
+            single = struct.unpack("f", struct.pack("f", number))[0]
+        except OverflowError:  # (Pythons before 3.12; later ones give infinity)
+            single = math.inf
+        if math.isinf(single):
+            self.fail(f"{value!r} is beyond float32's range (3.4e38), the precision training "
+                      "computes in.", param, ctx)
+        if number != 0.0 and abs(single) < self._TINY:
+            self.fail(f"{value!r} is below float32's smallest normal number (1.2e-38), the "
+                      "precision training computes in: it would become 0 or lose its "
+                      "precision.", param, ctx)
+        if (self.min_open and single == self.min) or (self.max_open and single == self.max):
+            self.fail(f"{value!r} becomes {single!r} in float32, the precision training "
+                      f"computes in, which is outside {self._describe_range()}.", param, ctx)
+        return number
 
 
 # A seed: NumPy's generators take no negative seed, and the network file stores it as a 64-bit

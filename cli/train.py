@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from destiny.cli.common import (CONTEXT, SEED, FiniteRange, library_errors, note,
+from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, note,
                                 products_note, run_command, tf32_option)
 from destiny.errors import InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
@@ -30,17 +30,17 @@ NAME = "train"
               help="Minibatch size.")
 @click.option("-e", "--epochs", type=click.IntRange(min=1), default=40, show_default=True,
               help="Epochs to train (with --resume: the total, counting the checkpoint's).")
-@click.option("-alpha", "--alpha", type=FiniteRange(min=0.0, min_open=True), default=None,
+@click.option("-alpha", "--alpha", type=Float32Range(min=0.0, min_open=True), default=None,
               help="Learning rate [default: per optimizer; 0.025 for sgd, 0.01 for adam].")
-@click.option("-lambda", "--lambda", "lam", type=FiniteRange(min=0.0), default=None,
+@click.option("-lambda", "--lambda", "lam", type=Float32Range(min=0.0), default=None,
               help="L2 weight decay [default: 1e-4 for sgd/momentum/nesterov, else 0].")
-@click.option("-lambda1", "--lambda1", "lam1", type=FiniteRange(min=0.0), default=0.0,
+@click.option("-lambda1", "--lambda1", "lam1", type=Float32Range(min=0.0), default=0.0,
               show_default=True,
               help="L1 weight decay.")
-@click.option("-mu", "--mu", type=FiniteRange(0.0, 1.0, max_open=True), default=None,
+@click.option("-mu", "--mu", type=Float32Range(0.0, 1.0, max_open=True), default=None,
               help="Momentum, or decay of RMSProp/AdaDelta, or Adam's beta1 "
                    "[default: per optimizer].")
-@click.option("-mu1", "--mu1", type=FiniteRange(0.0, 1.0, max_open=True), default=None,
+@click.option("-mu1", "--mu1", type=Float32Range(0.0, 1.0, max_open=True), default=None,
               help="Adam's beta2 [default: 0.999].")
 @click.option("--optimizer", type=click.Choice(sorted(OPTIMIZERS)), default=DEFAULT_OPTIMIZER,
               show_default=True, help="sgd with DSSTNE's defaults reproduces DSSTNE's train.")

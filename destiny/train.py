@@ -75,6 +75,19 @@ def unused_settings(optimizer: str, given) -> list[str]:
             if key in given and key not in OPTIMIZER_SETTINGS[optimizer]]
 
 
+def _divergence_advice(cfg: TrainConfig) -> str:
+    """What to change when a run diverges: the settings its optimizer reads that could cause
+    it (adadelta reads no -alpha; a weight decay of 1 or more shrinks weights past 0 each
+    step, and beyond float32's range overflows), then the default optimizer."""
+    reads = OPTIMIZER_SETTINGS[cfg.optimizer]
+    fixes = ["lower the learning rate (-alpha)"] if "alpha" in reads else []
+    fixes += [f"lower the weight decay ({SETTING_FLAGS[k]} {getattr(cfg, k):g})"
+              for k in ("lam", "lam1") if k in reads and getattr(cfg, k) >= 1.0]
+    if cfg.optimizer != DEFAULT_OPTIMIZER:
+        fixes.append(f"use the default optimizer ({DEFAULT_OPTIMIZER})")
+    return " or ".join(fixes)
+
+
 class TrainingDivergedError(ParallelError):
     """The loss or the weights stopped being finite. Under MPI every rank finds it alike (the
     loss is summed over ranks, the weights checked on all), so it is a ``ParallelError``:
@@ -447,8 +460,7 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
             raise TrainingDivergedError(
                 f"training diverged in epoch {epoch}: the loss of layer "
                 f"{net.outputs[0]!r} became {err_t} at example {pos:,}. The last good "
-                "checkpoint (if any) is kept; lower the learning rate (-alpha) or use the "
-                "default optimizer.")
+                f"checkpoint (if any) is kept; {_divergence_advice(cfg)}.")
         total_t += err_t
         step = step_size(cfg.alpha, decay, state.updates)
         if cfg.brake:
@@ -473,8 +485,8 @@ def _train_epoch(net: Network, data: TrainData, cfg: TrainConfig, state: TrainSt
     if bad is not None:
         raise TrainingDivergedError(
             f"training diverged in epoch {epoch}: the weights into layer {bad!r} are no "
-            "longer finite. The last good checkpoint (if any) is kept; lower the learning "
-            "rate (-alpha).")
+            f"longer finite. The last good checkpoint (if any) is kept; "
+            f"{_divergence_advice(cfg)}.")
     seconds = time.perf_counter() - started
     reg = net.regularization_error(cfg.lam, cfg.lam1)
     state.epoch = epoch

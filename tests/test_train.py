@@ -896,6 +896,12 @@ def test_each_optimizer_reads_its_settings_with_the_readmes_defaults():
     ("-lambda1", "inf", "'inf' is not a finite number"),
     ("-mu", "1", "1.0 is not in the range 0.0<=x<1.0"),
     ("-mu1", "-0.5", "-0.5 is not in the range 0.0<=x<1.0"),
+    # Training computes in float32: these became 0 (no learning), infinity and 1.0 (Adam's
+    # bias correction then divides by 0), without a word.
+    ("-alpha", "1e-320", "'1e-320' is below float32's smallest normal number"),
+    ("-lambda", "1e39", "'1e39' is beyond float32's range (3.4e38)"),
+    ("-mu", "0.9999999999", "'0.9999999999' becomes 1.0 in float32, the precision training "
+                            "computes in, which is outside 0.0<=x<1.0"),
     ("--seed", "-1", "-1 is not in the range 0<=x<=9223372036854775807"),  # (a traceback)
     ("--seed", str(2**63), "is not in the range"),  # (failed once the network was trained)
     ("-e", "0", "0 is not in the range x>=1"),
@@ -916,7 +922,26 @@ def test_divergence_stops_with_message(files):
     error = result.output.splitlines()[-1]
     assert error.startswith("Error: training diverged in epoch 1: the ")
     assert "layer 'Hidden'" in error or "layer 'Output'" in error
+    assert error.endswith("is kept; lower the learning rate (-alpha) or use the default "
+                          "optimizer (adam).")
     assert not (files / "net.nc").exists()
+
+
+@pytest.mark.parametrize("optimizer, values, advice", [
+    ("adam", {}, "lower the learning rate (-alpha)"),
+    ("sgd", {"lam": 1e30}, "lower the learning rate (-alpha) or lower the weight decay "
+                           "(-lambda 1e+30) or use the default optimizer (adam)"),
+    ("adam", {"lam": 0.5, "lam1": 2.0}, "lower the learning rate (-alpha) or lower the "
+                                        "weight decay (-lambda1 2)"),
+    ("adadelta", {"lam": 3.0}, "lower the weight decay (-lambda 3) or use the default "
+                               "optimizer (adam)"),  # (adadelta reads no -alpha)
+])
+def test_divergence_advice_names_the_settings_the_optimizer_reads(optimizer, values, advice):
+    """A divergence used to advise -alpha always: for adadelta, which reads none, and for a
+    weight decay of 1e30 (weights shrink past 0 by 1 - alpha * lambda each step)."""
+    from destiny.train import _divergence_advice, train_config
+
+    assert _divergence_advice(train_config(optimizer, **values)) == advice
 
 
 def test_divergence_keeps_the_last_good_checkpoint(files):
