@@ -234,7 +234,9 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
         return net if dataset_widths is None else net.resolve(dataset_widths)
     path = os.fspath(source)
     try:
-        with open(path, encoding="utf-8") as handle:
+        # A UTF-8 byte order mark (Windows' Notepad writes one) is skipped, as RFC 8259 8.1
+        # allows: json's "Unexpected UTF-8 BOM (decode using utf-8-sig)" was no help to a user.
+        with open(path, encoding="utf-8-sig") as handle:
             text = handle.read()
     except OSError as exc:
         raise NetDefError("", f"cannot read the network definition: {exc.strerror}; check "

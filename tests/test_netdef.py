@@ -525,6 +525,18 @@ def test_binary_file_is_named_as_another_kind_of_file(tmp_path):
         load_netdef(path)
 
 
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path):
+    """Windows' Notepad starts a file with one; json refused it ('decode using utf-8-sig'). An
+    error's line and column are counted as without it."""
+    plain = (ROOT / "netdefs" / "movielens.json").read_bytes()
+    path = tmp_path / "net.json"
+    path.write_bytes(b"\xef\xbb\xbf" + plain)
+    assert load_netdef(path) == load_netdef(ROOT / "netdefs" / "movielens.json")
+    path.write_bytes(b"\xef\xbb\xbf{,}")
+    with pytest.raises(NetDefError, match=r"net\.json: line 1, column 2: invalid JSON"):
+        load_netdef(path)
+
+
 def test_netdef_is_frozen():
     net = load_netdef(minimal())
     with pytest.raises(AttributeError):
