@@ -34,7 +34,7 @@ from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.network_checks import is_settings
 from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
-from destiny.netdef import LayerKind, load_netdef
+from destiny.netdef import LayerKind, load_netdef, read_netdef_json
 from destiny.network import Network
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
                               stop_together)
@@ -106,8 +106,7 @@ def fit(
                                   processes=comm.local_size)
             pool = dataset_pool([input_path, output_path])
             netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
-            with open(config_path, encoding="utf-8") as f:
-                netdef_text = json.dumps(json.load(f), separators=(",", ":"))
+            netdef_text = json.dumps(read_netdef_json(config_path), separators=(",", ":"))
             summaries = _summaries(pool, netdef)
             _check_rows_line_up(pool, summaries)
             run = {"netdef_json": netdef_text} | trained_indexes(netdef, summaries)

@@ -233,6 +233,18 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
         net = parse_netdef(source)
         return net if dataset_widths is None else net.resolve(dataset_widths)
     path = os.fspath(source)
+    data = read_netdef_json(path)
+    try:
+        net = parse_netdef(data)
+        return net if dataset_widths is None else net.resolve(dataset_widths)
+    except NetDefError as exc:
+        raise exc.with_file(path) from None
+
+
+def read_netdef_json(path):
+    """The JSON value of the network definition file ``path`` (not yet checked as one), or a
+    ``NetDefError`` naming the file where it cannot be read or is not JSON."""
+    path = os.fspath(path)
     try:
         # A UTF-8 byte order mark (Windows' Notepad writes one) is skipped, as RFC 8259 8.1
         # allows: json's "Unexpected UTF-8 BOM (decode using utf-8-sig)" was no help to a user.
@@ -256,11 +268,7 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
     except RecursionError:
         raise NetDefError("", "invalid JSON: arrays or objects nested too deeply to read; a "
                           "network definition is a few levels deep", file=path) from None
-    try:
-        net = parse_netdef(data)
-        return net if dataset_widths is None else net.resolve(dataset_widths)
-    except NetDefError as exc:
-        raise exc.with_file(path) from None
+    return data
 
 
 class _JSONObject(dict):

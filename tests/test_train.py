@@ -916,6 +916,18 @@ def test_hyperparameters_out_of_range_are_usage_errors(files, flag, value, messa
     assert not (files / "net.nc").exists()
 
 
+def test_a_definition_with_a_byte_order_mark_trains_as_without(files):
+    """load_netdef skipped the mark, but the definition was read again for the checkpoints'
+    settings without skipping it: a traceback (json's 'Unexpected UTF-8 BOM')."""
+    assert run_train(files, "-b", "64", "-e", "1", network="plain.nc").exit_code == 0
+    path = files / "net.json"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    result = run_train(files, "-b", "64", "-e", "1", network="bom.nc")
+    assert result.exit_code == 0, result.output
+    for a, b in zip(weights_of(files / "plain.nc"), weights_of(files / "bom.nc"), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_divergence_stops_with_message(files):
     result = run_train(files, "-b", "64", "-e", "6", "--optimizer", "sgd", "-alpha", "1e38")
     assert result.exit_code == 1
