@@ -9,7 +9,7 @@ import click
 
 from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, note,
                                 products_note, run_command, tf32_option)
-from destiny.errors import InterruptedAfterOutputs, system_failure
+from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
 from destiny.wording import counted, sized
@@ -152,16 +152,23 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                                                 checkpoint_every, cfg.epochs)) from None
     except ParallelError as e:  # under mpiexec: shared by the ranks
         progress.close()
-        if not e.system or progress.checkpoint is None:
+        if not e.system:
             raise
-        raise click.ClickException(  # (a full disk, as one process's message below says it)
-            f"{e} To go on from this run's newest checkpoint instead, "
-            f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.") from None
+        # (a full disk, as one process's message below says it)
+        message = str(e).replace(NOTHING_REPLACED, _not_written(network_path))
+        if progress.checkpoint is not None:
+            message += (" To go on from this run's newest checkpoint instead, "
+                        f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.")
+        raise click.ClickException(message) from None
     except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
         progress.close()
-        if progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):
-            raise  # (library_errors' message: nothing of this run to go on from)
-        failure = system_failure(e, then=_go_on(network_path, progress.checkpoint, cfg.epochs))
+        if os.environ.get("DESTINY_DEBUG"):
+            raise
+        # Not "no output was replaced": the initial network, checkpoints and the metrics may
+        # have been written before.
+        failure = system_failure(e, kept=_not_written(network_path), **(
+            {} if progress.checkpoint is None else
+            {"then": _go_on(network_path, progress.checkpoint, cfg.epochs)}))
         if failure is None:
             raise
         raise click.ClickException(failure) from None
@@ -180,8 +187,7 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
     one it resumed from or wrote last)."""
     from destiny.io.checkpoint import latest_checkpoint
 
-    kept = " (the one there is left as it was)" if os.path.exists(network_path) else ""
-    lost = f"interrupted; {network_path} was not written{kept}."
+    lost = f"interrupted; {_not_written(network_path)}."
     if ours is not None:
         return f"{lost} To go on, {_go_on(network_path, ours, epochs)}."
     newest = latest_checkpoint(network_path)
@@ -196,6 +202,13 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
     return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
             "the command again to start afresh (--checkpoint-every sets how often checkpoints "
             "are written).")
+
+
+def _not_written(network_path) -> str:
+    """What a run that stopped leaves of the network file (the files written before it, an
+    initial network or checkpoints, stay)."""
+    kept = " (the one there is left as it was)" if os.path.exists(network_path) else ""
+    return f"{network_path} was not written{kept}"
 
 
 def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:

@@ -147,11 +147,12 @@ def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
 
 def system_failure(e: BaseException,
                    then: str = "run the command again, or write the outputs elsewhere", *,
-                   network: bool = True) -> str | None:
+                   network: bool = True, kept: str = NOTHING_REPLACED) -> str | None:
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
     own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
     ``then`` is what to do once the cause is mended; ``network``: the command holds a network
-    (train, predict), whose size is then the advice on memory."""
+    (train, predict), whose size is then the advice on memory; ``kept``: what the outputs are
+    left as, where a file being replaced failed (train has put files in place before)."""
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
@@ -166,11 +167,11 @@ def system_failure(e: BaseException,
             remedy = f"Check the file and the file system, then {then}."
         kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
                 "and holds what was written before the failure" if isinstance(e, InPlaceFailure)
-                else NOTHING_REPLACED)
+                else kept)
         return f"{where}{e.strerror}; {kept}. {remedy}"
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
-        return (f"{where}the NetCDF library failed ({e}); {NOTHING_REPLACED}. While writing, "
+        return (f"{where}the NetCDF library failed ({e}); {kept}. While writing, "
                 f"a full disk or quota is the usual cause: free space, then {then}.")
     on_gpu = _out_of_gpu_memory(e)
     if isinstance(e, MemoryError) or on_gpu:  # NumPy's says how much one array needed

@@ -1224,8 +1224,8 @@ def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     real = disk_full_writing(monkeypatch, "net.nc4.nc")
     result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert (f"Error: {files / 'net.nc4.nc'}: No space left on device; no output was "
-            "replaced") in result.output
+    assert (f"Error: {files / 'net.nc4.nc'}: No space left on device; {files / 'net.nc'} was "
+            "not written.") in result.output
     assert ("Free space on that file system (or raise the quota), then run the same command "
             f"with --resume to continue from {files / 'net.nc2.nc'} (epoch 2), the newest "
             "checkpoint.") in result.output
@@ -1233,6 +1233,22 @@ def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     monkeypatch.setattr(destiny.io.checkpoint, "write_network", real)
     resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
     assert resumed.exit_code == 0, resumed.output
+
+
+def test_a_full_disk_after_the_initial_network_does_not_say_nothing_was_replaced(files,
+                                                                               monkeypatch):
+    """--initial-network's file was written, then the disk filled up (no checkpoint yet): the
+    message said "no output was replaced"; it names the network file that was not written."""
+    disk_full_writing(monkeypatch, "net.nc")
+    (files / "net.nc").write_bytes(b"earlier")
+    result = run_train(files, "-b", "64", "-e", "1", "--initial-network",
+                       str(files / "initial.nc"), "--force")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines()[-1] == (
+        f"Error: {files / 'net.nc'}: No space left on device; {files / 'net.nc'} was not "
+        "written (the one there is left as it was). Free space on that file system (or raise "
+        "the quota), then run the command again, or write the outputs elsewhere.")
+    assert (files / "initial.nc").exists() and (files / "net.nc").read_bytes() == b"earlier"
 
 
 def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypatch):
@@ -1669,7 +1685,7 @@ def test_a_run_failing_before_its_first_epoch_leaves_the_metrics_file_as_it_was(
     """The metrics file is emptied with the first epoch's line: a cron run that diverges at
     once keeps the last good run's metrics (it was left empty)."""
     (files / "m.jsonl").write_text("old\n")
-    result = run_train(files, "-b", "64", "-e", "2", "-alpha", "1e308",
+    result = run_train(files, "-b", "64", "-e", "2", "--optimizer", "sgd", "-alpha", "1e38",
                        "--metrics", str(files / "m.jsonl"))
     assert result.exit_code == 1 and "diverged" in result.output, result.output
     assert (files / "m.jsonl").read_text() == "old\n"

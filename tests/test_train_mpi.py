@@ -383,7 +383,7 @@ def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path):
                               "--checkpoint-every", "1")
     assert done.returncode == 1, done.stderr.decode()
     (line,) = errors(done)
-    assert "No space left on device; no output was replaced" in line, line
+    assert f"No space left on device; {out / 'gl.nc'} was not written. " in line, line
     assert line.endswith(f"To go on from this run's newest checkpoint instead, run the same "
                          f"command with --resume to continue from {out / 'gl.nc1.nc'} (epoch 1), "
                          "the newest checkpoint."), line
