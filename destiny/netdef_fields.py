@@ -229,6 +229,17 @@ NORM = Range("a number", note="0: none")  # WeightNorm, DeltaNorm (0: off, spec 
 DECAY = Range("a number", note="0: no decay")
 
 
+_LONGEST = 60  # characters of a value that an error message quotes whole (a paragraph's)
+
+
+def quoted(text: str) -> str:
+    """``text`` quoted for an error message (repr), a long one by its start and length: a
+    value of thousands of characters was quoted whole, burying the message."""
+    if len(text) <= _LONGEST:
+        return repr(text)
+    return f"{text[:_LONGEST // 2]!r}... ({len(text):,} characters)"
+
+
 def _describe(value) -> str:
     """Name a JSON value's type for error messages."""
     if value is None:
@@ -239,10 +250,12 @@ def _describe(value) -> str:
         return "NaN"
     if isinstance(value, float) and math.isinf(value):
         return f"{'-' if value < 0 else ''}Infinity (or a number beyond float64's range)"
+    if isinstance(value, int) and len(digits := str(abs(value))) > _LONGEST:
+        return f"a number of {len(digits):,} digits ({'-' if value < 0 else ''}{digits[:6]}...)"
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({quoted(value)})"
     if isinstance(value, list):
         return "an array"
     return "an object"
@@ -284,7 +297,10 @@ def read_number(path: str, value) -> float:
     Infinity and numbers beyond float64 (1e999) as non-finite floats: refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NetDefError(path, f"expected a number, got {_describe(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # (an integer of hundreds of digits: json reads it exactly)
+        number = math.inf
     if not math.isfinite(number):
         raise NetDefError(path, f"expected a finite number, got {_describe(value)}")
     return number
@@ -307,12 +323,12 @@ def read_str(path: str, value) -> str:
     if not isinstance(value, str):
         raise NetDefError(path, f"expected a string, got {_describe(value)}")
     if "\0" in value:
-        raise NetDefError(path, f"{value!r} holds a NUL character, which a network file "
+        raise NetDefError(path, f"{quoted(value)} holds a NUL character, which a network file "
                                 "cannot store; remove it.")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise NetDefError(path, f"{value!r} holds half of a UTF-16 surrogate pair "
+        raise NetDefError(path, f"{quoted(value)} holds half of a UTF-16 surrogate pair "
                                 f"({value[exc.start]!r} escaped alone), which is not a "
                                 "character and cannot be written as UTF-8; write the "
                                 "character itself, or both halves of the pair.") from None
@@ -334,12 +350,12 @@ def read_enum(path: str, value, names: dict, refused: dict | None = None):
     text = read_str(path, value)
     key = text.lower()
     if refused and key in refused:
-        raise NetDefError(path, f"'{text}' is not supported: {refused[key]}")
+        raise NetDefError(path, f"{quoted(text)} is not supported: {refused[key]}")
     if key not in names:
         expected = ", ".join(m.name for m in sorted(set(names.values())))
         aliases = sorted(k for k, m in names.items() if k != m.name.lower())
         alias_text = f" (aliases: {', '.join(aliases)})" if aliases else ""
-        raise NetDefError(path, f"unknown '{text}'; expected one of {expected}{alias_text}")
+        raise NetDefError(path, f"unknown {quoted(text)}; expected one of {expected}{alias_text}")
     return names[key]
 
 
@@ -390,9 +406,12 @@ def read_n(kw, path, value) -> None:
                                     "'auto'")
         path, value = f"{path}[0]", value[0]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value < math.inf) or float(value) != int(value):
+            0 < value < math.inf) or (isinstance(value, float) and not value.is_integer()):
         raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
-    if int(value) > MAX_N:  # (2**62 ended in NumPy's traceback as the weights were made)
-        raise NetDefError(path, f"{int(value)} units is more than Destiny holds in a layer (at "
+    if value > MAX_N:  # (2**62 ended in NumPy's traceback as the weights were made)
+        units = int(value)
+        if len(str(units)) > _LONGEST:
+            units = f"{str(units)[:6]}... ({len(str(units)):,} digits)"
+        raise NetDefError(path, f"{units} units is more than Destiny holds in a layer (at "
                                 f"most {MAX_N:,}, as a dataset's width: unit indices are int32)")
     kw["n"], kw["n_auto"] = int(value), False

@@ -297,6 +297,17 @@ INVALID = [
      r"most 2,147,483,647"),
     ("n_float_beyond_int32", _set_layer(1, "N", 1e19), r"^Layers\[1\]\.N: 10000000000000000000 "
                                                         r"units is more than"),
+    # An integer of thousands of digits (json reads up to 4,300) was a traceback converting it
+    # to float; the messages quote a long value by its start and length.
+    ("n_thousands_of_digits", _set_layer(1, "N", int("9" * 4000)),
+     r"^Layers\[1\]\.N: 999999\.\.\. \(4,000 digits\) units is more than Destiny holds"),
+    ("n_negative_thousands_of_digits", _set_layer(1, "N", -int("9" * 4000)),
+     r"^Layers\[1\]\.N: expected a positive integer or 'auto', got a number of 4,000 digits "
+     r"\(-999999\.\.\.\)$"),
+    ("dropout_thousands_of_digits", _set_layer(1, "pDropout", int("9" * 400)),
+     r"^Layers\[1\]\.pDropout: expected a finite number, got a number of 400 digits"),
+    ("activation_long_string", _set_layer(1, "Activation", "x" * 5000),
+     r"^Layers\[1\]\.Activation: unknown 'x{30}'\.\.\. \(5,000 characters\); expected "),
     ("n_auto_hidden", _set_layer(1, "N", "auto"),
      r"^Layers\[1\]\.N: 'auto' is allowed only on Input and Output"),
     ("n_multi_dim", _set_layer(1, "N", [2, 3]), r"^Layers\[1\]\.N: multi-dimensional"),
