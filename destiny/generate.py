@@ -25,7 +25,7 @@ from destiny.io.index import (LabelTable, check_appendable, index_digest, load_t
 from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.text import input_files, read_records
 from destiny.sparse import repeated_entries, take_rows
-from destiny.wording import counted
+from destiny.wording import abridged, counted
 
 
 @dataclass
@@ -161,6 +161,17 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
             f"once ({counted(repeats, 'repeat')}); each is kept "
             "and counts again in training, as in DSSTNE (quirk 10.5). Duplicate ratings in the "
             "raw data are the usual cause: remove them upstream if they are not meant.")
+    for what, labels in (("feature", feature_labels[features.loaded:] if update else []),
+                         ("sample", new_samples)):
+        spaced = [label for label in labels if label != label.strip()]
+        if spaced:  # (a refusal would break DSSTNE's files, which kept them: a note)
+            shown = ", ".join(abridged(label) for label in spaced[:3])
+            report.notes.append(
+                f"{counted(len(spaced), f'new {what} label')} "
+                f"{'has' if len(spaced) == 1 else 'have'} spaces at the start or end "
+                f"({shown}{', ...' if len(spaced) > 3 else ''}); labels are kept as written, "
+                f"as in DSSTNE, so 'a ' and 'a' are two {what}s. Remove the spaces upstream if "
+                "they are not meant.")
     missing = len(samples) - (len(records.labels) - len(new_samples))
     if missing > 0:
         report.notes.append(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from destiny.errors import NetDefError
+from destiny.wording import abridged
 
 
 class Activation(IntEnum):
@@ -232,14 +233,6 @@ DECAY = Range("a number", note="0: no decay")
 _LONGEST = 60  # characters of a value that an error message quotes whole (a paragraph's)
 
 
-def quoted(text: str) -> str:
-    """``text`` quoted for an error message (repr), a long one by its start and length: a
-    value of thousands of characters was quoted whole, burying the message."""
-    if len(text) <= _LONGEST:
-        return repr(text)
-    return f"{text[:_LONGEST // 2]!r}... ({len(text):,} characters)"
-
-
 def _describe(value) -> str:
     """Name a JSON value's type for error messages."""
     if value is None:
@@ -255,7 +248,7 @@ def _describe(value) -> str:
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
     if isinstance(value, str):
-        return f"a string ({quoted(value)})"
+        return f"a string ({abridged(value)})"
     if isinstance(value, list):
         return "an array"
     return "an object"
@@ -323,12 +316,12 @@ def read_str(path: str, value) -> str:
     if not isinstance(value, str):
         raise NetDefError(path, f"expected a string, got {_describe(value)}")
     if "\0" in value:
-        raise NetDefError(path, f"{quoted(value)} holds a NUL character, which a network file "
+        raise NetDefError(path, f"{abridged(value)} holds a NUL character, which a network file "
                                 "cannot store; remove it.")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise NetDefError(path, f"{quoted(value)} holds half of a UTF-16 surrogate pair "
+        raise NetDefError(path, f"{abridged(value)} holds half of a UTF-16 surrogate pair "
                                 f"({value[exc.start]!r} escaped alone), which is not a "
                                 "character and cannot be written as UTF-8; write the "
                                 "character itself, or both halves of the pair.") from None
@@ -350,12 +343,12 @@ def read_enum(path: str, value, names: dict, refused: dict | None = None):
     text = read_str(path, value)
     key = text.lower()
     if refused and key in refused:
-        raise NetDefError(path, f"{quoted(text)} is not supported: {refused[key]}")
+        raise NetDefError(path, f"{abridged(text)} is not supported: {refused[key]}")
     if key not in names:
         expected = ", ".join(m.name for m in sorted(set(names.values())))
         aliases = sorted(k for k, m in names.items() if k != m.name.lower())
         alias_text = f" (aliases: {', '.join(aliases)})" if aliases else ""
-        raise NetDefError(path, f"unknown {quoted(text)}; expected one of {expected}{alias_text}")
+        raise NetDefError(path, f"unknown {abridged(text)}; expected one of {expected}{alias_text}")
     return names[key]
 
 

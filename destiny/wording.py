@@ -64,3 +64,11 @@ def quoted(text: str) -> str:
     shown as ``readable`` shows them: ``'a\\xff'``, not repr's ``'a\\udcff'``. (Text read as
     UTF-8, such as a JSON string holding the escape \\udcff, keeps repr's escape: use repr.)"""
     return _REPR_BYTE_ESCAPE.sub(lambda m: m[0] if m[1] is None else f"\\x{m[1]}", repr(text))
+
+
+def abridged(text: str, longest: int = 60) -> str:
+    """``repr(text)`` for an error message, one longer than ``longest`` by its start and its
+    length: a value of thousands of characters, quoted whole, buried the message."""
+    if len(text) <= longest:
+        return repr(text)
+    return f"{text[:longest // 2]!r}... ({len(text):,} characters)"

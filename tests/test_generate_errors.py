@@ -665,6 +665,23 @@ def test_repeated_features_are_kept_and_counted():
     assert clean.exit_code == 0 and "more than once" not in clean.stderr
 
 
+def test_labels_with_spaces_at_their_ends_are_kept_and_noted():
+    """'b ' and 'b' are two features, as in DSSTNE (a refusal would break its files), but
+    silently so, where a stray space in the raw data is the usual cause: now a note names
+    them, new labels only (an index's loaded labels were noted when they were added)."""
+    write("in.txt", "u1\ta:b :c\n u2\tb: d: e:f \nu3\tb\n")
+    result = invoke(["-i", "in.txt", *OUTPUTS, "-c"])
+    assert result.exit_code == 0, result.output
+    assert ("4 new feature labels have spaces at the start or end ('b ', ' d', ' e', ...); "
+            "labels are kept as written, as in DSSTNE, so 'a ' and 'a' are two features. "
+            "Remove the spaces upstream") in result.stderr, result.stderr
+    assert "1 new sample label has spaces at the start or end (' u2')" in result.stderr
+    again = invoke(["-i", "in.txt", *OUTPUTS, "-m"])  # (nothing new)
+    assert again.exit_code == 0 and "spaces at" not in again.stderr, again.stderr
+    clean = invoke(["-i", "good.txt", *OUTPUTS, "-c"])
+    assert clean.exit_code == 0 and "spaces at" not in clean.stderr
+
+
 def test_the_library_refuses_create_and_merge_together():
     from destiny.errors import DestinyError
     from destiny.generate import generate_netcdf as convert
