@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from destiny.errors import NetDefError
+from destiny.limits import MAX_INDEX
 from destiny.wording import abridged
 
 
@@ -383,7 +384,6 @@ def setter(name, reader):
     return apply
 
 
-MAX_N = 2**31 - 1  # the units of a layer: as io.dataset.MAX_WIDTH, int32 indices
 
 
 def read_n(kw, path, value) -> None:
@@ -401,10 +401,11 @@ def read_n(kw, path, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
             0 < value < math.inf) or (isinstance(value, float) and not value.is_integer()):
         raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
-    if value > MAX_N:  # (2**62 ended in NumPy's traceback as the weights were made)
+    if value > MAX_INDEX:  # (2**62 ended in NumPy's traceback as the weights were made)
         units = int(value)
         if len(str(units)) > _LONGEST:
             units = f"{str(units)[:6]}... ({len(str(units)):,} digits)"
         raise NetDefError(path, f"{units} units is more than Destiny holds in a layer (at "
-                                f"most {MAX_N:,}, as a dataset's width: unit indices are int32)")
+                                f"most {MAX_INDEX:,}, as a dataset's width: unit indices are "
+                                "int32)")
     kw["n"], kw["n_auto"] = int(value), False

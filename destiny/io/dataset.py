@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from destiny.errors import DataFormatError
+from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
 
@@ -31,7 +32,6 @@ _SUPPORTED_TYPES = {UINT: "UInt", INT: "Int", FLOAT: "Float", DOUBLE: "Double",
                     UCHAR: "UChar", CHAR: "Char"}
 
 WIDTH_MULTIPLE = 128
-MAX_WIDTH = 2**31 - 1  # feature indices are held as int32
 
 # What to do about a dataset file that is damaged or was written by another tool.
 _REWRITE = "write it again with generate-netcdf"
@@ -256,9 +256,9 @@ def _header(nc, path, n: int, name: str) -> tuple[int, int, int]:
         raise DataFormatError(path, f"dataset {name!r} has a zero width, height or length "
                               f"(width{n} x height{n} x length{n} = 0), so no feature fits "
                               f"in it. {_DAMAGED.capitalize()}.")
-    if stride > MAX_WIDTH:
+    if stride > MAX_INDEX:
         raise DataFormatError(path, f"dataset {name!r} has width x height x length = {stride}; "
-                              f"Destiny holds at most {MAX_WIDTH} features (int32 indices), and "
+                              f"Destiny holds at most {MAX_INDEX} features (int32 indices), and "
                               "a layer that wide could not be trained anyway. The file is "
                               f"damaged or was not written for Destiny; {_REWRITE}.")
     return attrs, dtype, stride

@@ -15,6 +15,7 @@ import numpy as np
 
 from destiny.errors import DataFormatError
 from destiny.io import textscan
+from destiny.limits import MAX_INDEX
 
 
 class LabelTable:
@@ -91,7 +92,6 @@ class LabelTable:
 
 
 # The largest index: datasets hold indices as 32-bit integers (int32 here, uint32 in DSSTNE).
-MAX_INDEX = 2**31 - 1
 
 
 def read_index(path) -> tuple[list[str], np.ndarray]:
