@@ -437,6 +437,25 @@ def test_outputs_through_links_replace_the_target_and_devices_are_refused(tmp_pa
     assert not (tmp_path / "f2").exists() and not (tmp_path / "s2").exists()
 
 
+def test_an_output_link_that_loops_is_refused(tmp_path):
+    """A link loop as the output (or a link to one): the file used to replace the link at
+    the loop's end; now it is refused before any work, as cp refuses it."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "out.nc").symlink_to(tmp_path / "a")
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {tmp_path / 'out.nc'}: is a symbolic link that loops (or goes through too many "
+        "links), so the output NetCDF file (-o) cannot be written through it; remove the "
+        "link, or point it at the file meant.\n")
+    assert (tmp_path / "a").is_symlink() and (tmp_path / "out.nc").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "in.txt", "out.nc"]
+
+
 @pytest.mark.parametrize("datatype,stored,expected", [
     (8, ("u1", [0, 64, 255]), [0.0, 0.25, 255 / 256]),   # UChar: x / 256 (spec 2.3)
     (9, ("i1", [-128, 32, 127]), [-1.0, 0.25, 127 / 128]),  # Char: x / 128

@@ -146,6 +146,11 @@ def check_writable(path, what: str) -> None:
         raise OutputError(f"{path}: is {_stream_kind(path)}, not a file; the {what} is "
                           "written to a temporary file and renamed into place, which would "
                           "replace it. Give the path of a file.")
+    if _loops(path):  # (else the link at the loop's end was replaced by the file, as cp
+        raise OutputError(  # and shells refuse to)
+            f"{path}: is a symbolic link that loops (or goes through too many links), so the "
+            f"{what} cannot be written through it; remove the link, or point it at the file "
+            "meant.")
     directory = _place(path)[0]
     if not os.path.isdir(directory):
         raise OutputError(f"{path}: the directory {quoted(directory)} for the {what} does not "
@@ -159,6 +164,15 @@ def check_writable(path, what: str) -> None:
                           "writable; check its permissions or choose another path.")
     if os.path.isdir(path):
         raise OutputError(f"{path}: is a directory; the {what} must be a file path.")
+
+
+def _loops(path) -> bool:
+    """Whether ``path`` is a symbolic link that cannot be followed to its end (ELOOP)."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def check_distinct(outputs, inputs=()) -> None:
