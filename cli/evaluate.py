@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 
 import click
 
@@ -50,6 +51,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
     from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output
 
     _check_one_stdin(recs_path, held_out_path, train_path)
+    _check_not_the_same(recs_path, held_out_path)
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
             what = "JSON output (--json-out)"
@@ -78,6 +80,29 @@ def _check_one_stdin(recs_path, held_out_path, train_path) -> None:
                                "be read only once; write all but one of them to a file.")
 
 
+def _check_not_the_same(recs_path, held_out_path) -> None:
+    """The recommendations given as the held-out file as well (`-r recs -t recs`) parse as
+    DSSTNE text, their scores as values, and score 1.0 everywhere without a word."""
+    if "/dev/stdin" in (recs_path, held_out_path):  # ('-': _check_one_stdin's)
+        return
+    try:
+        same = (os.path.isfile(recs_path) and os.path.isfile(held_out_path)
+                and os.path.samefile(recs_path, held_out_path))
+    except OSError:  # (gone since: the readers say so, naming the file)
+        return
+    if same:
+        raise click.UsageError(
+            f"-r and -t name the same file ({recs_path}): -t wants the held-out interactions, "
+            "DSSTNE text of the items hidden from training (scripts/split_holdout.py's "
+            "--heldout), not predict's recommendations, which scored against themselves score "
+            "1.0 everywhere. Give the held-out file with -t.")
+
+
+# A held-out item at every rank for every user is no model's score: below this many users it
+# may still be chance (a hand-made test file), above it the files are suspect.
+_PERFECT_USERS = 10
+
+
 def _notes(result, recs_path, held_out_path, k: int) -> None:
     model = result.model
     note(NAME, f"scored {counted(model.metrics.users, 'held-out user')} at k={k}")
@@ -104,6 +129,13 @@ def _notes(result, recs_path, held_out_path, k: int) -> None:
                    "file or the training data listed the held-out items, they were filtered "
                    "out; train and filter with the training part alone (split_holdout.py's "
                    "--train)")
+    if (model.metrics.users >= _PERFECT_USERS and model.metrics.precision == 1.0
+            and model.metrics.recall == 1.0):
+        note(NAME, f"all {counted(model.metrics.users, 'held-out user')} score 1.0: every "
+                   f"recommendation up to k={k} is a held-out item. A perfect score usually "
+                   f"means that -t's {held_out_path} is the recommendations themselves (-t "
+                   "wants the held-out items, as scripts/split_holdout.py's --heldout writes "
+                   "them), or that the held-out items were not held out of training")
     if result.longest_list < k:
         longest = counted(result.longest_list, "item")
         note(NAME, f"the longest recommendation list has {longest}, fewer than k={k}: the "

@@ -1696,11 +1696,12 @@ def test_a_failing_write_named_not_utf8_shows_its_bytes(tmp_path, monkeypatch):
     """The system's failure (OSError's file name, errors.system_failure) is worded in cli/."""
     monkeypatch.chdir(tmp_path)
     pathlib.Path("recs.txt").write_text("u1\ta,1:\n")
+    pathlib.Path("held.txt").write_text("u1\ta\n")
     try:
         os.symlink("/dev/full", f"full{BAD}")
     except OSError as e:
         pytest.skip(f"the file system refuses a name that is not UTF-8 ({e.strerror})")
-    result = CliRunner().invoke(cli, ["evaluate", "-r", "recs.txt", "-t", "recs.txt",
+    result = CliRunner().invoke(cli, ["evaluate", "-r", "recs.txt", "-t", "held.txt",
                                       "--json-out", f"full{BAD}"])
     _shows_the_byte(result, "Error: full\\xff: No space left on device")
 

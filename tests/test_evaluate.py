@@ -239,6 +239,54 @@ def test_a_model_that_never_hits_is_pointed_out_once_it_has_lines():
     assert "is a held-out item" not in invoke(["-r", "recs.txt", "-t", "held.txt"]).stderr
 
 
+def test_the_recommendations_given_as_the_held_out_file_are_a_usage_error(tmp_path):
+    """`-r recs -t recs` read the recommendations as DSSTNE text (scores as values) and scored
+    1.0 everywhere without a word; so through a link to the same file."""
+    os.link("recs.txt", "hard.txt")
+    os.symlink(tmp_path / "recs.txt", "soft.txt")
+    for held in ("recs.txt", "hard.txt", "soft.txt", str(tmp_path / "recs.txt")):
+        result = invoke(["-r", "recs.txt", "-t", held, "-k", "2"])
+        assert result.exit_code == 2, held
+        assert "-r and -t name the same file (recs.txt): -t wants the held-out " in result.stderr
+        assert "split_holdout.py" in result.stderr and result.stdout == ""
+
+
+def test_the_recommendations_on_standard_input_are_not_compared_with_t():
+    """'-' is no file to compare: standard input redirected from the -t file is scored."""
+    import pathlib
+    import subprocess
+    import sys
+
+    with open("recs.txt", "rb") as stdin:
+        result = subprocess.run(
+            [str(pathlib.Path(sys.executable).parent / "evaluate"), "-r", "-", "-t", "recs.txt",
+             "-k", "1", "--json", "-q"], stdin=stdin, capture_output=True, text=True,
+            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["precision"] == 1.0
+
+
+@pytest.mark.parametrize("users", [10, 9])
+def test_a_perfect_score_over_many_users_is_pointed_out(users):
+    """Every user's first k items all held out (-t a copy of the recommendations, or held-out
+    items trained on) is no model's score: a note from 10 users on, none with -q or fewer."""
+    recs = "".join(f"u{i}\ta,0.9:b,0.8:c,0.7:\n" for i in range(users))
+    write("recs.txt", recs)
+    write("held.txt", recs.replace("0.", ""))
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"])
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.splitlines()[1].split()[1:3] == ["1.0000", "1.0000"]
+    noted = ("evaluate: all 10 held-out users score 1.0: every recommendation up to k=2 is a "
+             "held-out item. A perfect score usually means that -t's held.txt is the "
+             "recommendations themselves")
+    assert (noted in result.stderr) is (users == 10)
+    quiet = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "-q"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    # (a miss anywhere, or k past the lists, is not a perfect score)
+    write("held.txt", recs.replace("0.", "").replace("u0\ta,9:", "u0\tx,9:"))
+    assert "perfect score" not in invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"]).stderr
+
+
 def test_non_ascii_labels():
     write("recs.txt", "ü1\té,0.9:b,0.8:\n")
     write("held.txt", "ü1\tb:é\n")
