@@ -143,18 +143,25 @@ def _notes(result, recs_path, held_out_path, k: int) -> None:
 
 
 def _table(result) -> str:
+    """The rankings' rows under a header. Each column keeps its usual width and grows to fit
+    its header and values with a space before each: a k of many digits ran the headers
+    together (precision@99999999999999recall@...)."""
     k = result.model.metrics.k
-    head = (f"{'ranking':<12}{f'precision@{k}':>14}{f'recall@{k}':>12}{f'ndcg@{k}':>11}"
-            f"{f'map@{k}':>10}{'users':>10}{'skipped':>9}{'no recs':>9}")
-    rows = [head]
-    for name, scores in (("model", result.model), ("popularity", result.popularity)):
-        if scores is None:
-            continue
-        m = scores.metrics
-        rows.append(f"{name:<12}{m.precision:>14.4f}{m.recall:>12.4f}{m.ndcg:>11.4f}"
-                    f"{m.map:>10.4f}{m.users:>10,}{m.skipped:>9,}"
-                    f"{scores.missing_recommendations:>9,}")
-    return "\n".join(rows)
+    rows = [(name, (f"{s.metrics.precision:.4f}", f"{s.metrics.recall:.4f}",
+                    f"{s.metrics.ndcg:.4f}", f"{s.metrics.map:.4f}", f"{s.metrics.users:,}",
+                    f"{s.metrics.skipped:,}", f"{s.missing_recommendations:,}"))
+            for name, s in (("model", result.model), ("popularity", result.popularity))
+            if s is not None]
+    lines = [("ranking", (f"precision@{k}", f"recall@{k}", f"ndcg@{k}", f"map@{k}", "users",
+                          "skipped", "no recs")), *rows]
+    first = max(12, *(len(name) + 1 for name, _ in lines))  # (left-aligned: its own space)
+    # (the first right-aligned column has the names' padding before it: precision@1000 fills
+    # its 14 characters, as it always did)
+    widths = [max(usual, *(len(cells[i]) + (i > 0) for _, cells in lines))
+              for i, usual in enumerate((14, 12, 11, 10, 10, 9, 9))]
+    return "\n".join(f"{name:<{first}}" + "".join(f"{cell:>{width}}" for cell, width in
+                                                   zip(cells, widths, strict=True))
+                     for name, cells in lines)
 
 
 def main():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -89,6 +90,24 @@ def test_table_output():
     assert lines[1].split() == ["model", "0.1667", "0.1667", "0.1290", "0.0833", "3", "1", "1"]
     assert len(lines) == 2
 
+
+
+def test_the_tables_columns_keep_their_widths_and_grow_to_fit_a_long_k():
+    """The usual layout, character for character; a k of 14 digits ran the headers together
+    (precision@99999999999999recall@...): each column grows to its header, a space before
+    it, and every value ends where its header does."""
+    args = ["-r", "recs.txt", "-t", "held.txt", "--popularity", "train.txt", "-q", "-k"]
+    assert invoke([*args, "2"]).stdout == (
+        "ranking        precision@2    recall@2     ndcg@2     map@2     users  skipped  no recs\n"
+        "model               0.1667      0.1667     0.1290    0.0833         3        1        1\n"
+        "popularity          0.6667      1.0000     0.8770    0.8333         3        0        0\n")
+    k = "99999999999999"
+    lines = invoke([*args, k]).stdout.splitlines()
+    assert lines[0].split() == ["ranking", f"precision@{k}", f"recall@{k}", f"ndcg@{k}",
+                                f"map@{k}", "users", "skipped", "no", "recs"]
+    ends = [m.end() for m in re.finditer(r"\S+", lines[0].replace("no recs", "no_recs"))][1:]
+    for line in lines[1:]:
+        assert [m.end() for m in re.finditer(r"\S+", line)][1:] == ends, line
 
 
 def test_the_notes_and_the_table_give_each_count_apart():
