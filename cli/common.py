@@ -190,6 +190,21 @@ def stdin_for_dash(ctx, param, value):
     return "/dev/stdin" if value == "-" else value
 
 
+def no_stdin(what: str, why: str):
+    """A click callback for a file that must be named by its path: '-' (which the flags that
+    read a text input take as standard input, ``stdin_for_dash``) is refused at once as a
+    usage error saying ``why`` the command needs the file itself, where it was looked for as
+    a file named '-' ("No such file or directory")."""
+
+    def callback(ctx, param, value):
+        if value == "-":
+            raise click.BadParameter(f"standard input cannot be read for {what}: {why}. Give "
+                                     "the file's path.", ctx, param)
+        return value
+
+    return callback
+
+
 def products_note(kernels) -> str:
     """What a backend note adds when the products are not float32."""
     return " with TF32 products" if kernels.products == "tf32" else ""

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, progress_bar, run_program,
-                                stdin_for_dash)
+from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, progress_bar,
+                                run_program, stdin_for_dash)
 from destiny.wording import counted
 
 NAME = "generate-netcdf"
@@ -24,8 +24,12 @@ NAME = "generate-netcdf"
 @click.option("-d", "--dataset", "dataset_name", required=True, metavar="NAME",
               help="Dataset name; must equal the DataSet of the layer that reads it.")
 @click.option("-f", "--features", "feature_index", required=True, metavar="FILE",
+              callback=no_stdin("the feature index", "it is read (unless -c) and, with -c or "
+                                "-m, replaced by a new file renamed over it"),
               help="Feature index file (label<TAB>index): read, and written with -c or -m.")
 @click.option("-s", "--samples", "sample_index", required=True, metavar="FILE",
+              callback=no_stdin("the sample index", "it is read where it exists and, when new "
+                                "samples appear, replaced by a new file renamed over it"),
               help="Sample index file: read if it exists, written when new samples appear.")
 @click.option("-c", "--create", is_flag=True,
               help="Create a fresh feature index from this input (ignores an existing -f).")

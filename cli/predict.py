@@ -9,11 +9,15 @@ from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, products_note, progress_bar,
-                                run_command, stdin_for_dash, tf32_option)
+from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, products_note,
+                                progress_bar, run_command, stdin_for_dash, tf32_option)
 from destiny.wording import counted, quoted
 
 NAME = "predict"
+# (one process alone could read an index from standard input; -r and -f may need it, and under
+# mpiexec the other processes would have none)
+_INDEX = ("under mpiexec every process reads the index file, where standard input reaches one "
+          "process only; '-' is for the samples (-r -) or the filter (-f -)")
 
 
 # printf's flags, width and precision, then a floating-point conversion: anything else (a
@@ -37,13 +41,17 @@ def _check_format(ctx, param, fmt: str) -> str:
 
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
+              callback=no_stdin("the network file", "a NetCDF file is read by seeking within "
+                                "it, its weights mapped from the file"),
               help="Trained network file.")
 @click.option("-r", "--input", "input_path", required=True, metavar="PATH",
               callback=stdin_for_dash,
               help="Samples to score, DSSTNE text (a file or a directory; '-' reads stdin).")
 @click.option("-i", "--input-index", required=True, metavar="FILE",
+              callback=no_stdin("the input index", _INDEX),
               help="Feature index of the network's input (from generate-netcdf).")
 @click.option("-o", "--output-index", required=True, metavar="FILE",
+              callback=no_stdin("the output index", _INDEX),
               help="Feature index of the network's output: maps output units to item labels.")
 @click.option("-s", "--output", "output_path", required=True, metavar="FILE",
               help="Recommendations file to write; '-' writes stdout.")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, note,
+from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, no_stdin, note,
                                 products_note, run_command, tf32_option)
 from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
@@ -15,14 +15,19 @@ from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SE
 from destiny.wording import counted, sized
 
 NAME = "train"
+_SEEKED = "a NetCDF file is read by seeking within it, and train opens it more than once"
 
 
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-c", "--config", "config_path", required=True, metavar="NET.json",
+              callback=no_stdin("the network definition", "train reads the file more than "
+                                "once, and under mpiexec every process reads it"),
               help="Network definition (DSSTNE JSON).")
 @click.option("-i", "--input", "input_path", required=True, metavar="IN.nc",
+              callback=no_stdin("the input dataset", _SEEKED),
               help="Input dataset file (from generate-netcdf).")
 @click.option("-o", "--output", "output_path", required=True, metavar="OUT.nc",
+              callback=no_stdin("the output dataset", _SEEKED),
               help="Output (target) dataset file.")
 @click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
               help="Network file to write; must not exist (see --force).")

@@ -1042,6 +1042,40 @@ def test_dash_reads_a_text_input_from_stdin(model, tmp_path):
         assert (tmp_path / f"{part}_piped").read_bytes() == (tmp_path / f"{part}_file").read_bytes()
 
 
+_TRAIN = ["train", "-c", "net.json", "-i", "in.nc", "-o", "out.nc", "-n", "net.nc"]
+_PREDICT = ["predict", "-n", "net.nc", "-i", "features_input", "-o", "features_output", "-r",
+            "ratings.txt", "-s", "recs"]
+_GENERATE = ["generate-netcdf", "-i", "ratings.txt", "-o", "gl.nc", "-d", "gl", "-f",
+             "features", "-s", "samples"]
+
+
+@pytest.mark.parametrize("argv, flag, why", [
+    (_TRAIN, "-c", "the network definition: train reads the file more than once"),
+    (_TRAIN, "-i", "the input dataset: a NetCDF file is read by seeking within it"),
+    (_TRAIN, "-o", "the output dataset: a NetCDF file is read by seeking within it"),
+    (_PREDICT, "-n", "the network file: a NetCDF file is read by seeking within it"),
+    (_PREDICT, "-i", "the input index: under mpiexec every process reads the index file"),
+    (_PREDICT, "-o", "the output index: under mpiexec every process reads the index file"),
+    (_GENERATE, "-f", "the feature index: it is read (unless -c) and, with -c or -m, replaced"),
+    (_GENERATE, "-s", "the sample index: it is read where it exists and, when new samples "
+                      "appear, replaced"),
+], ids=["train-c", "train-i", "train-o", "predict-n", "predict-i", "predict-o",
+        "generate-netcdf-f", "generate-netcdf-s"])
+def test_dash_for_a_file_that_is_not_read_as_a_stream_is_a_usage_error(tmp_path, monkeypatch,
+                                                                       argv, flag, why):
+    """'-' where the command needs the file itself was looked for as a file named '-' ("No such
+    file or directory"): a usage error saying why, before anything is read or written."""
+    monkeypatch.chdir(tmp_path)
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = "-"
+    result = CliRunner().invoke(cli, argv, input="u1\ta\n")
+    assert result.exit_code == 2, result.output
+    assert f"'{flag}' / '--" in result.stderr
+    assert f"standard input cannot be read for {why}" in " ".join(result.stderr.split())
+    assert "Give the file's path." in result.stderr and "No such file" not in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
 class _FullFileSystem:
     """The os module as destiny.io.failures sees it on a full file system: writes fail."""
 
