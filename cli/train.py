@@ -126,7 +126,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
                    "checkpoints")
     progress = _Progress(cfg, quiet, comm.size, resume=resume or restart,
-                         network_path=network_path)
+                         network_path=network_path,
+                         checkpoints=(checkpoint_every, keep_checkpoints))
 
     def restarted(path, why):
         progress.resume = False  # (trains afresh, as this note says: no other note of it)
@@ -232,9 +233,11 @@ def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
 class _Progress:
     """A bar per epoch (examples/s, running loss) and one line per epoch, on stderr."""
 
-    def __init__(self, cfg, quiet: bool, ranks: int, *, resume: bool, network_path):
+    def __init__(self, cfg, quiet: bool, ranks: int, *, resume: bool, network_path,
+                 checkpoints: tuple[int, int] = (0, 0)):
         self.cfg, self.quiet, self.bar, self.ranks = cfg, quiet, None, ranks
         self.resume, self.network_path = resume, network_path
+        self.checkpoints = checkpoints  # (--checkpoint-every, --keep-checkpoints)
         self.examples, self.seen, self.loss = 0, 0, 0.0
         self.checkpoint = None  # this run's newest: (path, epoch)
 
@@ -257,11 +260,42 @@ class _Progress:
                    f"{self.cfg.optimizer} ({optimizer_settings(self.cfg)}), "
                    f"{counted(data.examples, 'example')}, batch {self.cfg.batch}, "
                    f"epochs {state.epoch + 1}..{self.cfg.epochs}")
+        self._check_space(net, state)
         if data.streamed:
             note(NAME, f"the training data takes {sized(data.bytes)} on the device, more than "
                        f"{sized(data.budget)} (half of the memory free there): it is copied a "
                        "chunk at a time, in each epoch's order")
         self._new_bar(state.epoch + 1)
+
+    def _check_space(self, net, state):
+        """Note a run whose checkpoints and network would not fit in the free space beside
+        the network file: DSSTNE's default keeps every checkpoint, and a long run filled the
+        disk, stopping at the next write (--resume goes on, once space is freed)."""
+        import shutil
+
+        from destiny.io.checkpoint import network_bytes
+
+        every, keep = self.checkpoints
+        written = self.cfg.epochs // every - state.epoch // every if every > 0 else 0
+        if keep:
+            written = min(written, keep)
+        each, trained = network_bytes(net)
+        need = written * each + trained
+        try:
+            free = shutil.disk_usage(os.path.dirname(os.path.abspath(self.network_path))).free
+        except OSError:  # (checked writable already: a file system that cannot tell)
+            return
+        if need <= free:
+            return
+        what = (f"{counted(written, 'checkpoint')} of {sized(each)} and the network file of "
+                f"{sized(trained)}, {sized(need)} in all" if written else
+                f"the network file, {sized(trained)}")
+        advice = ("" if written < 2 else "; a smaller --keep-checkpoints keeps fewer" if keep
+                  else "; --keep-checkpoints K keeps only the K newest, --checkpoint-every N "
+                       "writes fewer")
+        note(NAME, f"this run writes {what}, but the file system of "
+                   f"{self.network_path} has {sized(free)} free: it would stop at the write "
+                   f"that finds the disk full{advice}")
 
     def _new_bar(self, epoch: int):
         from tqdm import tqdm

@@ -1251,6 +1251,53 @@ def test_a_full_disk_after_the_initial_network_does_not_say_nothing_was_replaced
     assert (files / "initial.nc").exists() and (files / "net.nc").read_bytes() == b"earlier"
 
 
+@pytest.mark.parametrize("args, written", [
+    (("-e", "6", "--checkpoint-every", "2"), "3 checkpoints of "),
+    (("-e", "6", "--checkpoint-every", "1", "--keep-checkpoints", "2"), "2 checkpoints of "),
+    (("-e", "6", "--checkpoint-every", "0"), "the network file, "),
+])
+def test_a_run_whose_files_would_not_fit_on_the_disk_is_noted_at_its_start(files, monkeypatch,
+                                                                            args, written):
+    """A long run with DSSTNE's default (every checkpoint kept) filled the disk and stopped at
+    the write that found it full: the start now says what the run would write, against the
+    space free beside the network file."""
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
+    result = run_train(files, "-b", "64", *args)
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if "free" in line]
+    assert line.startswith(f"train: this run writes {written}"), line
+    assert f"but the file system of {files / 'net.nc'} has 1,000 bytes free: it would stop at " \
+        "the write that finds the disk full" in line
+    assert line.endswith({"3": "; --keep-checkpoints K keeps only the K newest, "
+                               "--checkpoint-every N writes fewer",
+                          "2": "; a smaller --keep-checkpoints keeps fewer"}.get(
+                              written[0], "it would stop at the write that finds the disk full"))
+    monkeypatch.undo()
+    again = run_train(files, "-b", "64", *args, "--force")
+    assert again.exit_code == 0 and "free:" not in again.output
+
+
+def test_the_disk_space_estimate_is_the_files_size(files):
+    """network_bytes: a checkpoint's and the network file's sizes, to within the files'
+    headers, as the note on free space counts them."""
+    from destiny.io.checkpoint import network_bytes
+    from destiny.kernels import get_backend
+    from destiny.netdef import load_netdef
+
+    assert run_train(files, "-b", "64", "-e", "1", "--checkpoint-every", "1").exit_code == 0
+    net = Network(load_netdef(files / "net.json", {"gl_input": 128, "gl_output": 128}),
+                  get_backend("cpu"))
+    net.initialize(1)
+    from destiny.train import train_config
+    net.init_optimizer(train_config().optimizer_config())
+    each, trained = network_bytes(net)
+    assert 0 <= os.path.getsize(files / "net.nc1.nc") - each < 64 * 1024
+    assert 0 <= os.path.getsize(files / "net.nc") - trained < 64 * 1024
+
+
 def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypatch):
     """The disk fills up as the trained network is written, after the last epoch's checkpoint:
     --resume would have nothing left to train, so the message says that checkpoint is the

@@ -72,6 +72,19 @@ def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = F
         shard.write_gathered(comm, parts, write)
 
 
+def network_bytes(net: Network) -> tuple[int, int]:
+    """About how many bytes a checkpoint of ``net`` takes on disk, and the trained network's
+    file (no optimizer state): the whole network's values, 4 bytes each, under MPI too (a rank
+    holds a share; counted from the layers' sizes). The files are not compressed."""
+    weights = checkpoint = 0
+    for c in net.connections:
+        matrix = 0 if c.shared else c.source.n * c.dest.n
+        weights += matrix + c.dest.n
+        checkpoint += (matrix * (1 + sum(1 for s in c.state if s.size))
+                       + c.dest.n * (1 + sum(1 for s in c.bias_state if s.size)))
+    return 4 * checkpoint, 4 * weights
+
+
 def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile | None = None
                  ) -> dict:
     """Set ``net``'s weights (and optimizer state, if saved) from a network file.
