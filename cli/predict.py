@@ -146,6 +146,10 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
         note(NAME, f"{counted(report.no_known_feature, 'sample')} {'has' if one else 'have'} no "
                    f"known feature; {'its' if one else 'their'} recommendations come from the "
                    "output biases alone (the most popular items)")
+    if k > predictor.recommendable and not quiet:
+        note(NAME, f"-k {k} is more than the {counted(predictor.recommendable, 'item')} the "
+                   "network can recommend (the output index's items that were training "
+                   "targets): each line lists all of them but those filtered out")
     if not quiet:
         where = "stdout" if output_path == "-" else output_path
         note(NAME, f"wrote {counted(report.samples, 'recommendation line')} (top {k}) to {where}"

@@ -291,8 +291,11 @@ class Predictor:
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None
         self.targets = whole if self.indices_alike else table_of(labels, values)
-        allowed = _recommendable(values, n_out, nf.arrays.get(f"target_counts_{layer}"),
-                                 self.own_units)
+        seen = nf.arrays.get(f"target_counts_{layer}")
+        allowed = _recommendable(values, n_out, seen, self.own_units)
+        # (all ranks' units: a -k above it lists every item a line has not filtered out)
+        self.recommendable = int(np.count_nonzero(_recommendable(values, n_out, seen,
+                                                                 (0, n_out))))
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 

@@ -141,6 +141,13 @@ def test_a_k_beyond_the_catalogue_gives_every_item(model, tmp_path):
     assert result.exit_code == 0, result.output
     items = len((model / "features_output").read_text().splitlines())
     assert {len(line) for line in records(out).values()} == {items}
+    # (the summary said "top 99999999999" alone)
+    assert (f"predict: -k 99999999999 is more than the {items:,} items the network can "
+            "recommend (the output index's items that were training targets): each line "
+            "lists all of them but those filtered out\n") in result.output, result.output
+    exact = run(model, "-r", str(model / "ratings.txt"), "-k", str(items),
+                output=str(tmp_path / "exact.txt"))
+    assert exact.exit_code == 0 and "is more than" not in exact.output
 
 
 @pytest.mark.parametrize("mode", ["remove", "multiply"])
