@@ -276,6 +276,18 @@ ERRORS = [
      "line 1: the timestamp '-1e39' is not a number within float32's range"),
     ("value float32 rounds to infinity", "1::10::4::3.4028236e38\n", [],
      "line 1: the timestamp '3.4028236e38' is not a number within float32's range"),
+    # Python's float() reads these; generate-netcdf's scanner refuses them (naming the text's
+    # line, not this file's), so they were written.
+    ("value with '_'", "1::10::4::1_000\n", [],
+     "line 1: the timestamp '1_000' is not a number within float32's range (a decimal such"),
+    ("value with a space", HEADER + "1,10, 4.0,100\n", ["--value", "rating"],
+     "line 2: the rating ' 4.0' is not a number within float32's range"),
+    ("value in other digits", "1\t10\t4\t\u0661\u0662\n", [],
+     "line 1: the timestamp '\u0661\u0662' is not a number within float32's range"),
+    ("rating with '_'", HEADER + "1,10,4_0,100\n", ["--min-rating", "4"],
+     "line 2: the rating '4_0' is not a number (a decimal such as 4, 3.5 or 1e-3"),
+    ("rating infinite", HEADER + "1,10,inf,100\n", ["--min-rating", "4"],
+     "line 2: the rating 'inf' is not a number"),
     # Chunks of digits, points and separators only: their values are not read one by one.
     ("value two points", "1,10,4.0,1.2.3\n", [],
      "line 1: the timestamp '1.2.3' is not a number within float32's range"),
@@ -414,6 +426,21 @@ def test_a_value_float32_rounds_to_its_max_is_written(tmp_path):
     path = tmp_path / "u.data"
     path.write_text("1\t10\t4\t3.4028234663852886e38\n1\t11\t4\t-3.4028235e38\n")
     assert convert(path) == "1\t10,3.4028234663852886e38:11,-3.4028235e38\n"
+
+
+def test_a_number_is_the_scanners():
+    """A value convert_ratings writes is one generate-netcdf's scanner reads, and the reverse:
+    Python's float() reads more ('1_0', ' 4', '\u0663', 'inf')."""
+    import numpy as np
+
+    from destiny.io import ratings, textscan
+
+    for text in ["4", "-3.5", "+4", ".5", "5.", "1e3", "2E-3", "-0", "1e-400", "0e99999",
+                 "3.4028235e38", "1_0", " 4", "4 ", "\u0663", "inf", "-Infinity", "nan", "",
+                 ".", "1e", "e3", "1.2.3", "0x10", "1e39", "--1", "4\u00a0"]:
+        raw = np.frombuffer(text.encode(), dtype=np.uint8)
+        scanned = bool(textscan._parse_value(raw, 0, len(raw))[0])
+        assert (abs(ratings._number(text)) < ratings._FLOAT32_OVERFLOW) == scanned, text
 
 
 def test_the_float32_bound_is_the_scanners():

@@ -231,19 +231,25 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# A number as generate-netcdf's scanner reads one (textscan._parse_value): ASCII digits with
+# an optional sign, point and exponent. Python's float() reads more ('1_000', ' 4', '٣', 'inf'),
+# which the scanner refuses, naming a line of the text written instead of this file's.
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_NUMBER_FORM = "a decimal such as 4, 3.5 or 1e-3, without spaces or '_'"
+
+
 def _number(text: str) -> float:
-    """``float(text)``, or NaN where ``text`` is not a number."""
-    try:
-        return float(text)
-    except ValueError:
+    """The decimal number ``text`` (as generate-netcdf reads it), or NaN where it is not one."""
+    if not _DECIMAL.fullmatch(text):
         return math.nan
+    return float(text)
 
 
 def _rating(text: str, path, lineno: int, fmt: str) -> float:
     rating = _number(text)
     if math.isnan(rating):
-        raise DataFormatError(path, f"the rating {_show(text)} is not a number, so it cannot "
-                              "be compared with --min-rating; expected rows of "
+        raise DataFormatError(path, f"the rating {_show(text)} is not a number ({_NUMBER_FORM}), "
+                              "so it cannot be compared with --min-rating; expected rows of "
                               f"{_LAYOUTS[fmt]}. Fix the row, or leave out --min-rating "
                               "(without it the rating is not read).", line=lineno)
     return rating
@@ -279,7 +285,8 @@ def _check_number(text: str, value: str, path, lineno: int, fmt: str) -> None:
     as generate-netcdf will read it: checked here so that the message names this file's line."""
     if not abs(_number(text)) < _FLOAT32_OVERFLOW:  # (NaN too)
         raise DataFormatError(path, f"the {value} {_show(text)} is not a number within float32's "
-                              "range, but --value writes it as each item's value, which "
+                              f"range ({_NUMBER_FORM}), but --value writes it as each item's "
+                              "value, which "
                               "generate-netcdf reads as a float32; expected rows of "
                               f"{_LAYOUTS[fmt]}. Fix the row, or give another --value (none "
                               "writes no values).", line=lineno)
