@@ -7,7 +7,8 @@ all). Train on the first, `predict` with it as the filter, and `evaluate` agains
 
 Both outputs are written beside their targets and renamed into place only when the whole
 input split, so a failed run leaves no partial file. Bad input (a line without a TAB, CRLF
-line ends, bytes that are not UTF-8, an output that is the input, ...): a message on stderr
+line ends, bytes that are not UTF-8, a NUL byte, a value that is not a number: whatever
+generate-netcdf would refuse in the parts; an output that is the input, ...): a message on stderr
 starting with 'Error: ' that names the file and line, and exit code 1; so too a full disk.
 Stopped (Ctrl-C, SIGTERM), it removes its temporary files, as the commands do.
 
@@ -25,6 +26,7 @@ if __name__ == "__main__":
     default_ctrl_c_while_loading()
 
 import os  # noqa: E402
+import re  # noqa: E402
 
 import click  # noqa: E402
 import numpy as np  # noqa: E402
@@ -33,11 +35,19 @@ from destiny.cli.common import (  # noqa: E402
     SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
-from destiny.io.text import bom_line_error, ratings_hint  # noqa: E402
+from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402
 from destiny.io.textscan import BOM, check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
+# Features that generate-netcdf reads, surely: a name without ',', ':' or NUL, and an optional
+# decimal value. A line whose features are not all such (a NUL, ',5', '10,1,2', '10,abc'), or
+# whose values might be beyond float32's range (an exponent, 39 digits), is left to its scanner.
+_NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_FEATURE = rf"[^,:\0]+(?:,(?:{_NUMBER})?)?"
+_PLAIN_FEATURES = re.compile(rf"{_FEATURE}(?::{_FEATURE})*")
+_EXPONENT = re.compile(r",[^:]*[eE]")
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,6 +146,11 @@ def _parse(path, raw: bytes, line_no: int) -> tuple[str, list[str]]:
                    f"features). {_FIX_FORMAT}: features are separated by single ':'.")
     if problem is not None:
         raise DataFormatError(path, problem, line=line_no)
+    if ("\0" in name or not _PLAIN_FEATURES.fullmatch(rest)
+            or (b"e" in raw or b"E" in raw) and _EXPONENT.search(rest)
+            or b"0" * 39 in raw.translate(_ZEROS)):
+        if (error := record_line_error(path, raw, line_no)) is not None:
+            raise error  # (generate-netcdf's, naming this file's line, not the output's)
     return name, tokens
 
 

@@ -115,6 +115,23 @@ BAD_INPUT = [
     # generate-netcdf refused the split's line instead of the input's
     ("later byte-order mark", b"u1\ta:b\n\xef\xbb\xbfu2\tc\n", "line 2, column 1",
      "the line '\\ufeffu2\\tc' starts with a UTF-8 byte-order mark"),
+    # What generate-netcdf refuses was copied into the parts, for it to refuse naming their
+    # lines (or, held out, never read by it): refused here in its words, naming the input's.
+    ("nul in a feature", "u1\ta:b\nu2\tc:d\x00e\n", "line 2, column 7",
+     "the feature 'd\\x00e' in the line 'u2\\tc:d\\x00e' holds a NUL byte"),
+    ("nul in a name", "u\x001\ta:b\n", "line 1, column 2", "holds a NUL byte (\\x00) in its "
+     "sample name"),
+    ("utf-16", "u1\ta:b\n".encode("utf-16-le"), "line 1, column 2", "iconv -f utf-16"),
+    ("value", "u1\ta,4:b,abc\n", "line 1, column 10", "the value 'abc' in the line "
+     "'u1\\ta,4:b,abc' is not a number"),
+    ("value python reads", "u1\ta,4_0:b\n", "line 1, column 6", "the value '4_0'"),
+    ("value beyond float32", "u1\ta,1e39:b,2\n", "line 1, column 6", "the value '1e39' in the "
+     "line 'u1\\ta,1e39:b,2' is beyond float32's range"),
+    ("value of 39 digits", "u1\ta:b," + "9" * 39 + "\n", "line 1, column 8", "is beyond float32's"),
+    ("two values", "u1\ta,1,2:b\n", "line 1, column 7", "the feature 'a,1,2' in the line "
+     "'u1\\ta,1,2:b' has more than one ','"),
+    ("empty feature name", "u1\ta:,5\n", "line 1, column 6", "has an empty feature name (at "
+     "',5')"),
 ]
 
 
@@ -135,6 +152,16 @@ def test_bad_input(work, name, content, line, text):
     result = run("bad.txt", "--train", "t.txt", "--heldout", "h.txt")
     assert_refused(result, f"bad.txt, {line}: ", text)
     assert [p.name for p in work.iterdir()] == ["bad.txt"]  # no output, no temporary
+
+
+def test_what_generate_netcdf_reads_is_split(work):
+    """Values it reads (exponents within float32's range, an empty value, names with 'e' or
+    digits) pass the checks of the values."""
+    text = "u1\ta,1e38:b,-.5e-3:c,:d,+3.:movie,2E1\nu2\tx:" + "9" * 40 + ":y,1.5\n"
+    write("in.txt", text)
+    result = run("in.txt", "--train", "t.txt", "--heldout", "h.txt", "--fraction", "0.5")
+    assert result.exit_code == 0, result.output
+    assert (Path("t.txt").read_text(), Path("h.txt").read_text()) == expected_split(text, 0.5, 1)
 
 
 def test_a_netcdf_file_is_named_as_one(work):

@@ -340,6 +340,16 @@ def _scan_chunk(data: bytes, features: LabelTable, mode: int, strict: bool,
                   dropped=int(counts[2]), lines_with_drops=int(counts[3]))
 
 
+def record_line_error(path, raw: bytes, line_no: int) -> DataFormatError | None:
+    """The error generate-netcdf gives the line ``raw`` (its bytes, with its LF or without),
+    line ``line_no`` of ``path``, or None where it reads the line. For a program that copies
+    DSSTNE text (scripts/split_holdout.py): what generate-netcdf would refuse in its output is
+    refused in its input, naming that file's line."""
+    data = raw if raw.endswith(b"\n") else raw + b"\n"
+    chunk = _scan_chunk(data, LabelTable(16), textscan.UPDATE, False, False)
+    return None if chunk.status == textscan.OK else _scan_error(path, chunk, line_no)
+
+
 def _line_bounds(chunk: bytes, pos: int) -> tuple[int, int]:
     """Where the line of ``chunk`` holding byte ``pos`` starts, and ends (its newline)."""
     end = chunk.find(b"\n", pos)
