@@ -25,18 +25,27 @@ if __name__ == "__main__":
 import click  # noqa: E402
 
 from destiny import synthetic  # noqa: E402
-from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
+from destiny.cli.common import SEED, FiniteRange, library_errors, run_program  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
+from destiny.limits import MAX_INDEX  # noqa: E402
+
+# Ids are indices once generate-netcdf reads them (int32); and a popularity exponent beyond
+# 30 makes 1 / (r + 1) ** zipf overflow or vanish for some item count within that bound.
+_COUNT = {1: click.IntRange(1, MAX_INDEX), 2: click.IntRange(2, MAX_INDEX)}
+MAX_ZIPF = 30.0
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-o", "--output", required=True, help="File to write; '-' writes stdout.")
-@click.option("--users", type=int, default=synthetic.ML20M_USERS, show_default=True)
-@click.option("--items", type=int, default=synthetic.ML20M_ITEMS, show_default=True)
-@click.option("--mean-per-user", type=float, default=synthetic.ML20M_MEAN_PER_USER,
-              show_default=True, help="Mean number of distinct items per user.")
-@click.option("--clusters", type=int, default=8, show_default=True, help="Latent taste clusters.")
-@click.option("--zipf", type=float, default=1.0, show_default=True, help="Popularity exponent.")
+@click.option("--users", type=_COUNT[1], default=synthetic.ML20M_USERS, show_default=True)
+@click.option("--items", type=_COUNT[2], default=synthetic.ML20M_ITEMS, show_default=True)
+@click.option("--mean-per-user", type=FiniteRange(1.0), default=synthetic.ML20M_MEAN_PER_USER,
+              show_default=True, help="Mean number of distinct items per user; at most half "
+                                      "of --items.")
+@click.option("--clusters", type=_COUNT[1], default=8, show_default=True,
+              help="Latent taste clusters.")
+@click.option("--zipf", type=FiniteRange(-MAX_ZIPF, MAX_ZIPF), default=1.0, show_default=True,
+              help="Popularity exponent.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["csv", "dsstne"]), default="csv",
               show_default=True)
@@ -45,13 +54,14 @@ from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E40
 @library_errors
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
+    if mean_per_user > items / 2:  # (a user's items are distinct: at most half of them)
+        raise click.BadParameter(f"{mean_per_user:g} is more than half of --items {items:,} "
+                                 f"({items / 2:g}); lower it or raise --items.",
+                                 param_hint="'--mean-per-user'")
     if not is_stream(output):  # (stdout, a pipe or a device is written in place)
         check_outputs([(output, "ratings file (-o)")])
-    try:
-        r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
-                                       clusters=clusters, zipf=zipf, seed=seed)
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
+    r = synthetic.generate_ratings(users=users, items=items, mean_per_user=mean_per_user,
+                                   clusters=clusters, zipf=zipf, seed=seed)
     with text_output(output) as f:  # (a file: written beside it, renamed into place at the end)
         if fmt == "csv":
             synthetic.write_ratings_csv(f, r)

@@ -224,14 +224,32 @@ def test_script_passes_every_parameter_on(tmp_path):
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--users", "0"], "need users >= 1"),
-    (["--mean-per-user", "6"], "mean_per_user must lie in [1, items / 2 = 5]"),
+    (["--users", "0"], "Invalid value for '--users': 0 is not in the range 1<=x<=2147483647"),
+    (["--items", "1"], "Invalid value for '--items': 1 is not in the range 2<="),
+    (["--clusters", "0"], "Invalid value for '--clusters': 0 is not in the range 1<="),
+    (["--mean-per-user", "6"], "Invalid value for '--mean-per-user': 6 is more than half of "
+                               "--items 10 (5); lower it or raise --items."),
+    (["--mean-per-user", "0.5"], "Invalid value for '--mean-per-user': 0.5 is not in the range"),
     (["--seed", "-1"], "-1 is not in the range 0<="),
+    # NumPy's 'Maximum allowed dimension exceeded', a usage error naming no flag
+    (["--users", str(10**23)], f"Invalid value for '--users': {10**23} is not in the range"),
+    (["--items", str(2**31)], "Invalid value for '--items': 2147483648 is not in the range"),
+    # a NaN popularity: a file of one item per user, written (and 1e308 overflowed, with
+    # NumPy's RuntimeWarning on stderr)
+    (["--zipf", "nan"], "Invalid value for '--zipf': 'nan' is not a finite number"),
+    (["--zipf", "1e308"], "Invalid value for '--zipf': 1e+308 is not in the range -30.0<=x<=30.0"),
+    (["--mean-per-user", "inf"], "Invalid value for '--mean-per-user': 'inf' is not a finite"),
 ])
 def test_script_bad_parameters_are_usage_errors(tmp_path, args, text):
     result = _invoke("-o", tmp_path / "r.csv", *SMALL, *args)  # (a flag's last value wins)
     assert result.exit_code == 2 and text in result.stderr, result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_script_the_bounds_of_zipf_are_allowed(tmp_path):
+    for zipf in ("-30", "30"):
+        result = _invoke("-o", tmp_path / "r.csv", *SMALL, "--zipf", zipf)
+        assert result.exit_code == 0 and result.stderr.startswith("wrote "), result.output
 
 
 def _refused(result, output, *texts):
