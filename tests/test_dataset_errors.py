@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from destiny.cli.train import train
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, DestinyError
 from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
 
 ROWS, WIDTH = 40, 128
@@ -202,6 +202,19 @@ def test_read_dataset_refuses(tmp_path, kwargs, fragment):
     assert str(e.value).startswith(f"{path}: ")
     assert fragment in str(e.value)
     assert "generate-netcdf" in str(e.value)  # what to do
+
+
+def test_a_directory_or_an_empty_path_is_named_as_such(tmp_path):
+    """NetCDF's words were 'Unknown file format' and 'Malformed URL', with 'create it with
+    generate-netcdf' (describe_dataset.py, train's and predict's datasets)."""
+    with pytest.raises(DataFormatError) as e:
+        read_dataset(tmp_path)
+    assert str(e.value) == (f"{tmp_path}: is a directory; expected a dataset file written by "
+                            "generate-netcdf (give the .nc file's path).")
+    with pytest.raises(DestinyError) as e:
+        dataset_summaries("")
+    assert str(e.value) == ("the dataset file's path is empty; give the path of a dataset file "
+                            "written by generate-netcdf.")
 
 
 TRAIN_CASES = ["negative-index", "nan-data", "inf-data", "no-entries"]

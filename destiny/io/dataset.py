@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, DestinyError
 from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
@@ -399,8 +399,16 @@ class _Entries:
 
 
 def _open(path):
+    import os
+
     import netCDF4
 
+    if not os.fspath(path):  # (NetCDF's word for it: 'Malformed URL')
+        raise DestinyError("the dataset file's path is empty; give the path of a dataset file "
+                           "written by generate-netcdf.")
+    if os.path.isdir(path):  # (NetCDF's: 'Unknown file format')
+        raise DataFormatError(path, "is a directory; expected a dataset file written by "
+                              "generate-netcdf (give the .nc file's path).")
     try:
         return netCDF4.Dataset(path, "r")
     except FileNotFoundError:
