@@ -23,20 +23,62 @@ if __name__ == "__main__":
 
     default_ctrl_c_while_loading()
 
+import dataclasses  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import click  # noqa: E402
 
-from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
 from destiny.errors import InterruptedAfterOutputs  # noqa: E402
-from destiny.holdout import evaluate_recipe, prepare_split  # noqa: E402
+from destiny.holdout import _value, evaluate_recipe, prepare_split  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
+from destiny.train import OPTIMIZER_DEFAULTS, TrainConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (the defaults' checkout)
+_POSITIVE = click.IntRange(min=1)
+
+
+def _check_recipes(ctx, param, recipes):
+    """Each recipe as evaluate_recipe reads it, refused before the work (which takes hours)
+    rather than as a traceback once the recipes before it are trained."""
+    for recipe in recipes:
+        if (problem := _recipe_problem(recipe)) is not None:
+            raise click.BadParameter(f"{recipe!r}: {problem}. A recipe is 'default' or an "
+                                     f"optimizer ({', '.join(OPTIMIZER_DEFAULTS)}), then "
+                                     "key=value overrides, e.g. 'adam alpha=0.003'.",
+                                     ctx, param)
+    return recipes
+
+
+def _recipe_problem(recipe: str) -> str | None:
+    settings = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)
+                if f.name != "optimizer"}
+    words = recipe.split()
+    if words and words[0] != "default" and words[0] not in OPTIMIZER_DEFAULTS:
+        return f"{words[0]!r} is not an optimizer"
+    for word in words[1:]:
+        key, eq, text = word.partition("=")
+        if not eq or key not in settings:
+            return f"{word!r} is not key=value with a key of {', '.join(settings)}"
+        kind = settings[key]
+        expected = ("true or false" if "bool" in kind else "an integer" if kind == "int"
+                    else "a finite number")
+        try:
+            value = _value(text)
+        except ValueError:
+            return f"{word!r}: {text!r} is not {expected}"
+        if (isinstance(value, bool) != ("bool" in kind) or kind == "int" and type(value) is not int
+                or isinstance(value, float) and not math.isfinite(value)):
+            return f"{word!r}: {text!r} is not {expected}"
+        least = 0 if key == "seed" else 1
+        if kind == "int" and not least <= value <= SEED.max:
+            return f"{word!r} is out of range: {key} is from {least} to {SEED.max}"
+    return None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,12 +87,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (the defau
 @click.option("--config", default=os.path.join(ROOT, "netdefs", "movielens.json"),
               show_default="netdefs/movielens.json beside scripts/")
 @click.option("--recipe", "recipes", multiple=True, default=["default"], show_default=True,
+              callback=_check_recipes,
               help="'default', or an optimizer name with optional key=value overrides, "
                    "e.g. 'adam alpha=0.003'.")
-@click.option("--epochs", type=int, default=10, show_default=True)
-@click.option("--batch", type=int, default=256, show_default=True)
-@click.option("--k", type=int, default=10, show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the split.")
+@click.option("--epochs", type=_POSITIVE, default=10, show_default=True)
+@click.option("--batch", type=_POSITIVE, default=256, show_default=True)
+@click.option("--k", type=_POSITIVE, default=10, show_default=True)
+@click.option("--seed", type=SEED, default=1, show_default=True, help="Seed of the split.")
 @click.option("--backend", type=click.Choice(["cpu", "gpu", "reference"]), default="cpu",
               show_default=True)
 @click.option("--products", multiple=True, type=click.Choice(["float32", "tf32"]),

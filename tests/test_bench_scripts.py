@@ -47,6 +47,41 @@ def test_tf32_products_on_the_cpu_are_a_usage_error(monkeypatch, tmp_path):
     assert "--backend reference" in result.output and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, message", [
+    # tracebacks once the split was made (ValueError, KeyError), after the recipes before
+    (["--batch", "0"], "Invalid value for '--batch': 0 is not in the range x>=1"),
+    (["--k", "0"], "Invalid value for '--k': 0 is not in the range x>=1"),
+    (["--seed", "-1"], "Invalid value for '--seed': -1 is not in the range 0<="),
+    (["--recipe", "default", "--recipe", "bogus"], "Invalid value for '--recipe': 'bogus': "
+     "'bogus' is not an optimizer. A recipe is 'default' or an optimizer (sgd, momentum, "),
+    (["--recipe", "adam alpha=abc"], "'adam alpha=abc': 'alpha=abc': 'abc' is not a finite "
+     "number."),
+    (["--recipe", "adam alpha=nan"], "'alpha=nan': 'nan' is not a finite number."),
+    (["--recipe", "sgd alpha"], "'alpha' is not key=value with a key of batch, epochs, alpha"),
+    (["--recipe", "sgd beta=2"], "'beta=2' is not key=value"),
+    (["--recipe", "default batch=0"], "'batch=0' is out of range: batch is from 1 to"),
+    (["--recipe", "default epochs=1.5"], "'epochs=1.5': '1.5' is not an integer."),
+    # trained no epoch, without a word, and scored the untrained network
+    (["--epochs", "0"], "Invalid value for '--epochs': 0 is not in the range x>=1"),
+])
+def test_quality_sample_refuses_bad_settings_before_the_work(monkeypatch, tmp_path, args,
+                                                             message):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    script = importlib.import_module("quality_sample")
+    result = CliRunner().invoke(script.main, [*args, "--json", str(tmp_path / "q.json")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and list(tmp_path.iterdir()) == []
+
+
+def test_quality_sample_reads_the_recipes_of_its_help(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    script = importlib.import_module("quality_sample")
+    for recipe in ("default", "sgd", "adam alpha=0.003", "default seed=1", "adam alpha=1 mu=0.5 "
+                   "batch=16 epochs=2 shuffle=true brake=false lam=0 lam1=1e-5 mu1=0.99"):
+        assert script._recipe_problem(recipe) is None, recipe
+
+
 def test_profile_steps_waits_differ_only_in_when_the_host_waits(monkeypatch, capsys):
     """--waits (a GPU measurement: what deciding the brake on the device could gain) times the
     same steps three ways; 'none' must not copy the loss back, 'step' must synchronize after
