@@ -124,8 +124,26 @@ def _diagnostics_outlive_their_reader():
     has seen enough. The exit status still says how the command ended. A reader of stdout
     that leaves still stops the command by SIGPIPE (records and metrics written there are its
     output, as cat's)."""
+    if sys.stderr is None:
+        _stderr_closed()
     if not isinstance(sys.stderr, _Diagnostics):
         sys.stderr = _Diagnostics(sys.stderr)
+
+
+def _stderr_closed():
+    """stderr closed (`2>&-`): Python then has none, and a command ended with exit status 120
+    (a note written to None) even when it succeeded. The descriptor gets /dev/null: what
+    would have been said is dropped, as for a reader that left, and no file this process
+    opens takes descriptor 2, where a library's diagnostics (HDF5's) would land in it."""
+    with contextlib.suppress(OSError):
+        try:
+            os.fstat(2)
+        except OSError:  # (closed indeed: not an embedding's choice to keep one)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != 2:
+                os.dup2(devnull, 2)
+                os.close(devnull)
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 class FiniteRange(click.FloatRange):

@@ -570,6 +570,28 @@ def test_a_reader_of_stderr_that_leaves_does_not_stop_predict(model, tmp_path):
     assert (tmp_path / "recs").read_bytes() == expected and expected.count(b"\n") > 10
 
 
+def test_a_closed_stderr_does_not_fail_predict(model, tmp_path):
+    """`predict ... 2>&-`: Python has no sys.stderr then, and the notes ended the run with exit
+    status 120 though the file was written; a failure still exits 1."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    predict_bin = pathlib.Path(sys.executable).parent / "predict"
+    argv = [str(predict_bin), "-n", str(model / "gl.nc"), "-i", str(model / "features_input"),
+            "-o", str(model / "features_output"), "-r", str(model / "ratings.txt"), "-k", "5"]
+
+    def closed(*args):
+        return subprocess.run(args, preexec_fn=lambda: os.close(2), timeout=120).returncode
+
+    assert closed(*argv, "-s", str(tmp_path / "recs")) == 0
+    expected = subprocess.run([*argv, "-s", "-", "-q"], capture_output=True, check=True).stdout
+    assert (tmp_path / "recs").read_bytes() == expected
+    assert closed(*argv, "-s", str(tmp_path / "recs2"), "-l", "nope") == 1
+    assert not (tmp_path / "recs2").exists()
+
+
 def test_alike_indices_are_digested_once(model, monkeypatch):
     """An autoencoder's input and output indices map alike: the check of each against the
     network's record computes one digest for both (0.26 s each at 930k items)."""
