@@ -213,7 +213,8 @@ def _resolve_layer(layer: LayerDef, widths: Mapping[str, int]) -> LayerDef:
     return dataclasses.replace(layer, n=width)
 
 
-def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> NetworkDef:
+def load_netdef(source, dataset_widths: Mapping[str, int] | None = None, *,
+                flag: str = "-c") -> NetworkDef:
     """Load a DSSTNE JSON network definition from a file path or an already-parsed dict.
 
     Parameters
@@ -223,6 +224,8 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
     dataset_widths : mapping of dataset name -> width, optional
         When given, ``"N": "auto"`` layers are resolved from it (spec 3.4); otherwise their
         `n` stays None until `NetworkDef.resolve` is called.
+    flag : str
+        The option that named the file, for the message where it cannot be read.
 
     Raises
     ------
@@ -233,7 +236,7 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
         net = parse_netdef(source)
         return net if dataset_widths is None else net.resolve(dataset_widths)
     path = os.fspath(source)
-    data = read_netdef_json(path)
+    data = read_netdef_json(path, flag=flag)
     try:
         net = parse_netdef(data)
         return net if dataset_widths is None else net.resolve(dataset_widths)
@@ -241,9 +244,10 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None) -> Netw
         raise exc.with_file(path) from None
 
 
-def read_netdef_json(path):
+def read_netdef_json(path, *, flag: str = "-c"):
     """The JSON value of the network definition file ``path`` (not yet checked as one), or a
-    ``NetDefError`` naming the file where it cannot be read or is not JSON."""
+    ``NetDefError`` naming the file where it cannot be read or is not JSON (and ``flag``, the
+    option that gave it, where it cannot be read)."""
     path = os.fspath(path)
     try:
         # A UTF-8 byte order mark (Windows' Notepad writes one) is skipped, as RFC 8259 8.1
@@ -252,7 +256,7 @@ def read_netdef_json(path):
             text = handle.read()
     except OSError as exc:
         raise NetDefError("", f"cannot read the network definition: {exc.strerror}; check "
-                          "the -c path", file=path) from None
+                          f"the {flag} path", file=path) from None
     except UnicodeDecodeError as exc:  # a binary file (a NetCDF network given as -c, say)
         raise NetDefError(f"byte {exc.start}", f"0x{exc.object[exc.start]:02x} is not valid "
                           "UTF-8; a network definition is JSON text. Is this another kind of "

@@ -37,6 +37,7 @@ from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
 from destiny.errors import InterruptedAfterOutputs  # noqa: E402
 from destiny.holdout import _value, evaluate_recipe, prepare_split  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
+from destiny.netdef import load_netdef  # noqa: E402
 from destiny.train import OPTIMIZER_DEFAULTS, TrainConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (the defaults' checkout)
@@ -108,7 +109,9 @@ def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, js
         raise click.UsageError("--products tf32 has no effect on the cpu backend, whose "
                                "products are float32: use --backend reference, which models "
                                "TF32's products, or --backend gpu.")
-    # Before the work, which takes hours: a mistyped directory fails now, not at the end.
+    # Before the work, which takes hours: a mistyped directory fails now, not at the end, and
+    # so does a definition that cannot be read or is not one (its N 'auto' resolved later).
+    load_netdef(config, flag="--config")
     if json_path and not is_stream(json_path):  # (stdout, a pipe: written in place)
         check_outputs([(json_path, "metrics file (--json)")],
                       inputs=[(ratings, "ratings file (--ratings)"),

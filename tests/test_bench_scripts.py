@@ -74,6 +74,24 @@ def test_quality_sample_refuses_bad_settings_before_the_work(monkeypatch, tmp_pa
     assert "Traceback" not in result.output and list(tmp_path.iterdir()) == []
 
 
+def test_quality_sample_names_its_own_flag_for_a_definition_it_cannot_read(monkeypatch,
+                                                                           tmp_path):
+    """The message said "check the -c path", a flag quality_sample does not have, and came
+    once the split was made; a definition that is not one is refused before it too."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    script = importlib.import_module("quality_sample")
+    missing = tmp_path / "missing.json"
+    result = CliRunner().invoke(script.main, ["--config", str(missing),
+                                              "--ratings", str(tmp_path / "no-ratings.csv")])
+    assert result.exit_code == 1, result.output
+    assert result.output == (f"Error: {missing}: cannot read the network definition: No such "
+                             "file or directory; check the --config path\n")
+    (tmp_path / "bad.json").write_text('{"Layers": 1}')
+    result = CliRunner().invoke(script.main, ["--config", str(tmp_path / "bad.json"),
+                                              "--ratings", str(tmp_path / "no-ratings.csv")])
+    assert result.exit_code == 1 and "bad.json: Layers" in result.output, result.output
+
+
 def test_quality_sample_reads_the_recipes_of_its_help(monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPTS))
     script = importlib.import_module("quality_sample")
