@@ -49,11 +49,16 @@ MAX_ZIPF = 30.0
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["csv", "dsstne"]), default="csv",
               show_default=True)
-@click.option("--value", type=click.Choice(["timestamp", "rating", "none"]), default="timestamp",
-              show_default=True, help="With --format dsstne: the value after each item.")
+@click.option("--value", type=click.Choice(["timestamp", "rating", "none"]), default=None,
+              help="With --format dsstne: the value after each item [default: timestamp].")
 @library_errors
 def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     """Write synthetic ratings with a learnable structure."""
+    if value is not None and fmt == "csv":  # (it was ignored without a word)
+        raise click.UsageError("--value chooses the value of --format dsstne's items; csv "
+                               "always has MovieLens' userId,movieId,rating,timestamp columns. "
+                               "Add --format dsstne, or leave --value out.")
+    value = value or "timestamp"
     if mean_per_user > items / 2:  # (a user's items are distinct: at most half of them)
         raise click.BadParameter(f"{mean_per_user:g} is more than half of --items {items:,} "
                                  f"({items / 2:g}); lower it or raise --items.",

@@ -239,6 +239,9 @@ def test_script_passes_every_parameter_on(tmp_path):
     (["--zipf", "nan"], "Invalid value for '--zipf': 'nan' is not a finite number"),
     (["--zipf", "1e308"], "Invalid value for '--zipf': 1e+308 is not in the range -30.0<=x<=30.0"),
     (["--mean-per-user", "inf"], "Invalid value for '--mean-per-user': 'inf' is not a finite"),
+    # (ignored without a word: csv always has the rating and timestamp columns)
+    (["--value", "rating"], "--value chooses the value of --format dsstne's items; csv always "
+                            "has MovieLens' userId,movieId,rating,timestamp columns."),
 ])
 def test_script_bad_parameters_are_usage_errors(tmp_path, args, text):
     result = _invoke("-o", tmp_path / "r.csv", *SMALL, *args)  # (a flag's last value wins)
