@@ -205,7 +205,16 @@ tf32_option = click.option(
 def stdin_for_dash(ctx, param, value):
     """A click callback: '-' for a text input is standard input, read as /dev/stdin (the
     readers need a path: directories are listed, messages name the file)."""
+    _refuse_empty(ctx, param, value)
     return "/dev/stdin" if value == "-" else value
+
+
+def _refuse_empty(ctx, param, value) -> None:
+    """An empty input path (an unset variable in a script: -i "$DATA") is refused naming the
+    flag, where the reader said "Error: : ... does not exist"."""
+    if value == "":
+        raise click.BadParameter("is an empty path; give the file's path (is a variable in "
+                                 "the command unset?).", ctx, param)
 
 
 def no_stdin(what: str, why: str):
@@ -215,6 +224,7 @@ def no_stdin(what: str, why: str):
     a file named '-' ("No such file or directory")."""
 
     def callback(ctx, param, value):
+        _refuse_empty(ctx, param, value)
         if value == "-":
             raise click.BadParameter(f"standard input cannot be read for {what}: {why}. Give "
                                      "the file's path.", ctx, param)

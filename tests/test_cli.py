@@ -1076,6 +1076,26 @@ def test_dash_for_a_file_that_is_not_read_as_a_stream_is_a_usage_error(tmp_path,
     assert os.listdir(tmp_path) == []
 
 
+_EVALUATE = ["evaluate", "-r", "recs", "-t", "held.txt"]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (_TRAIN, "-c"), (_TRAIN, "-i"), (_PREDICT, "-n"), (_PREDICT, "-r"), (_PREDICT, "-o"),
+    (_GENERATE, "-i"), (_GENERATE, "-f"), (_EVALUATE, "-t")])
+def test_an_empty_input_path_is_a_usage_error(tmp_path, monkeypatch, argv, flag):
+    """An unset variable in a script (-i "$DATA"): the readers said "Error: : the input file
+    does not exist", naming neither the file nor the flag."""
+    monkeypatch.chdir(tmp_path)
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = ""
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}' / '--" in result.stderr
+    assert "is an empty path; give the file's path (is a variable in the command unset?)" in \
+        " ".join(result.stderr.split())
+    assert os.listdir(tmp_path) == []
+
+
 class _FullFileSystem:
     """The os module as destiny.io.failures sees it on a full file system: writes fail."""
 
