@@ -408,8 +408,9 @@ def test_an_empty_output_path_is_refused(tmp_path):
     argv = ["-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "gl.nc"), "-d", "gl_input",
             "-f", str(tmp_path / "features"), "-s", "", "-c"]
     result = CliRunner().invoke(generate_netcdf, argv)
-    assert result.exit_code == 1
-    assert "Error: the sample index (-s) is an empty path; give a file name." in result.output
+    assert result.exit_code == 2  # (the sample index is read too: refused as its flag's value)
+    assert "Invalid value for '-s' / '--samples': is an empty path; give the file's path" in \
+        result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
