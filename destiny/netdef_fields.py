@@ -15,7 +15,7 @@ from enum import IntEnum
 
 from destiny.errors import NetDefError
 from destiny.limits import MAX_INDEX
-from destiny.wording import abridged
+from destiny.wording import LONGEST, abridged
 
 
 class Activation(IntEnum):
@@ -231,9 +231,6 @@ NORM = Range("a number", note="0: none")  # WeightNorm, DeltaNorm (0: off, spec 
 DECAY = Range("a number", note="0: no decay")
 
 
-_LONGEST = 60  # characters of a value that an error message quotes whole (a paragraph's)
-
-
 def _describe(value) -> str:
     """Name a JSON value's type for error messages."""
     if value is None:
@@ -244,7 +241,7 @@ def _describe(value) -> str:
         return "NaN"
     if isinstance(value, float) and math.isinf(value):
         return f"{'-' if value < 0 else ''}Infinity (or a number beyond float64's range)"
-    if isinstance(value, int) and len(digits := str(abs(value))) > _LONGEST:
+    if isinstance(value, int) and len(digits := str(abs(value))) > LONGEST:
         return f"a number of {len(digits):,} digits ({'-' if value < 0 else ''}{digits[:6]}...)"
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
@@ -384,8 +381,6 @@ def setter(name, reader):
     return apply
 
 
-
-
 def read_n(kw, path, value) -> None:
     if isinstance(value, str) and value.lower() == "auto":
         kw["n"], kw["n_auto"] = None, True
@@ -403,7 +398,7 @@ def read_n(kw, path, value) -> None:
         raise NetDefError(path, f"expected a positive integer or 'auto', got {_describe(value)}")
     if value > MAX_INDEX:  # (2**62 ended in NumPy's traceback as the weights were made)
         units = int(value)
-        if len(str(units)) > _LONGEST:
+        if len(str(units)) > LONGEST:
             units = f"{str(units)[:6]}... ({len(str(units)):,} digits)"
         raise NetDefError(path, f"{units} units is more than Destiny holds in a layer (at "
                                 f"most {MAX_INDEX:,}, as a dataset's width: unit indices are "

@@ -22,6 +22,10 @@ def sized(nbytes: int) -> str:
     return counted(nbytes, "byte")
 
 
+# The characters of a value that a message quotes whole; a longer one is cut short.
+LONGEST = 60
+
+
 def shown(value) -> str:
     """A value read from a file (a NetCDF attribute) as a message shows it, with its type,
     which often is what is wrong: ``'abc' (text)``, ``768.0 (float32)``, ``[1, 2] (int32)``.
@@ -34,7 +38,7 @@ def shown(value) -> str:
         kind = array.dtype.name
         items = [_item(v) for v in array.reshape(-1)[:20]] + (["..."] if array.size > 20 else [])
         text = items[0] if array.size == 1 else "[" + ", ".join(items) + "]"
-    return f"{text if len(text) <= 60 else text[:57] + '...'} ({kind})"
+    return f"{text if len(text) <= LONGEST else text[:LONGEST - 3] + '...'} ({kind})"
 
 
 def _item(value) -> str:
@@ -66,9 +70,9 @@ def quoted(text: str) -> str:
     return _REPR_BYTE_ESCAPE.sub(lambda m: m[0] if m[1] is None else f"\\x{m[1]}", repr(text))
 
 
-def abridged(text: str, longest: int = 60) -> str:
-    """``repr(text)`` for an error message, one longer than ``longest`` by its start and its
+def abridged(text: str) -> str:
+    """``repr(text)`` for an error message, one longer than ``LONGEST`` by its start and its
     length: a value of thousands of characters, quoted whole, buried the message."""
-    if len(text) <= longest:
+    if len(text) <= LONGEST:
         return repr(text)
-    return f"{text[:longest // 2]!r}... ({len(text):,} characters)"
+    return f"{text[:LONGEST // 2]!r}... ({len(text):,} characters)"

@@ -15,6 +15,7 @@ offsets, rows that are not contiguous, and the Indexed and Weighted attributes.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -399,8 +400,6 @@ class _Entries:
 
 
 def _open(path):
-    import os
-
     import netCDF4
 
     if not os.fspath(path):  # (NetCDF's word for it: 'Malformed URL')

@@ -91,9 +91,6 @@ class LabelTable:
         return dict(zip(self.labels(), self.values().tolist(), strict=True))
 
 
-# The largest index: datasets hold indices as 32-bit integers (int32 here, uint32 in DSSTNE).
-
-
 def read_index(path) -> tuple[list[str], np.ndarray]:
     """Read an index file; return its labels and indices in file order.
 
