@@ -20,8 +20,8 @@ _SEEKED = "a NetCDF file is read by seeking within it, and train opens it more t
 
 @click.command(NAME, context_settings=CONTEXT)
 @click.option("-c", "--config", "config_path", required=True, metavar="NET.json",
-              callback=no_stdin("the network definition", "train reads the file more than "
-                                "once, and under mpiexec every process reads it"),
+              callback=no_stdin("the network definition", "under mpiexec every process reads "
+                                "the file itself"),
               help="Network definition (DSSTNE JSON).")
 @click.option("-i", "--input", "input_path", required=True, metavar="IN.nc",
               callback=no_stdin("the input dataset", _SEEKED),

@@ -105,8 +105,14 @@ def fit(
             kernels = get_backend(backend, tf32=tf32, process=comm.local_rank,
                                   processes=comm.local_size)
             pool = dataset_pool([input_path, output_path])
-            netdef = load_netdef(config_path, dataset_widths={n: w for n, (_, w) in pool.items()})
-            netdef_text = json.dumps(read_netdef_json(config_path), separators=(",", ":"))
+            # Read once: the settings text the network file stores is the definition trained.
+            definition = read_netdef_json(config_path)
+            try:
+                netdef = load_netdef(definition,
+                                     dataset_widths={n: w for n, (_, w) in pool.items()})
+            except NetDefError as exc:
+                raise exc.with_file(config_path) from None
+            netdef_text = json.dumps(definition, separators=(",", ":"))
             summaries = _summaries(pool, netdef)
             _check_rows_line_up(pool, summaries)
             run = {"netdef_json": netdef_text} | trained_indexes(netdef, summaries)

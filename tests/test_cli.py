@@ -1050,7 +1050,7 @@ _GENERATE = ["generate-netcdf", "-i", "ratings.txt", "-o", "gl.nc", "-d", "gl", 
 
 
 @pytest.mark.parametrize("argv, flag, why", [
-    (_TRAIN, "-c", "the network definition: train reads the file more than once"),
+    (_TRAIN, "-c", "the network definition: under mpiexec every process reads the file itself"),
     (_TRAIN, "-i", "the input dataset: a NetCDF file is read by seeking within it"),
     (_TRAIN, "-o", "the output dataset: a NetCDF file is read by seeking within it"),
     (_PREDICT, "-n", "the network file: a NetCDF file is read by seeking within it"),
