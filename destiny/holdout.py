@@ -175,7 +175,7 @@ def evaluate_recipe(split: SampleSplit, config_path, recipe: str, *, epochs: int
 
     words = recipe.split()
     optimizer = DEFAULT_OPTIMIZER if not words or words[0] == "default" else words[0]
-    overrides = {key: _value(value) for key, value in (w.split("=", 1) for w in words[1:])}
+    overrides = {key: recipe_value(value) for key, value in (w.split("=", 1) for w in words[1:])}
     cfg = train_config(optimizer, epochs=epochs, batch=batch, **overrides)
     network = os.path.join(split.work, f"net-{abs(hash(recipe))}.nc")
     fit(config_path=config_path, input_path=split.input_nc, output_path=split.output_nc,
@@ -205,7 +205,10 @@ def score_network(net, split: SampleSplit, k: int) -> RankingMetrics:
     return ranking_metrics(recommended, split.held, k)
 
 
-def _value(text: str):
+def recipe_value(text: str):
+    """A recipe's ``key=value`` value: true or false, an int, else a float (ValueError if
+    none): how ``evaluate_recipe`` reads it, and what a caller checking recipes first must
+    read alike."""
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     try:

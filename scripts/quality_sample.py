@@ -35,7 +35,7 @@ import click  # noqa: E402
 
 from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
 from destiny.errors import InterruptedAfterOutputs  # noqa: E402
-from destiny.holdout import _value, evaluate_recipe, prepare_split  # noqa: E402
+from destiny.holdout import evaluate_recipe, prepare_split, recipe_value  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.netdef import load_netdef  # noqa: E402
 from destiny.train import OPTIMIZER_DEFAULTS, TrainConfig  # noqa: E402
@@ -70,7 +70,7 @@ def _recipe_problem(recipe: str) -> str | None:
         expected = ("true or false" if "bool" in kind else "an integer" if kind == "int"
                     else "a finite number")
         try:
-            value = _value(text)
+            value = recipe_value(text)
         except ValueError:
             return f"{word!r}: {text!r} is not {expected}"
         if (isinstance(value, bool) != ("bool" in kind) or kind == "int" and type(value) is not int

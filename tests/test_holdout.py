@@ -186,11 +186,11 @@ def test_a_network_is_scored_on_unseen_items_without_padding_units():
 def test_a_recipe_s_values_are_read_as_booleans_integers_or_floats():
     """evaluate_recipe's 'optimizer key=value ...': true/false in any case are booleans,
     whole numbers integers, the rest floats."""
-    from destiny.holdout import _value
+    from destiny.holdout import recipe_value
 
-    assert [_value(t) for t in ("true", "False", "TRUE", "3", "0.5", "1e-3")] == [
+    assert [recipe_value(t) for t in ("true", "False", "TRUE", "3", "0.5", "1e-3")] == [
         True, False, True, 3, 0.5, 0.001]
-    assert type(_value("3")) is int and type(_value("true")) is bool
+    assert type(recipe_value("3")) is int and type(recipe_value("true")) is bool
 
 
 @pytest.mark.parametrize("recipe, optimizer, settings", [
