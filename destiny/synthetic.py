@@ -32,13 +32,16 @@ class Ratings:
     """Raw ratings sorted by user, then item (the order of MovieLens' ratings.csv).
 
     ``users`` and ``items`` hold 1-based ids; ``ratings`` are in half stars (0.5 to 5.0);
-    ``timestamps`` are Unix seconds, increasing within a user in draw order.
+    ``timestamps`` are Unix seconds, increasing within a user in draw order. ``asked``: the
+    ratings the users' drawn counts came to; fewer are drawn where popularity is so
+    concentrated (a high ``zipf``) that heavy users run out of distinct items to find.
     """
 
     users: np.ndarray
     items: np.ndarray
     ratings: np.ndarray
     timestamps: np.ndarray
+    asked: int = 0
 
     def __len__(self) -> int:
         return len(self.users)
@@ -136,6 +139,7 @@ def generate_ratings(
         items=(item[order] + 1).astype(np.int64),
         ratings=ratings[order].astype(np.float32),
         timestamps=t[order],
+        asked=int(counts.sum()),
     )
 
 

@@ -75,6 +75,10 @@ def main(output, users, items, mean_per_user, clusters, zipf, seed, fmt, value):
     where = "standard output" if output == "-" else output
     click.echo(f"wrote {where}: {len(r):,} ratings from {users:,} users on {items:,} items",
                err=True)
+    if len(r) < 0.95 * r.asked:  # (a few short users are the draw's noise; this is not)
+        click.echo(f"note: {len(r) / users:.1f} items per user, where --mean-per-user asked "
+                   f"for {mean_per_user:g}: with --zipf {zipf:g} the draws keep finding the "
+                   "same popular items. Lower --zipf or raise --items for more.", err=True)
 
 
 if __name__ == "__main__":

@@ -249,6 +249,23 @@ def test_script_bad_parameters_are_usage_errors(tmp_path, args, text):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_concentrated_popularity_draws_fewer_items_than_asked_and_says_so(tmp_path):
+    """At --zipf 3 nearly every draw is one of a few items, so heavy users stop short of
+    their count (six rounds of draws): the summary's count alone left that unexplained."""
+    usual = synthetic.generate_ratings(users=300, items=1000, mean_per_user=50, seed=2)
+    steep = synthetic.generate_ratings(users=300, items=1000, mean_per_user=50, zipf=3, seed=2)
+    assert len(usual) >= 0.95 * usual.asked and len(steep) < 0.5 * steep.asked
+    sizes = ["--users", 300, "--items", 1000, "--mean-per-user", 50, "--seed", 2]
+    result = _invoke("-o", tmp_path / "r.csv", *sizes, "--zipf", 3)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[1] == (
+        f"note: {len(steep) / 300:.1f} items per user, where --mean-per-user asked for 50: "
+        "with --zipf 3 the draws keep finding the same popular items. Lower --zipf or raise "
+        "--items for more.")
+    result = _invoke("-o", tmp_path / "usual.csv", *sizes)
+    assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+
+
 def test_script_the_bounds_of_zipf_are_allowed(tmp_path):
     for zipf in ("-30", "30"):
         result = _invoke("-o", tmp_path / "r.csv", *SMALL, "--zipf", zipf)
