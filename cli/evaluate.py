@@ -129,10 +129,13 @@ def _notes(result, recs_path, held_out_path, k: int) -> None:
                    "file or the training data listed the held-out items, they were filtered "
                    "out; train and filter with the training part alone (split_holdout.py's "
                    "--train)")
-    if (model.metrics.users >= _PERFECT_USERS and model.metrics.precision == 1.0
-            and model.metrics.recall == 1.0):
-        note(NAME, f"all {counted(model.metrics.users, 'held-out user')} score 1.0: every "
-                   f"recommendation up to k={k} is a held-out item. A perfect score usually "
+    # Recall and NDCG, not precision: with -k above predict's the lists are short of k, and
+    # precision is below 1 for the same mistake.
+    if (model.metrics.users >= _PERFECT_USERS and model.metrics.recall == 1.0
+            and model.metrics.ndcg == 1.0):
+        note(NAME, f"all {counted(model.metrics.users, 'held-out user')} score a recall and "
+                   f"NDCG of 1.0: each one's held-out items, up to k={k} of them, are the first "
+                   "of their recommendations. A perfect score usually "
                    f"means that -t's {held_out_path} is the recommendations themselves (-t "
                    "wants the held-out items, as scripts/split_holdout.py's --heldout writes "
                    "them), or that the held-out items were not held out of training")

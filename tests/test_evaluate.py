@@ -295,13 +295,17 @@ def test_a_perfect_score_over_many_users_is_pointed_out(users):
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"])
     assert result.exit_code == 0, result.output + result.stderr
     assert result.stdout.splitlines()[1].split()[1:3] == ["1.0000", "1.0000"]
-    noted = ("evaluate: all 10 held-out users score 1.0: every recommendation up to k=2 is a "
-             "held-out item. A perfect score usually means that -t's held.txt is the "
-             "recommendations themselves")
+    noted = ("evaluate: all 10 held-out users score a recall and NDCG of 1.0: each one's "
+             "held-out items, up to k=2 of them, are the first of their recommendations. A "
+             "perfect score usually means that -t's held.txt is the recommendations themselves")
     assert (noted in result.stderr) is (users == 10)
     quiet = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "-q"])
     assert quiet.exit_code == 0 and quiet.stderr == ""
-    # (a miss anywhere, or k past the lists, is not a perfect score)
+    # k past the lists (evaluate -k above predict's) is the same mistake, at a precision below 1
+    past = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "5"])
+    assert past.stdout.splitlines()[1].split()[1:3] == ["0.6000", "1.0000"], past.output
+    assert ("up to k=5 of them, are the first" in past.stderr) is (users == 10)
+    # (a miss anywhere is not a perfect score)
     write("held.txt", recs.replace("0.", "").replace("u0\ta,9:", "u0\tx,9:"))
     assert "perfect score" not in invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"]).stderr
 
