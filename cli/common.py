@@ -233,6 +233,21 @@ def no_stdin(what: str, why: str):
     return callback
 
 
+def no_stdout(what: str):
+    """A click callback for a NetCDF file a command writes: '-' is refused at once as a usage
+    error, as ``no_stdin`` refuses it for the files read, where the output check refused it
+    with exit status 1 ("-: is standard output, not a file") once the other flags were read."""
+
+    def callback(ctx, param, value):
+        if value == "-":
+            raise click.BadParameter(f"standard output cannot take {what}: it is written to a "
+                                     "temporary file and renamed into place. Give the file's "
+                                     "path.", ctx, param)
+        return value
+
+    return callback
+
+
 def products_note(kernels) -> str:
     """What a backend note adds when the products are not float32."""
     return " with TF32 products" if kernels.products == "tf32" else ""

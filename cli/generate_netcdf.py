@@ -7,8 +7,8 @@ import time
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, progress_bar,
-                                run_program, stdin_for_dash)
+from destiny.cli.common import (CONTEXT, library_errors, no_stdin, no_stdout, note,
+                                progress_bar, run_program, stdin_for_dash)
 from destiny.wording import counted
 
 NAME = "generate-netcdf"
@@ -20,6 +20,7 @@ NAME = "generate-netcdf"
               help="DSSTNE text (NAME<TAB>feat[,value]:...), or a directory of such files, "
                    "read in sorted name order; '-' reads stdin.")
 @click.option("-o", "--output", required=True, metavar="FILE.nc",
+              callback=no_stdout("the dataset file"),
               help="The dataset NetCDF file to write (replaced if it exists).")
 @click.option("-d", "--dataset", "dataset_name", required=True, metavar="NAME",
               help="Dataset name; must equal the DataSet of the layer that reads it.")

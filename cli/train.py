@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, no_stdin, note,
-                                products_note, run_command, tf32_option)
+from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, no_stdin,
+                                no_stdout, note, products_note, run_command, tf32_option)
 from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
@@ -30,6 +30,7 @@ _SEEKED = "a NetCDF file is read by seeking within it, and train opens it more t
               callback=no_stdin("the output dataset", _SEEKED),
               help="Output (target) dataset file.")
 @click.option("-n", "--network", "network_path", required=True, metavar="NET.nc",
+              callback=no_stdout("the network file"),
               help="Network file to write; must not exist (see --force).")
 @click.option("-b", "--batch", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Minibatch size.")
@@ -74,6 +75,7 @@ _SEEKED = "a NetCDF file is read by seeking within it, and train opens it more t
               help="Write one JSON line per epoch: epoch, loss, seconds, learning_rate, ... "
                    "(with --resume: kept up to the checkpoint's epoch, then appended).")
 @click.option("--initial-network", metavar="FILE",
+              callback=no_stdout("the initial network"),
               help="Also write the untrained network here (DSSTNE always wrote "
                    "initial_network.nc).")
 @click.option("--force", is_flag=True,

@@ -1076,6 +1076,25 @@ def test_dash_for_a_file_that_is_not_read_as_a_stream_is_a_usage_error(tmp_path,
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("argv, flag, what", [
+    (_TRAIN, "-n", "the network file"),
+    ([*_TRAIN, "--initial-network", "init.nc"], "--initial-network", "the initial network"),
+    (_GENERATE, "-o", "the dataset file"),
+], ids=["train-n", "train-initial-network", "generate-netcdf-o"])
+def test_dash_for_a_netcdf_output_is_a_usage_error(tmp_path, monkeypatch, argv, flag, what):
+    """'-' for a NetCDF file a command writes is a usage error (exit status 2), as for the files
+    it reads (the README: every NetCDF, index or definition file); the output check refused it
+    with exit status 1 once the other flags were read."""
+    monkeypatch.chdir(tmp_path)
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = "-"
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert f"'{flag}'" in result.stderr
+    assert f"standard output cannot take {what}" in " ".join(result.stderr.split())
+    assert os.listdir(tmp_path) == []
+
+
 _EVALUATE = ["evaluate", "-r", "recs", "-t", "held.txt"]
 
 
