@@ -26,6 +26,7 @@ from destiny.cli.common import (  # noqa: E402
     FiniteRange, library_errors, run_program, stdin_for_dash)
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
+from destiny.wording import counted  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,8 +52,9 @@ def main(ratings, output, fmt, value, min_rating):
     if min_rating is not None:
         skipped = f", {report.skipped_below_min} below --min-rating left out"
     where = "stdout" if output == "-" else output
-    click.echo(f"convert_ratings: {report.users:,} users, {report.ratings:,} ratings "
-               f"({report.fmt} input{skipped}) written to {where}", err=True)
+    click.echo(f"convert_ratings: {counted(report.users, 'user')}, "
+               f"{counted(report.ratings, 'rating')} ({report.fmt} input{skipped}) written to "
+               f"{where}", err=True)
 
 
 if __name__ == "__main__":

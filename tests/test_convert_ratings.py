@@ -134,6 +134,14 @@ def test_stdout(csv_path):
     assert run_script(csv_path, "-o", "-").stdout == result.stdout
 
 
+def test_summary_counts_one_user_and_one_rating_in_the_singular(tmp_path):
+    """The summary said "1 users, 1 ratings"."""
+    (tmp_path / "r.csv").write_text("userId,movieId,rating,timestamp\n1,10,4.0,5\n")
+    result = run_script(tmp_path / "r.csv", "-o", tmp_path / "out.txt")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("convert_ratings: 1 user, 1 rating (csv input) written to ")
+
+
 # --- inputs ------------------------------------------------------------------------------
 
 def test_unsorted_input_groups_users(rows, tmp_path):
