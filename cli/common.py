@@ -210,8 +210,9 @@ def stdin_for_dash(ctx, param, value):
 
 
 def _refuse_empty(ctx, param, value) -> None:
-    """An empty input path (an unset variable in a script: -i "$DATA") is refused naming the
-    flag, where the reader said "Error: : ... does not exist"."""
+    """An empty path (an unset variable in a script: -i "$DATA") is refused naming the flag,
+    where a reader said "Error: : ... does not exist" (an output's check refused it too, but
+    as a failure, exit status 1, once the other flags were read)."""
     if value == "":
         raise click.BadParameter("is an empty path; give the file's path (is a variable in "
                                  "the command unset?).", ctx, param)
@@ -233,12 +234,19 @@ def no_stdin(what: str, why: str):
     return callback
 
 
+def path_given(ctx, param, value):
+    """A click callback for an output path: an empty one is a usage error, as for inputs."""
+    _refuse_empty(ctx, param, value)
+    return value
+
+
 def no_stdout(what: str):
     """A click callback for a NetCDF file a command writes: '-' is refused at once as a usage
     error, as ``no_stdin`` refuses it for the files read, where the output check refused it
     with exit status 1 ("-: is standard output, not a file") once the other flags were read."""
 
     def callback(ctx, param, value):
+        _refuse_empty(ctx, param, value)
         if value == "-":
             raise click.BadParameter(f"standard output cannot take {what}: it is written to a "
                                      "temporary file and renamed into place. Give the file's "

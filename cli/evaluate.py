@@ -8,7 +8,8 @@ import os
 
 import click
 
-from destiny.cli.common import CONTEXT, library_errors, note, run_program, stdin_for_dash
+from destiny.cli.common import (CONTEXT, library_errors, note, path_given, run_program,
+                                stdin_for_dash)
 from destiny.wording import counted
 
 NAME = "evaluate"
@@ -31,7 +32,7 @@ NAME = "evaluate"
                    "training line does not list.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of the table.")
-@click.option("--json-out", metavar="FILE",
+@click.option("--json-out", metavar="FILE", callback=path_given,
               help="Also write the JSON object to FILE (replaced atomically).")
 @click.option("-q", "--quiet", is_flag=True, help="No notes on stderr.")
 @library_errors

@@ -9,8 +9,9 @@ from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, products_note,
-                                progress_bar, run_command, stdin_for_dash, tf32_option)
+from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, path_given,
+                                products_note, progress_bar, run_command, stdin_for_dash,
+                                tf32_option)
 from destiny.wording import counted, quoted
 
 NAME = "predict"
@@ -53,7 +54,7 @@ def _check_format(ctx, param, fmt: str) -> str:
 @click.option("-o", "--output-index", required=True, metavar="FILE",
               callback=no_stdin("the output index", _INDEX),
               help="Feature index of the network's output: maps output units to item labels.")
-@click.option("-s", "--output", "output_path", required=True, metavar="FILE",
+@click.option("-s", "--output", "output_path", required=True, metavar="FILE", callback=path_given,
               help="Recommendations file to write; '-' writes stdout.")
 @click.option("-f", "--filter", "filter_path", metavar="PATH", callback=stdin_for_dash,
               help="Items to leave out per sample, DSSTNE text (e.g. the ratings already seen; "

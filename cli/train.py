@@ -8,7 +8,8 @@ import sys
 import click
 
 from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, no_stdin,
-                                no_stdout, note, products_note, run_command, tf32_option)
+                                no_stdout, note, path_given, products_note, run_command,
+                                tf32_option)
 from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
@@ -71,7 +72,7 @@ _SEEKED = "a NetCDF file is read by seeking within it, and train opens it more t
               help="As --resume, but train afresh, with a note, where --resume would refuse "
                    "the checkpoint: for make rules and cron jobs, which run again when their "
                    "data changes.")
-@click.option("--metrics", "metrics_path", metavar="FILE",
+@click.option("--metrics", "metrics_path", metavar="FILE", callback=path_given,
               help="Write one JSON line per epoch: epoch, loss, seconds, learning_rate, ... "
                    "(with --resume: kept up to the checkpoint's epoch, then appended).")
 @click.option("--initial-network", metavar="FILE",

@@ -69,7 +69,7 @@ def main(ctx, ranks, config, users, batch, steps, workdir, json_path):
         results.append({"ranks": P, "threads_per_rank": int(threads), "per_rank": ranks_report})
         step = statistics.median(r["step_ms"] for r in ranks_report)
         comm = max(r["collective_ms"] for r in ranks_report)
-        print(f"P = {P} ({threads} threads each): step {step:.0f} ms "
+        print(f"P = {P} ({threads} thread{'' if threads == 1 else 's'} each): step {step:.0f} ms "
               f"({batch / step * 1e3:,.0f} samples/s), collectives {comm:.1f} ms/step, "
               f"sent {max(r['sent_mb'] for r in ranks_report):.2f} MB/step/rank; per rank: "
               + ", ".join(f"peak {r['peak_rss_mb']:,.0f} MB (params+grads+state "

@@ -23,7 +23,7 @@ if __name__ == "__main__":
 import click  # noqa: E402
 
 from destiny.cli.common import (  # noqa: E402
-    FiniteRange, library_errors, run_program, stdin_for_dash)
+    FiniteRange, library_errors, path_given, run_program, stdin_for_dash)
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
 from destiny.wording import counted  # noqa: E402
@@ -31,7 +31,7 @@ from destiny.wording import counted  # noqa: E402
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("ratings", type=click.Path(), callback=stdin_for_dash)
-@click.option("-o", "--output", default="-", show_default=True,
+@click.option("-o", "--output", default="-", show_default=True, callback=path_given,
               help="DSSTNE text file to write; '-' writes stdout.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Input layout: csv (ratings.csv), udata (u.data), dat (ratings.dat).")

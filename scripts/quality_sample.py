@@ -33,7 +33,7 @@ import time  # noqa: E402
 
 import click  # noqa: E402
 
-from destiny.cli.common import SEED, library_errors, run_program  # noqa: E402
+from destiny.cli.common import SEED, library_errors, path_given, run_program  # noqa: E402
 from destiny.errors import InterruptedAfterOutputs  # noqa: E402
 from destiny.holdout import evaluate_recipe, prepare_split, recipe_value  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
@@ -101,7 +101,7 @@ def _recipe_problem(recipe: str) -> str | None:
               default=["float32"], show_default=True,
               help="Train and score every recipe with each: tf32 as --tf32 (on the gpu, or "
                    "modelled on the reference backend; the cpu has no TF32).")
-@click.option("--json", "json_path", default=None)
+@click.option("--json", "json_path", default=None, callback=path_given)
 @library_errors
 def main(ratings, config, recipes, epochs, batch, k, seed, backend, products, json_path):
     """Compare training recipes with popularity on held-out items."""

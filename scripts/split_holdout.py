@@ -32,12 +32,13 @@ import click  # noqa: E402
 import numpy as np  # noqa: E402
 
 from destiny.cli.common import (  # noqa: E402
-    SEED, FiniteRange, library_errors, run_program, stdin_for_dash)
+    SEED, FiniteRange, library_errors, path_given, run_program, stdin_for_dash)
 from destiny.errors import DataFormatError  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402
 from destiny.io.textscan import BOM, check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
+from destiny.wording import counted  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 # Features that generate-netcdf reads, surely: a name without ',', ':' or NUL, and an optional
@@ -52,9 +53,9 @@ _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("text", type=click.Path(), callback=stdin_for_dash)
-@click.option("--train", "train_path", required=True, metavar="FILE",
+@click.option("--train", "train_path", required=True, metavar="FILE", callback=path_given,
               help="Training part to write (DSSTNE text).")
-@click.option("--heldout", "heldout_path", required=True, metavar="FILE",
+@click.option("--heldout", "heldout_path", required=True, metavar="FILE", callback=path_given,
               help="Held-out part to write (DSSTNE text; samples with none held out are "
                    "left out).")
 @click.option("--fraction", type=FiniteRange(0.0, 1.0, max_open=True), default=0.2,
@@ -72,8 +73,8 @@ def main(text, train_path, heldout_path, fraction, seed):
     with atomic_outputs() as out, out.open(train_path) as train, \
             out.open(heldout_path) as heldout:  # (each names its own failure: a full disk)
         kept, held = split_text(text, train, heldout, fraction, seed)
-    click.echo(f"split_holdout: {kept:,} features to {train_path}, {held:,} to {heldout_path}",
-               err=True)
+    click.echo(f"split_holdout: {counted(kept, 'feature')} to {train_path}, {held:,} to "
+               f"{heldout_path}", err=True)
 
 
 def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, int]:

@@ -25,7 +25,8 @@ if __name__ == "__main__":
 import click  # noqa: E402
 
 from destiny import synthetic  # noqa: E402
-from destiny.cli.common import SEED, FiniteRange, library_errors, run_program  # noqa: E402
+from destiny.cli.common import (  # noqa: E402
+    SEED, FiniteRange, library_errors, path_given, run_program)
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.limits import MAX_INDEX  # noqa: E402
 
@@ -36,7 +37,8 @@ MAX_ZIPF = 30.0
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-o", "--output", required=True, help="File to write; '-' writes stdout.")
+@click.option("-o", "--output", required=True, callback=path_given,
+              help="File to write; '-' writes stdout.")
 @click.option("--users", type=_COUNT[1], default=synthetic.ML20M_USERS, show_default=True)
 @click.option("--items", type=_COUNT[2], default=synthetic.ML20M_ITEMS, show_default=True)
 @click.option("--mean-per-user", type=FiniteRange(1.0), default=synthetic.ML20M_MEAN_PER_USER,

@@ -63,12 +63,14 @@ def test_tf32_products_on_the_cpu_are_a_usage_error(monkeypatch, tmp_path):
     (["--recipe", "default epochs=1.5"], "'epochs=1.5': '1.5' is not an integer."),
     # trained no epoch, without a word, and scored the untrained network
     (["--epochs", "0"], "Invalid value for '--epochs': 0 is not in the range x>=1"),
+    # (the later --json wins: an unset variable in a script)
+    (["--json", ""], "Invalid value for '--json': is an empty path"),
 ])
 def test_quality_sample_refuses_bad_settings_before_the_work(monkeypatch, tmp_path, args,
                                                              message):
     monkeypatch.syspath_prepend(str(SCRIPTS))
     script = importlib.import_module("quality_sample")
-    result = CliRunner().invoke(script.main, [*args, "--json", str(tmp_path / "q.json")])
+    result = CliRunner().invoke(script.main, ["--json", str(tmp_path / "q.json"), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output and list(tmp_path.iterdir()) == []

@@ -457,3 +457,11 @@ def test_the_float32_bound_is_the_scanners():
     from destiny.io import ratings, textscan
 
     assert ratings._FLOAT32_OVERFLOW == textscan.FLOAT32_OVERFLOW
+
+
+def test_an_empty_output_path_is_a_usage_error(tmp_path):
+    (tmp_path / "r.csv").write_text(HEADER + "1,10,4.0,100\n")
+    result = run_script(tmp_path / "r.csv", "-o", "")
+    assert result.returncode == 2 and "Invalid value for '-o' / '--output': is an empty path" in \
+        result.stderr, result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]

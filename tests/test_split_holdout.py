@@ -272,3 +272,14 @@ def test_output_directory_on_a_read_only_mount(work, monkeypatch):
     result = run("in.txt", "--train", "t.txt", "--heldout", "ro/h.txt")
     assert_refused(result, "ro/h.txt: ", "--heldout", "mounted read-only")
     assert "permissions" not in result.output
+
+
+@pytest.mark.parametrize("flag", ["--train", "--heldout"])
+def test_an_empty_output_path_is_a_usage_error(flag):
+    write("in.txt", GOOD)
+    args = ["in.txt", "--train", "t.txt", "--heldout", "h.txt"]
+    args[args.index(flag) + 1] = ""
+    result = run(*args)
+    assert result.exit_code == 2 and f"Invalid value for '{flag}': is an empty path" in \
+        result.stderr, result.output
+    assert sorted(os.listdir()) == ["in.txt"]

@@ -266,6 +266,14 @@ def test_a_concentrated_popularity_draws_fewer_items_than_asked_and_says_so(tmp_
     assert result.exit_code == 0 and "note:" not in result.stderr, result.output
 
 
+def test_script_an_empty_output_path_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _invoke("-o", "", *SMALL)
+    assert result.exit_code == 2 and "Invalid value for '-o' / '--output': is an empty path" in \
+        result.stderr, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_script_the_bounds_of_zipf_are_allowed(tmp_path):
     for zipf in ("-30", "30"):
         result = _invoke("-o", tmp_path / "r.csv", *SMALL, "--zipf", zipf)
