@@ -8,8 +8,8 @@ import os
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, note, path_given, run_program,
-                                stdin_for_dash)
+from destiny.cli.common import library_errors, note, run_program
+from destiny.cli.options import CONTEXT, path_given, stdin_for_dash
 from destiny.wording import counted
 
 NAME = "evaluate"

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, no_stdin, no_stdout, note,
-                                progress_bar, run_program, stdin_for_dash)
+from destiny.cli.common import library_errors, note, progress_bar, run_program
+from destiny.cli.options import CONTEXT, no_stdin, no_stdout, stdin_for_dash
 from destiny.wording import counted
 
 NAME = "generate-netcdf"

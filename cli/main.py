@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from destiny import __version__
-from destiny.cli.common import CONTEXT, run_command
+from destiny.cli.common import run_command
+from destiny.cli.options import CONTEXT
 from destiny.cli.evaluate import evaluate
 from destiny.cli.generate_netcdf import generate_netcdf
 from destiny.cli.predict import predict

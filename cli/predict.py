@@ -9,9 +9,8 @@ from typing import Iterator, TextIO
 
 import click
 
-from destiny.cli.common import (CONTEXT, library_errors, no_stdin, note, path_given,
-                                products_note, progress_bar, run_command, stdin_for_dash,
-                                tf32_option)
+from destiny.cli.common import library_errors, note, products_note, progress_bar, run_command
+from destiny.cli.options import CONTEXT, no_stdin, path_given, stdin_for_dash, tf32_option
 from destiny.wording import counted, quoted
 
 NAME = "predict"

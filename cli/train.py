@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from destiny.cli.common import (CONTEXT, SEED, Float32Range, library_errors, no_stdin,
-                                no_stdout, note, path_given, products_note, run_command,
-                                tf32_option)
+from destiny.cli.common import library_errors, note, products_note, run_command
+from destiny.cli.options import (CONTEXT, SEED, Float32Range, no_stdin, no_stdout, path_given,
+                                 tf32_option)
 from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)

@@ -22,8 +22,8 @@ if __name__ == "__main__":
 
 import click  # noqa: E402
 
-from destiny.cli.common import (  # noqa: E402
-    FiniteRange, library_errors, path_given, run_program, stdin_for_dash)
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.options import FiniteRange, path_given, stdin_for_dash  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
 from destiny.wording import counted  # noqa: E402

@@ -33,7 +33,8 @@ import time  # noqa: E402
 
 import click  # noqa: E402
 
-from destiny.cli.common import SEED, library_errors, path_given, run_program  # noqa: E402
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.options import SEED, path_given  # noqa: E402
 from destiny.errors import InterruptedAfterOutputs  # noqa: E402
 from destiny.holdout import evaluate_recipe, prepare_split, recipe_value  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402

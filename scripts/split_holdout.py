@@ -31,8 +31,8 @@ import re  # noqa: E402
 import click  # noqa: E402
 import numpy as np  # noqa: E402
 
-from destiny.cli.common import (  # noqa: E402
-    SEED, FiniteRange, library_errors, path_given, run_program, stdin_for_dash)
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.options import SEED, FiniteRange, path_given, stdin_for_dash  # noqa: E402
 from destiny.errors import DataFormatError  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402

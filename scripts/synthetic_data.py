@@ -25,8 +25,8 @@ if __name__ == "__main__":
 import click  # noqa: E402
 
 from destiny import synthetic  # noqa: E402
-from destiny.cli.common import (  # noqa: E402
-    SEED, FiniteRange, library_errors, path_given, run_program)
+from destiny.cli.common import library_errors, run_program  # noqa: E402
+from destiny.cli.options import SEED, FiniteRange, path_given  # noqa: E402
 from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
 from destiny.limits import MAX_INDEX  # noqa: E402
 
