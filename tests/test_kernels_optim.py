@@ -292,11 +292,15 @@ def test_missing_state_is_refused(backend):
     G = np.ones_like(W)
     s, empty = np.zeros_like(W), np.zeros((0, 0), dtype=np.float32)
     longer = np.zeros((5, 6), dtype=np.float32)  # another layer's state
-    for mode, s1, s2 in [(MOMENTUM, empty, empty), (ADAM, s, empty), (ADADELTA, empty, s),
-                         (ADADELTA, s, empty), (MOMENTUM, longer, empty), (ADAM, s, longer)]:
-        with pytest.raises(ValueError):
+    # (The messages name the state array refused: a bare ValueError would also be NumPy's
+    # broadcast error, which a reference without the check raises on the same arrays.)
+    for mode, s1, s2, bad in [(MOMENTUM, empty, empty, 1), (ADAM, s, empty, 2),
+                              (ADADELTA, empty, s, 1), (ADADELTA, s, empty, 2),
+                              (MOMENTUM, longer, empty, 1), (ADAM, s, longer, 2)]:
+        with pytest.raises(ValueError, match=f"optimizer mode {mode} needs s{bad} |"
+                                             f"this optimizer mode needs s{bad} "):
             BACKENDS[backend].update_weights(W, G, s1, s2, 1, mode, 0.1, 0.0, 0.0, 0.9, 0.999)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown optimizer mode"):
         BACKENDS[backend].update_bias(W[0], G[0], s[0], s[0], 1, 7, 0.1, 0.9, 0.999)
     assert np.all(W == 1.0)
 
