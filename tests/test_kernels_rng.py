@@ -9,16 +9,39 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from destiny.kernels.counter_rng import DENOISE, DROPOUT, mix64, stream_key
+from destiny.kernels import counter_rng
+from destiny.kernels.counter_rng import DENOISE, DROPOUT, stream_key
 from .backends import family, tiny
 
 BACKENDS = family("rng")
 KEYS = [stream_key(12134, DROPOUT, 3, 1), stream_key(7, DENOISE, 0, 0), 0, (1 << 64) - 1]
 
 
+def mix64(z):
+    """SplitMix64's finaliser with its published constants, written out here rather than
+    imported: the backends share ``counter_rng``'s constants, so an oracle built on them would
+    agree with a mistyped one."""
+    z &= (1 << 64) - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
+    return z ^ (z >> 31)
+
+
 def python_uniform(key, row, col):
     """The formula of ``destiny.kernels.counter_rng`` on Python ints: the independent oracle."""
     return (mix64(key ^ mix64((row << 32) | col)) >> 40) / (1 << 24)
+
+
+def test_mix64_is_splitmix64():
+    """The first outputs of SplitMix64 seeded with 0 (mix64 of i times the golden gamma), as
+    its reference implementation gives them, from the oracle and from ``counter_rng``."""
+    golden = 0x9E3779B97F4A7C15
+    first = [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F, 0xF88BB8A8724C81EC,
+             0x1B39896A51A8749B]
+    for i, expected in enumerate(first, start=1):
+        z = (i * golden) & ((1 << 64) - 1)
+        assert mix64(z) == counter_rng.mix64(z) == expected
+    assert counter_rng.GOLDEN == golden
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
