@@ -1152,6 +1152,16 @@ def test_keep_checkpoints_keeps_all_while_there_are_fewer_than_it_keeps(tmp_path
     assert removed == {1: [f"{net}1.nc", f"{net}2.nc"], 2: [f"{net}1.nc"], 3: [], 4: [], 5: []}
 
 
+def test_keep_checkpoints_keeps_the_newest_by_epoch_not_by_name(tmp_path):
+    """Past epoch 9 the names sort otherwise than the epochs (gl.nc10.nc before gl.nc9.nc):
+    after epoch 12 with K = 3, epochs 8 and 9 go and 10 and 11 stay, oldest first."""
+    from destiny.io.checkpoint import superseded_checkpoints
+
+    net = superseded(tmp_path, (8, 9, 10, 11, 12))
+    assert superseded_checkpoints(net, 100.0, 3, 12) == [f"{net}8.nc", f"{net}9.nc"]
+    assert superseded_checkpoints(net, 100.0, 1, 12) == [f"{net}{e}.nc" for e in (8, 9, 10, 11)]
+
+
 def test_a_checkpoints_name_is_one_in_the_networks_directory_however_spelt(tmp_path):
     """checkpoint_epoch: gl.nc7.nc beside gl.nc, through any spelling of its directory, is
     the epoch-7 checkpoint; a file of that name in another directory (a metrics file kept
