@@ -1114,6 +1114,8 @@ def test_the_latest_checkpoint_is_the_last_epoch_of_the_run_started_last(tmp_pat
     checkpoint(8, started=100.0)  # an earlier run's, of a later epoch
     checkpoint(3, started=200.0)
     assert latest_checkpoint(net) == (f"{net}7.nc", 7)
+    checkpoint(10, started=200.0)  # (gl.nc10.nc: its name sorts before gl.nc7.nc's)
+    assert latest_checkpoint(net) == (f"{net}10.nc", 10)
     (tmp_path / "gl.nc2.nc").write_bytes(b"damaged")
     assert latest_checkpoint(net) == (f"{net}2.nc", 2)
 
