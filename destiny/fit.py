@@ -107,11 +107,8 @@ def fit(
             pool = dataset_pool([input_path, output_path])
             # Read once: the settings text the network file stores is the definition trained.
             definition = read_netdef_json(config_path)
-            try:
-                netdef = load_netdef(definition,
-                                     dataset_widths={n: w for n, (_, w) in pool.items()})
-            except NetDefError as exc:
-                raise exc.with_file(config_path) from None
+            netdef = load_netdef(definition, dataset_widths={n: w for n, (_, w) in pool.items()},
+                                 file=config_path)
             netdef_text = json.dumps(definition, separators=(",", ":"))
             summaries = _summaries(pool, netdef)
             _check_rows_line_up(pool, summaries)

@@ -214,7 +214,7 @@ def _resolve_layer(layer: LayerDef, widths: Mapping[str, int]) -> LayerDef:
 
 
 def load_netdef(source, dataset_widths: Mapping[str, int] | None = None, *,
-                flag: str = "-c") -> NetworkDef:
+                flag: str = "-c", file=None) -> NetworkDef:
     """Load a DSSTNE JSON network definition from a file path or an already-parsed dict.
 
     Parameters
@@ -226,22 +226,25 @@ def load_netdef(source, dataset_widths: Mapping[str, int] | None = None, *,
         `n` stays None until `NetworkDef.resolve` is called.
     flag : str
         The option that named the file, for the message where it cannot be read.
+    file : str or os.PathLike, optional
+        Where an already-parsed ``source`` was read from (``read_netdef_json``), named by the
+        errors as a path ``source`` is.
 
     Raises
     ------
     NetDefError
         For invalid JSON or any invalid or unsupported field; file errors name the file.
     """
-    if isinstance(source, Mapping):
+    if not isinstance(source, Mapping):
+        file = os.fspath(source)
+        source = read_netdef_json(file, flag=flag)
+    try:
         net = parse_netdef(source)
         return net if dataset_widths is None else net.resolve(dataset_widths)
-    path = os.fspath(source)
-    data = read_netdef_json(path, flag=flag)
-    try:
-        net = parse_netdef(data)
-        return net if dataset_widths is None else net.resolve(dataset_widths)
     except NetDefError as exc:
-        raise exc.with_file(path) from None
+        if file is None:
+            raise
+        raise exc.with_file(file) from None
 
 
 def read_netdef_json(path, *, flag: str = "-c"):
