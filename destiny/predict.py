@@ -291,11 +291,10 @@ class Predictor:
         self.output_labels[values] = labels
         self._item_labels: EncodedLabels | None = None
         self.targets = whole if self.indices_alike else table_of(labels, values)
-        seen = nf.arrays.get(f"target_counts_{layer}")
-        allowed = _recommendable(values, n_out, seen, self.own_units)
+        everyone = _recommendable(values, n_out, nf.arrays.get(f"target_counts_{layer}"))
         # (all ranks' units: a -k above it lists every item a line has not filtered out)
-        self.recommendable = int(np.count_nonzero(_recommendable(values, n_out, seen,
-                                                                 (0, n_out))))
+        self.recommendable = int(np.count_nonzero(everyone))
+        allowed = np.ascontiguousarray(everyone[self.own_units[0]:self.own_units[1]])
         self.allowed = self.kernels.to_device(allowed)
         self.n_not_allowed = int(np.count_nonzero(allowed == 0))
 
@@ -416,16 +415,15 @@ def _trained_features(labels: list[str], values: np.ndarray, whole: LabelTable, 
                     values[keep]), left_out
 
 
-def _recommendable(values: np.ndarray, n_out: int, seen, units: tuple[int, int]) -> np.ndarray:
-    """Flags (uint8, C-contiguous) of the output units ``units`` (this rank's) that may be
-    recommended: units without a label in the output index (``values``) are padding, and units
-    never a training target (``seen``: ``target_counts_``, None where not recorded) are left
-    out too."""
+def _recommendable(values: np.ndarray, n_out: int, seen) -> np.ndarray:
+    """Flags (uint8) of the ``n_out`` output units that may be recommended: units without a
+    label in the output index (``values``) are padding, and units never a training target
+    (``seen``: ``target_counts_``, None where not recorded) are left out too."""
     allowed = np.zeros(n_out, dtype=np.uint8)
     allowed[values] = 1
     if seen is not None:  # (read_network checked its length)
         allowed &= (seen > 0).astype(np.uint8)
-    return np.ascontiguousarray(allowed[units[0]:units[1]])
+    return allowed
 
 
 def write_records(out: TextIO, labels: list[str], items: np.ndarray, scores: np.ndarray,
