@@ -38,14 +38,14 @@ from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402
 from destiny.io.textscan import BOM, check_text_start  # noqa: E402
 from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
+from destiny.io.ratings import DECIMAL  # noqa: E402
 from destiny.wording import counted  # noqa: E402
 
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 # Features that generate-netcdf reads, surely: a name without ',', ':' or NUL, and an optional
 # decimal value. A line whose features are not all such (a NUL, ',5', '10,1,2', '10,abc'), or
 # whose values might be beyond float32's range (an exponent, 39 digits), is left to its scanner.
-_NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-_FEATURE = rf"[^,:\0]+(?:,(?:{_NUMBER})?)?"
+_FEATURE = rf"[^,:\0]+(?:,(?:{DECIMAL})?)?"
 _PLAIN_FEATURES = re.compile(rf"{_FEATURE}(?::{_FEATURE})*")
 _EXPONENT = re.compile(r",[^:]*[eE]")
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")

@@ -234,7 +234,9 @@ def _is_number(text: str) -> bool:
 # A number as generate-netcdf's scanner reads one (textscan._parse_value): ASCII digits with
 # an optional sign, point and exponent. Python's float() reads more ('1_000', ' 4', '٣', 'inf'),
 # which the scanner refuses, naming a line of the text written instead of this file's.
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# (Here, where no numba is loaded; scripts/split_holdout.py reads its features' values so too.)
+DECIMAL = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_DECIMAL = re.compile(DECIMAL)
 _NUMBER_FORM = "a decimal such as 4, 3.5 or 1e-3, without spaces or '_'"
 
 
