@@ -1049,6 +1049,19 @@ _GENERATE = ["generate-netcdf", "-i", "ratings.txt", "-o", "gl.nc", "-d", "gl", 
              "features", "-s", "samples"]
 
 
+def _refused_flag(argv, flag, value, **invoke) -> str:
+    """stderr, its lines joined, of ``argv`` with ``flag``'s value replaced by ``value``,
+    run in the test's own empty directory: a usage error (exit status 2) naming the flag,
+    and nothing written."""
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    result = CliRunner().invoke(cli, argv, **invoke)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}'" in result.stderr
+    assert os.listdir() == []
+    return " ".join(result.stderr.split())
+
+
 @pytest.mark.parametrize("argv, flag, why", [
     (_TRAIN, "-c", "the network definition: under mpiexec every process reads the file itself"),
     (_TRAIN, "-i", "the input dataset: a NetCDF file is read by seeking within it"),
@@ -1066,14 +1079,10 @@ def test_dash_for_a_file_that_is_not_read_as_a_stream_is_a_usage_error(tmp_path,
     """'-' where the command needs the file itself was looked for as a file named '-' ("No such
     file or directory"): a usage error saying why, before anything is read or written."""
     monkeypatch.chdir(tmp_path)
-    argv = list(argv)
-    argv[argv.index(flag) + 1] = "-"
-    result = CliRunner().invoke(cli, argv, input="u1\ta\n")
-    assert result.exit_code == 2, result.output
-    assert f"'{flag}' / '--" in result.stderr
-    assert f"standard input cannot be read for {why}" in " ".join(result.stderr.split())
-    assert "Give the file's path." in result.stderr and "No such file" not in result.stderr
-    assert os.listdir(tmp_path) == []
+    stderr = _refused_flag(argv, flag, "-", input="u1\ta\n")
+    assert f"'{flag}' / '--" in stderr
+    assert f"standard input cannot be read for {why}" in stderr
+    assert "Give the file's path." in stderr and "No such file" not in stderr
 
 
 @pytest.mark.parametrize("argv, flag, what", [
@@ -1086,13 +1095,7 @@ def test_dash_for_a_netcdf_output_is_a_usage_error(tmp_path, monkeypatch, argv, 
     it reads (the README: every NetCDF, index or definition file); the output check refused it
     with exit status 1 once the other flags were read."""
     monkeypatch.chdir(tmp_path)
-    argv = list(argv)
-    argv[argv.index(flag) + 1] = "-"
-    result = CliRunner().invoke(cli, argv)
-    assert result.exit_code == 2, result.output
-    assert f"'{flag}'" in result.stderr
-    assert f"standard output cannot take {what}" in " ".join(result.stderr.split())
-    assert os.listdir(tmp_path) == []
+    assert f"standard output cannot take {what}" in _refused_flag(argv, flag, "-")
 
 
 _EVALUATE = ["evaluate", "-r", "recs", "-t", "held.txt"]
@@ -1109,14 +1112,8 @@ def test_an_empty_path_is_a_usage_error(tmp_path, monkeypatch, argv, flag):
     """An unset variable in a script (-i "$DATA"): the readers said "Error: : the input file
     does not exist", naming neither the file nor the flag."""
     monkeypatch.chdir(tmp_path)
-    argv = list(argv)
-    argv[argv.index(flag) + 1] = ""
-    result = CliRunner().invoke(cli, argv)
-    assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{flag}'" in result.stderr
     assert "is an empty path; give the file's path (is a variable in the command unset?)" in \
-        " ".join(result.stderr.split())
-    assert os.listdir(tmp_path) == []
+        _refused_flag(argv, flag, "")
 
 
 class _FullFileSystem:
