@@ -186,7 +186,9 @@ def system_failure(e: BaseException,
                     "--split-layers: the README's sections on them), or free the GPU of other "
                     "processes (nvidia-smi lists them).")
         if not network:
-            return (f"{what}; {NOTHING_REPLACED}. Check that the inputs are the files meant, "
+            # (the inputs are files, or sizes asked for: synthetic_data.py's --users)
+            return (f"{what}; {NOTHING_REPLACED}. Check that the inputs and flags are the ones "
+                    "meant (not a binary file read as text, nor sizes larger than intended), "
                     "then free memory or run on a machine with more.")
         return (f"{what}. The network's weights (in training, with their gradients and "
                 "optimizer state), the data and a batch must fit in this machine's memory: use "

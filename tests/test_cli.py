@@ -158,7 +158,7 @@ def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
     assert result.exit_code == 1, result.output
     assert result.output.startswith("Error: out of memory (an allocation failed); no output was "
                                     "replaced"), result.output
-    assert "Check that the inputs are the files meant" in result.output
+    assert "Check that the inputs and flags are the ones meant (not a binary file" in result.output
     assert "network" not in result.output
 
 

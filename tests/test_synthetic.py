@@ -308,3 +308,19 @@ def test_script_output_directory_read_only(tmp_path, monkeypatch):
         False if os.fspath(path) == str(tmp_path) else real_access(path, mode, **kw)))
     _refused(_run("-o", tmp_path / "r.csv"), tmp_path / "r.csv", "-o", "not writable")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_script_out_of_memory_names_the_sizes(tmp_path, monkeypatch):
+    """Sizes too large for the machine (--users, --items) are the likely cause here: the
+    advice names them among the inputs, not a network, and nothing is written."""
+    def too_large(**_):
+        raise MemoryError("Unable to allocate 80.0 GiB for an array with shape (10000000000,)")
+
+    monkeypatch.setattr(synthetic, "generate_ratings", too_large)
+    result = _run("-o", tmp_path / "r.csv")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of memory (Unable to allocate 80.0 GiB"), \
+        result.output
+    assert "sizes larger than intended" in result.output
+    assert "network" not in result.output
+    assert list(tmp_path.iterdir()) == []
