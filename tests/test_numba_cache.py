@@ -39,7 +39,9 @@ def test_an_edit_to_a_helper_module_moves_the_cache_and_drops_the_old_one(tmp_pa
 def test_the_users_choice_is_kept_and_a_read_only_install_uses_the_user_cache(tmp_path):
     pkg = fake_package(tmp_path)
     assert nc.choose_cache_dir(pkg, {"NUMBA_CACHE_DIR": "/somewhere"}) is None
-    (pkg / "__pycache__").mkdir()
+    # (set but empty: numba's own choice, beside each file, were Destiny to leave it so)
+    assert nc.PREFIX in nc.choose_cache_dir(pkg, {"NUMBA_CACHE_DIR": ""})
+    (pkg / "__pycache__").mkdir(exist_ok=True)
     os.chmod(pkg / "__pycache__", 0o500)
     try:
         if os.access(pkg / "__pycache__", os.W_OK):  # root ignores the mode bits
@@ -48,6 +50,21 @@ def test_the_users_choice_is_kept_and_a_read_only_install_uses_the_user_cache(tm
         assert chosen.startswith(str(tmp_path / "xdg" / "destiny" / nc.PREFIX))
     finally:
         os.chmod(pkg / "__pycache__", 0o700)
+
+
+def test_a_cache_directory_the_user_cannot_write_is_passed_over(tmp_path, monkeypatch):
+    """A system-wide install whose cache directory for this source was made by whoever
+    installed it (`sudo pip install`, then a first run as root): another user cannot write
+    there, so the user's cache directory (XDG_CACHE_HOME as the caller gives it) is used.
+    (os.access answers here as for that user: root's would say writable.)"""
+    pkg = fake_package(tmp_path)
+    name = nc.PREFIX + nc.source_digest(pkg)
+    (pkg / "__pycache__" / name).mkdir(parents=True)
+    access = os.access
+    monkeypatch.setattr(nc.os, "access", lambda path, mode: (
+        not str(path).startswith(str(pkg / "__pycache__")) and access(path, mode)))
+    chosen = nc.choose_cache_dir(pkg, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert chosen == str(tmp_path / "xdg" / "destiny" / name) and os.path.isdir(chosen)
 
 
 def test_numba_compiles_into_the_chosen_directory():
