@@ -42,6 +42,17 @@ def test_param_layout_of_a_one_dimensional_array_and_scalars():
     fmt, offsets = launch.param_layout((types.Array(types.uint32, 1, "C"), types.int64))
     assert fmt == "@PPqqPqqq"
     assert offsets == [0, 8, 16, 24, 32, 40, 48, 56]
+    # 32-bit integers by their sign: a negative int32, a uint32 of 2**31 or more
+    fmt, _ = launch.param_layout((types.int32, types.uint32))
+    assert struct.unpack(fmt, struct.pack(fmt, -5, 2**32 - 1)) == (-5, 2**32 - 1)
+
+
+def test_blocks_for_covers_the_items_up_to_max_blocks():
+    """One thread per item, the last block part-filled, at most MAX_BLOCKS (the kernels loop
+    over the rest with a grid stride)."""
+    t = launch.THREADS
+    assert [launch.blocks_for(n) for n in (0, 1, t, t + 1)] == [1, 1, 1, 2]
+    assert launch.blocks_for(t * launch.MAX_BLOCKS * 3) == launch.MAX_BLOCKS
 
 
 @pytest.mark.gpu
@@ -74,7 +85,8 @@ class _FakeArray:
         self.size = int(np.prod(shape))
         c_strides = np.empty(shape, dtype).strides if self.size else (0,) * len(shape)
         self.strides = tuple(strides) if strides is not None else c_strides
-        self.device_ctypes_pointer = ctypes.c_size_t(pointer)
+        # (numba's is a c_void_p: for an empty array c_void_p(0), whose value is None)
+        self.device_ctypes_pointer = ctypes.c_void_p(pointer)
 
 
 class _FakeDispatcher:
@@ -182,7 +194,7 @@ def test_launcher_leaves_strided_and_foreign_arrays_to_numba(stand_ins):
     fast[1, 32](strided, 1)
     fast[1, 32](np.zeros(3, np.float32), 1)  # a host array: numba copies it
     empty = _FakeArray((0, 2), np.float32, 0)
-    fast[1, 32](empty, 1)  # empty: numba types it C-contiguous, the launcher packs it
+    fast[1, 32](empty, 1)  # empty: typed C-contiguous, packed by the launcher (null pointer 0)
     assert len(dispatcher.fallbacks) == 2 and len(calls) == 1
     assert dispatcher.compiled == [(types.Array(types.float32, 2, "C"), types.int64)]
 
@@ -244,6 +256,18 @@ def test_launcher_makes_a_thread_new_to_the_device_current_and_launches_again(st
         current_context=lambda: made_current.append(True)))
     fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
     assert launched == [0xC0DE, 0xC0DE] and made_current == [True] and not answers
+
+
+def test_destiny_cuda_launch_numba_keeps_numbas_own_launch(monkeypatch):
+    """On a GPU every kernel goes through the launcher; DESTINY_CUDA_LAUNCH=numba (to compare
+    the two: README, docs/benchmarks.md) keeps numba's own."""
+    dispatcher = _FakeDispatcher()
+    monkeypatch.setattr(launch, "SIMULATED", False)
+    monkeypatch.setattr(launch, "cuda", pytypes.SimpleNamespace(jit=lambda fn: dispatcher))
+    monkeypatch.delenv("DESTINY_CUDA_LAUNCH", raising=False)
+    assert launch.kernel(dispatcher.py_func).dispatcher is dispatcher
+    monkeypatch.setenv("DESTINY_CUDA_LAUNCH", "numba")
+    assert launch.kernel(dispatcher.py_func) is dispatcher
 
 
 def test_reshaped_and_viewed_are_kept_per_shape_and_dtype():
