@@ -72,6 +72,25 @@ def test_a_signal_held_whose_action_is_the_default_ends_the_process_after_the_bl
     assert done.stdout == "block done\n"
 
 
+_DEFAULT_ACTION_WHILE_HELD = """
+import os, signal
+from destiny.signals import held_back
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+with held_back(lambda held, signum, frame: held.deliver(signum, frame)):
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("went on", flush=True)
+"""
+
+
+def test_a_signal_acted_on_while_held_whose_action_is_the_default_ends_the_process():
+    """Acted on while the signals are still held (all_or_none acts on one at once, so does
+    stop_together on a second): the default action ends the process there and then, not the
+    recording handler sent the signal again (a RecursionError)."""
+    done = subprocess.run([sys.executable, "-c", _DEFAULT_ACTION_WHILE_HELD],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, "", "")
+
+
 def test_a_signal_that_comes_as_the_handlers_go_back_is_raised_once_all_are_back(
         handlers, monkeypatch):
     """A signal whose handler is back already comes while the others go back: its interrupt
