@@ -451,6 +451,72 @@ def test_an_import_that_never_ends_is_interrupted_after_a_while(tmp_path):
     assert result.stdout == "not imported\ninterrupted\ncleaned up\n", result.stderr
 
 
+def test_each_stop_put_off_while_a_module_loads_is_bounded_from_its_own_signal(monkeypatch):
+    """_DEFER_LIMIT_S counts from the first signal of the stop put off, not of the process's
+    first: in a process that runs one command after another (these tests, a notebook), a
+    later command's signal would otherwise be raised inside the import at once, where it can
+    be lost."""
+    import signal
+    import types
+
+    from destiny.cli import common
+
+    loading = types.SimpleNamespace(f_globals={"__name__": "importlib._bootstrap"},
+                                    f_code=types.SimpleNamespace(co_name="_load"), f_back=None)
+    clock, resent = [100.0], []
+    monkeypatch.setattr(common, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(common, "_send_again_later", resent.append)
+    for name, value in (("_stopped_by", None), ("_completed", False), ("_deferred_since", None)):
+        monkeypatch.setattr(common, name, value)
+
+    def interrupts(signum, frame) -> bool:  # (an interrupt let out would end the test run)
+        try:
+            common._interrupt(signum, frame)
+        except KeyboardInterrupt:
+            return True
+        return False
+
+    assert not interrupts(signal.SIGTERM, loading)  # put off
+    assert interrupts(signal.SIGTERM, None)  # sent again once the module is loaded
+    clock[0] += 60  # the next command
+    assert not interrupts(signal.SIGINT, loading)  # put off too
+    clock[0] += common._DEFER_LIMIT_S
+    assert interrupts(signal.SIGINT, loading)  # a module that never finishes loading
+    assert resent == [signal.SIGTERM, signal.SIGINT]
+
+
+def test_a_command_run_after_another_in_one_process_still_stops(monkeypatch):
+    """In a process that runs one command after another (these tests, a notebook), the one
+    before having completed: a stop signal during the next still interrupts it, not taken
+    for a signal that came as a command finished (which lets it run on)."""
+    import signal
+
+    import click
+
+    from destiny.cli import common
+
+    @click.command()
+    @click.option("--stop", is_flag=True)
+    @common.library_errors
+    def command(stop):
+        if stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+        click.echo("finished")
+
+    monkeypatch.setattr(common, "_stopped_by", None)
+    monkeypatch.setattr(common, "_completed", False)
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.getsignal(signum) for signum in signals}
+    try:
+        assert CliRunner().invoke(command, []).output == "finished\n"
+        result = CliRunner().invoke(command, ["--stop"])
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: interrupted; no output was replaced"), result.output
+
+
 _LAST_STEP_AN_IMPORT = """
 import os, sys
 import click
