@@ -51,6 +51,24 @@ def test_parse_value_rejects_the_rest(text):
     assert parse_value(text) == (False, 0.0)
 
 
+LIMIT = 2**128 - 2**103  # float32 rounds this and above to infinity (a tie, to even)
+
+
+@pytest.mark.parametrize("text,within", [
+    ("3.4028235677973366e38", True),  # (float64's nearest is the limit: it is a little below)
+    (f"{LIMIT - 1}", True), (f"-{LIMIT - 1}.999", True), (f"0.{LIMIT - 1}e39", True),
+    (f"{LIMIT - 1}9e-1", True),
+    (f"{LIMIT}", False), (f"-{LIMIT}.000", False), (f"0.000{LIMIT}E+42", False),
+    (f"{LIMIT + 1}", False), ("3.4028235677973367e38", False)])
+def test_parse_value_decides_float32s_limit_on_the_digits(text, within):
+    """As C's stof does: near the limit the float64 arithmetic (18 digits kept) put values on
+    the wrong side of it, the limit itself read as float32's max and one below it refused."""
+    ok, value = parse_value(text)
+    assert ok == within
+    if ok:
+        assert abs(np.float32(value)) == np.finfo(np.float32).max
+
+
 def _random_text(rng, rows, vocab, with_values):
     alphabet = list("abcxyz0123456789 _-.éü漢")
     names = ["".join(rng.choice(alphabet, size=rng.integers(1, 6))).strip() or "q"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TextIO
 
 from destiny.errors import NUL_REMEDY, DataFormatError, netcdf_text_error, utf16_bom_error
@@ -260,6 +261,8 @@ def _rating(text: str, path, lineno: int, fmt: str) -> float:
 # float32 rounds this and above to infinity: textscan.FLOAT32_OVERFLOW, restated so that
 # convert_ratings does not load numba (textscan's kernels) to read a CSV file.
 _FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+_FLOAT32_LIMIT = Decimal(_FLOAT32_OVERFLOW)  # (exact: the limit is an integer)
+_NEAR_LIMIT = _FLOAT32_OVERFLOW * (1 - 1e-9)  # below it, float()'s rounding cannot cross it
 _DIGITS = b"0123456789"
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _POINT_ALONE = re.compile(rb"\.(?![0-9])(?<![0-9]\.)")
@@ -282,10 +285,20 @@ def _plain(text: str) -> bool:
     return not (_POINT_ALONE.search(raw) or b"0" * 39 in raw.translate(_ZEROS))
 
 
+def _within_float32(text: str) -> bool:
+    """Whether ``text`` is a number (``_number``) that float32 rounds to a finite value, decided
+    exactly, as C's stof and the scanner decide it: float() rounds 3.4028235677973366e38, a
+    little below the limit, onto it."""
+    number = abs(_number(text))
+    if number < _NEAR_LIMIT:
+        return True
+    return not math.isnan(number) and Decimal(text).copy_abs() < _FLOAT32_LIMIT
+
+
 def _check_number(text: str, value: str, path, lineno: int, fmt: str) -> None:
     """Raise unless ``text`` (the field --value writes) is a number within float32's range,
     as generate-netcdf will read it: checked here so that the message names this file's line."""
-    if not abs(_number(text)) < _FLOAT32_OVERFLOW:  # (NaN too)
+    if not _within_float32(text):
         raise DataFormatError(path, f"the {value} {_show(text)} is not a number within float32's "
                               f"range ({_NUMBER_FORM}), but --value writes it as each item's "
                               "value, which "

@@ -167,6 +167,12 @@ def table_rehash(slots, key_hash, n_keys):
 # it: 3.4028235e38, NumPy's float32 max, is that max; so too its exact decimal, which the
 # rounding of the arithmetic below can put a little above the max.
 FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+_FLOAT32_MAX = 2.0**128 - 2.0**104
+# Within this of the limit, the arithmetic (18 digits kept, a few roundings: some 1e-15 off at
+# most) cannot tell a value's side of it; `_reaches_overflow` decides on the digits.
+_NEAR_OVERFLOW = FLOAT32_OVERFLOW * (1 - 1e-9)
+# The limit's decimal digits (it is an integer of 39 digits).
+_OVERFLOW_DIGITS = np.frombuffer(b"%d" % (2**128 - 2**103), dtype=np.uint8) - 48
 
 
 @njit(cache=True)
@@ -225,9 +231,63 @@ def _parse_value(buf, start, end):
         v /= 10.0**-exp10
     if neg:
         v = -v
-    if not np.isfinite(v) or abs(v) >= FLOAT32_OVERFLOW:
-        return False, 0.0
+    if not abs(v) < _NEAR_OVERFLOW:  # (infinity too)
+        if _reaches_overflow(buf, start, end):
+            return False, 0.0
+        v = max(-_FLOAT32_MAX, min(v, _FLOAT32_MAX))  # what float32 rounds it to
     return True, v
+
+
+@njit(cache=True)
+def _reaches_overflow(buf, start, end):
+    """Whether the decimal number ``buf[start:end]`` (one `_parse_value` reads) is
+    FLOAT32_OVERFLOW or more in magnitude, decided on its digits, as C's stof decides it:
+    3.4028235677973366e38, below the limit, is float32's max, though the nearest float64 is
+    the limit itself."""
+    i = start
+    if buf[i] == 43 or buf[i] == 45:  # + -
+        i += 1
+    point = -1
+    first = -1  # the first digit that is not 0
+    m = i
+    while m < end and (48 <= buf[m] <= 57 or buf[m] == 46):
+        if buf[m] == 46:
+            point = m
+        elif first < 0 and buf[m] != 48:
+            first = m
+        m += 1
+    if first < 0:
+        return False  # zero
+    digits_end = m
+    if point < 0:
+        point = m
+    # The value is 0.D x 10**magnitude, D its digits from `first` on.
+    magnitude = point - first if first < point else point - first + 1
+    if m < end:  # e E, a sign, digits
+        m += 1
+        eneg = buf[m] == 45
+        if buf[m] == 43 or buf[m] == 45:
+            m += 1
+        e = 0
+        while m < end:
+            if e < 100000:
+                e = e * 10 + (buf[m] - 48)
+            m += 1
+        magnitude += -e if eneg else e
+    n = len(_OVERFLOW_DIGITS)
+    if magnitude != n:
+        return magnitude > n
+    k = 0
+    for j in range(first, digits_end):
+        if buf[j] == 46:
+            continue
+        d = buf[j] - 48
+        if d != _OVERFLOW_DIGITS[k]:
+            return d > _OVERFLOW_DIGITS[k]
+        k += 1
+        if k == n:
+            return True  # the limit itself, or more
+    return False  # a prefix of the limit's digits: less
 
 
 # Bytes that end a feature's name or value, or break the format inside one (spec 1.2). A NUL
