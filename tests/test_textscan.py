@@ -35,6 +35,7 @@ def parse_value(s: str):
 @pytest.mark.parametrize("text", ["0", "3", "-2", "+7", "1.5", "-0.25", ".5", "5.", "1e3",
                                   "2.5E-3", "-1e+2", "1364613781", "0.1", "3.4e38",
                                   "123456789012345678901234", "0.000000000000000000000123",
+                                  "3.14159265358979323846",  # (digits past the 18 kept)
                                   # float32's max, exactly and as NumPy prints it (stof's too)
                                   "3.4028234663852886e38", "-3.4028235e38",
                                   "0e400", "-0.00E+999", "1e-400"])  # (0 and underflow to 0)
@@ -46,7 +47,8 @@ def test_parse_value_accepts_decimal_numbers(text):
 
 @pytest.mark.parametrize("text", ["-", "+", ".", "e3", "1e", "1e+", "12x", "x12", "nan", "inf",
                                   "1_0", " 1", "1 ", "0x10", "1.2.3", "--1", "1e400", "3.5e38",
-                                  "3.4028236e38"])  # (float32 rounds it to infinity)
+                                  "3.4028236e38",  # (float32 rounds it to infinity)
+                                  "1e18446744073709551616"])  # (an exponent of 2**64, not 0)
 def test_parse_value_rejects_the_rest(text):
     assert parse_value(text) == (False, 0.0)
 
