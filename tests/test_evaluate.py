@@ -399,6 +399,7 @@ def test_scores_are_read_closely_enough_to_order_them():
     ("recs.txt", b"u1\ta,0.9\x00:\n", "line 1, column 9: the item 'a,0.9\\x00'"),
     ("recs.txt", b"u1\ta,0.9:\x00\n", "line 1, column 10: the item '\\x00'"),
     ("held.txt", b"u1\tb:c\x00d\n", "line 1, column 7: the item 'c\\x00d'"),
+    ("held.txt", b"u1\tb\n\tc\x00d\n", "line 2, column 3: the item 'c\\x00d'"),  # (no name)
     ("held.txt", "u1\tb\n".encode("utf-16-le"), "line 1, column 2: the line 'u\\x001\\x00\\t"
      "\\x00b\\x00' holds a NUL byte (\\x00) in its sample name"),
     # a byte-order mark became part of the first sample's name: scores silently wrong

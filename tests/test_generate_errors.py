@@ -102,6 +102,8 @@ RECORD_ERRORS = [
     ("crlf", "u1\ta\r\nu2\tb\r\n", 1, 5, [r"'u1\ta\r'", "carriage return", "dos2unix"]),
     ("trailing-colon", "u1\ta\nu2\ta:b:\n", 2, 7, [r"'u2\ta:b:'", "ends with ':'"]),
     ("second-tab", "u1\ta\tb\n", 1, 5, [r"'u1\ta\tb'", "second TAB"]),
+    # (a CR outranks every other fault of its line: TAB-separated text with CRLF line ends)
+    ("second-tab-crlf", "u1\ta\tb\r\n", 1, 7, [r"'u1\ta\tb\r'", "carriage return"]),
     # MovieLens ratings given as DSSTNE text (the conversion skipped): said only "no TAB"
     # or "a second TAB", and how to make DSSTNE text nowhere.
     ("ratings-csv", "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n", 1, 1,
@@ -155,6 +157,8 @@ def test_only_ratings_lines_are_called_ratings():
 def test_a_long_line_is_quoted_cut_to_80_characters():
     message = fails_on("u" * 100 + " a:b\n", "-c")
     assert f"the line {'u' * 77 + '...'!r} has no TAB" in message, message
+    message = fails_on("u" * 76 + " a:b\n", "-c")  # 80 characters: quoted whole
+    assert f"the line {'u' * 76 + ' a:b'!r} has no TAB" in message, message
 
 
 @pytest.mark.parametrize("value", ["abc", "12x", "1e", "nan", "inf", "--1", "1.2.3"])
@@ -186,6 +190,7 @@ CUT_SHORT = "It is the file's last line, and the file does not end with a newlin
     ("u1\ta\nu2\ta:b:\n", False),  # whole: the fault is the line's own
     ("u1\ta\nu2\tb\n\n", False),  # a blank last line: it ends with its newline
     ("u1\ta:\nu2\ta:b", False),  # the fault is not in the last line
+    ("u1\ta:b:", True),  # the file's only line
     ("u1\ta\nu2\ta:caf\u00e9".encode()[:-1], True),  # a two-byte character cut in half
 ])
 def test_a_fault_in_a_last_line_without_a_newline_says_the_file_may_be_cut_short(data, cut):
@@ -333,7 +338,7 @@ def test_duplicate_deep_in_file(chunk_bytes, monkeypatch):
         monkeypatch.setattr(destiny.io.text, "CHUNK_BYTES", chunk_bytes)
     message = fails_on(_lines(6000) + "u17\tf1\n", "-c")
     assert message.startswith("Error: in.txt, line 6001: "), message
-    assert "'u17'" in message and "first on line 18" in message
+    assert "'u17'" in message and "(first on line 18)" in message  # (of this file: unnamed)
 
 
 def test_error_in_second_file_of_directory():
