@@ -150,7 +150,8 @@ def test_bad_record(case_id, data, line, column, texts, mode):
 
 
 def test_only_ratings_lines_are_called_ratings():
-    for data in ("u2 b:c\n", "1,5\n", "u1\ta\tb\n", "1\t2\t3\n", "1,2,3,4,5\n", "1\t2\t3\t4x\n"):
+    for data in ("u2 b:c\n", "1,5\n", "u1\ta\tb\n", "1\t2\t3\n", "1,2,3,4,5\n", "1\t2\t3\t4x\n",
+                 "1,31,2.5\n"):  # (three fields: convert_ratings refuses the row)
         assert "MovieLens" not in fails_on(data, "-c"), data
 
 

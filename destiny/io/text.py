@@ -38,8 +38,9 @@ _BOM_LINE = -2  # ... when a line after the file's first starts with a UTF-8 byt
 _FIX_FORMAT = "Each line must be 'NAME<TAB>feature[,value]:feature[,value]...'"
 
 # A line of MovieLens ratings (ratings.csv with its header, u.data, ratings.dat), read where
-# DSSTNE text was expected: the conversion step was skipped (``_ratings_hint``).
-_RATINGS_LINE = re.compile(r"userId,movieId(,.*)?|\d+(,\d+,[0-9.]+(,\d+)?"
+# DSSTNE text was expected: the conversion step was skipped (``_ratings_hint``). A row has its
+# four fields, as convert_ratings reads it (it refuses '1,31,2.5').
+_RATINGS_LINE = re.compile(r"userId,movieId(,.*)?|\d+(,\d+,[0-9.]+,\d+"
                            r"|\t\d+\t[0-9.]+\t\d+|::\d+::[0-9.]+::\d+)")
 
 
