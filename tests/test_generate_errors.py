@@ -176,7 +176,8 @@ def test_analog_value_not_a_number(value):
     assert f"the value {value!r}" in message
 
 
-@pytest.mark.parametrize("value", ["1e40", "-4e38", "1e400"])
+@pytest.mark.parametrize("value", ["1e40", "-4e38", "1e400",
+                                   str(2**128 - 2**103)])  # (the limit itself: float32's tie)
 def test_analog_value_beyond_float32(value):
     message = fails_on(f"u1\ta,{value}\n", "-c", "-t", "analog")
     assert message.startswith(f"Error: in.txt, line 1, column 6: the value {value!r} in "), message
