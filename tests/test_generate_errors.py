@@ -169,11 +169,12 @@ def test_indicator_values_are_still_checked(value):
     assert f"the value {value!r}" in message
 
 
-@pytest.mark.parametrize("value", ["abc", "12x"])
+@pytest.mark.parametrize("value", ["abc", "12x",
+                                   "\u0661e40"])  # (an Arabic-Indic 1: not beyond the range)
 def test_analog_value_not_a_number(value):
     message = fails_on(f"u1\ta,{value}\n", "-c", "-t", "analog")
     assert message.startswith("Error: in.txt, line 1, column 6: "), message
-    assert f"the value {value!r}" in message
+    assert f"the value {value!r} in the line 'u1\\ta,{value}' is not a number" in message, message
 
 
 @pytest.mark.parametrize("value", ["1e40", "-4e38", "1e400",

@@ -26,6 +26,7 @@ from numba import get_num_threads
 from destiny.errors import NUL_REMEDY, DataFormatError
 from destiny.io import textscan
 from destiny.io.index import LabelTable
+from destiny.io.ratings import DECIMAL
 
 CHUNK_BYTES = 16 << 20
 # Each scanning thread holds a chunk and its outputs (about 40 MB for MovieLens-20M's); past
@@ -253,7 +254,7 @@ def _number_pending(chunk: _Chunk, features: LabelTable) -> None:
     chunk.data = chunk.pending = None
 
 
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_DECIMAL = re.compile(DECIMAL)  # (ASCII digits, as the scanner reads them)
 
 
 def _beyond_float32(text: str) -> bool:
