@@ -294,6 +294,8 @@ def test_a_definition_this_destiny_does_not_accept_names_the_writer(model, tmp_p
     ("layer1_kind", np.uint32(3), "a Target layer"),
     # (its scale, shift and statistics were ignored: the file scored as a plain layer)
     ("layer1_attributes", np.uint32(4), "batch-normalised"),
+    # (its weights and biases sized by Nx x Ny: they were said not to fit, the file damaged)
+    ("layer1_Ny", np.uint32(2), r"multi-dimensional \(Nx 128, Ny 2, Nz 1, Nw 1\)"),
 ])
 def test_a_dsstne_layer_destiny_does_not_run_is_named_not_called_damage(model, tmp_path,
                                                                          attribute, value, what):

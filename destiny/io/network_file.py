@@ -437,6 +437,14 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
                               f"BatchNormalization bit, 4, of {p}attributes, spec 3.15; README: "
                               "What Destiny does not run); "
                               "only networks without batch normalisation are supported.")
+    shape = {key: get.uint(p + key, 1) for key in ("Nx", "Ny", "Nz", "Nw")}
+    if shape["Ny"] * shape["Nz"] * shape["Nw"] != 1:  # (DSSTNE sizes its weights and biases
+        #   by all four: read as Nx units, the file was called damaged)
+        sizes = ", ".join(f"{key} {n}" for key, n in shape.items())
+        raise DataFormatError(get.path, f"layer {get.text(p + 'name')!r} (layer{i}_) is "
+                              f"multi-dimensional ({sizes}), which Destiny does not run (README: "
+                              "What Destiny does not run); only layers of one dimension (Ny, Nz "
+                              "and Nw 1) are supported.")
     kind = get.enum(p + "kind", LayerKind)
     n_sources = get.uint(p + "sources")
     if n_sources > (0 if kind == LayerKind.Input else MAX_SOURCES):  # (as a JSON definition)
@@ -445,7 +453,7 @@ def _read_layer(get: Getter, i: int, glob_penalty: SparsenessPenalty) -> LayerDe
                       f"at most {MAX_SOURCES}: a layer has at most {MAX_SOURCES} (spec 3.4)")
     return LayerDef(
         name=get.text(p + "name"), kind=kind, index=i,
-        n=get.uint(p + "Nx", 1), type=get.enum(p + "type", LayerType),
+        n=shape["Nx"], type=get.enum(p + "type", LayerType),
         sources=tuple(get.text(f"{p}source{j}") for j in range(n_sources)),
         skips=tuple(get.text(f"{p}skip{j}") for j in range(get.uint(p + "skips"))),
         dataset=get.text(p + "dataSet"), activation=get.enum(p + "activation", Activation),
