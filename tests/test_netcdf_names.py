@@ -65,6 +65,17 @@ def test_a_run_of_bytes_not_utf8_is_named_whole(work):
             "the dataset name (-d) 'g\\xff\\xfeh' is not valid UTF-8 (the bytes \\xff\\xfe)")
 
 
+def test_a_lone_surrogate_from_python_code_is_named_as_one():
+    """A str from Python code (fit's network_path, say) may hold a surrogate that stands for
+    no byte, where argv's stand for bytes that are not UTF-8: it is named as the surrogate."""
+    from destiny.errors import DestinyError
+    from destiny.io.netcdf_names import check_netcdf_names
+
+    with pytest.raises(DestinyError, match=r"^the dataset name 'g\\ud800' is not valid UTF-8 "
+                                           r"\(the lone surrogate \\ud800\)\. "):
+        check_netcdf_names(names=[("g\ud800", "dataset name")])
+
+
 def test_generate_output_not_utf8(work):
     refused(generate_netcdf, [*GENERATE, "-o", f"{BAD}.nc", "-d", "g"],
             "the output NetCDF file (-o) '\\xff.nc' is not valid UTF-8 (the byte \\xff)",

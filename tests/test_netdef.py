@@ -693,6 +693,15 @@ def test_names_are_kept_as_written_and_decay_has_no_upper_bound():
     assert net.layers[2].sources == ("Hidden, 1st",)
 
 
+def test_the_closed_ends_of_ranges_are_taken():
+    """A SparsenessPenalty p of 1 (its range is [0, 1], where pDropout's is [0, 1)) and N of
+    2,147,483,647 units, the most the refusal of a larger N names."""
+    data = minimal()
+    data["Layers"][1].update(N=2**31 - 1, SparsenessPenalty={"p": 1})
+    hidden = load_netdef(data).layers[1]
+    assert (hidden.n, hidden.sparseness_penalty.p) == (2**31 - 1, 1.0)
+
+
 def test_a_file_error_keeps_the_item_it_names(tmp_path):
     """NetDefError.item (the entry of a Source or Skip list at fault) survives the file name
     being put in front (with_file), for a reader that names each entry."""

@@ -118,6 +118,8 @@ NETWORK_DAMAGE = [
     ("layer1_name", np.uint32(5), "'layer1_name' is 5 (uint32); expected text"),
     ("weights", np.uint32(0), "'weights' is 0 (uint32); expected 2, one weight per source of a "
                               "layer"),
+    ("weights", np.uint32(3), "'weights' is 3 (uint32); expected 2, one weight per source of a "
+                              "layer"),
     (lambda nc: (nc.delncattr("weight1_bShared"), nc.setncattr("weights", np.uint32(1))), None,
      "'weights' is 1 (uint32); expected 2, one weight per source of a layer"),
     (resized_bias, None, "the variable 'weight1_bias' holds 5 values; the layer 'Output' it "
@@ -130,6 +132,8 @@ NETWORK_DAMAGE = [
                                                   "\"d\"]}' (text); expected JSON"),
     ("destiny_indexes", '{"Input": [5, "d", 1]}', "'destiny_indexes' is '{\"Input\": [5, \"d\", "
                                                   "1]}' (text); expected JSON"),
+    ("destiny_indexes", '{"Input": [5, 7]}', "'destiny_indexes' is '{\"Input\": [5, 7]}' (text); "
+                                             "expected JSON"),
     ("weight1_weights[:1000]", np.nan, "the variable 'weight1_weights' holds 1,000 values that "
                                        "are not finite (NaN or infinity)"),
     ("weight0_weights[:1]", np.inf, "the variable 'weight0_weights' holds 1 value that is not "
@@ -316,7 +320,8 @@ def test_a_network_file_of_a_newer_format_is_refused_by_its_version(model, tmp_p
     net, out = tmp_path / "newer.nc", tmp_path / "recs.txt"
     shutil.copy(model / "gl.nc", net)
     damage(net, {"destiny_format_version": np.uint32(FORMAT_VERSION + 1),
-                 "destiny_version": "9.0.0"}, None)
+                 "destiny_version": "9.0.0",  # (and attributes this Destiny would misread)
+                 "layers": "three"}, None)
     result = CliRunner().invoke(predict, [
         "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
         "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
@@ -388,16 +393,21 @@ def test_what_is_no_readable_network_has_no_destiny_attributes(model, tmp_path):
     assert destiny_attributes(model / "gl.nc")["format_version"] == FORMAT_VERSION
 
 
-def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path):
-    """predict maps the weights (mmap): the values read, also from a big-endian variable
-    (read, not mapped), and writable without writing the file."""
+@pytest.mark.parametrize("stored", ["big-endian", "double", "unwritten"])
+def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path, stored):
+    """predict maps the weights (mmap): the values read, also from a variable that is not
+    plain little-endian float32 (big-endian, double, or never written and so stored nowhere:
+    read, not mapped), and writable without writing the file."""
     net = tmp_path / "big.nc"
     shutil.copy(model / "gl.nc", net)
     with netCDF4.Dataset(net, "a") as nc:
         old = nc.variables["weight1_weights"]
         nc.renameVariable("weight1_weights", "old_weights")
-        nc.createVariable("weight1_weights", ">f4", old.dimensions, endian="big",
-                          fill_value=False)[:] = old[:]
+        var = nc.createVariable("weight1_weights", {"big-endian": ">f4", "double": "f8"}.get(
+            stored, "f4"), old.dimensions, endian="big" if stored == "big-endian" else "native",
+            fill_value=None if stored == "unwritten" else False)
+        if stored != "unwritten":  # (else its fill value, 9.97e36, is read)
+            var[:] = old[:]
     before = net.read_bytes()
     read, mapped = read_network(net), read_network(net, mmap=True)
     for k in (0, 1):
@@ -483,6 +493,9 @@ CHECKPOINT_DAMAGE = [
                                                           "JSON text of an object"),
     ("destiny_settings", '{"examples": 1.5}', "'destiny_settings' is '{\"examples\": 1.5}' "
                                               "(text); expected JSON text of an object"),
+    *[("destiny_settings", text, f"'destiny_settings' is '{text}' (text); expected JSON text of "
+                                 "an object") for text in ('{"config": []}', '{"netdef": 5}',
+                                                           '{"indexes": 5}', '{"entries": []}')],
     (lambda nc: nc.delncattr("destiny_epoch"), None, "records the run's settings "
      "('destiny_settings', as train's checkpoints do) but lacks 'destiny_epoch', the training "
      "state that goes with them."),
@@ -557,12 +570,12 @@ def test_a_newer_format_checkpoint_is_not_judged_another_run(checkpoints, tmp_pa
 def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
     """A definition whose every field differs from its default and from the others (values
     exact in float32), written and read back: the same definition, weights and biases, and
-    the values a hand reads in the file (spec 4.1 to 4.3), so that no attribute is written
-    from another field."""
+    the values a hand reads in the file, in DSSTNE's order (spec 4.1 to 4.3), so that no
+    attribute is written from another field."""
     from destiny.netdef import parse_netdef
 
     d = {"Name": "roundtrip", "ErrorFunction": "ScaledMarginalCrossEntropy",
-         "ShuffleIndices": False, "Decay": 0.015625, "Maxout": {"k": 3},
+         "Kind": "AutoEncoder", "ShuffleIndices": False, "Decay": 0.015625, "Maxout": {"k": 3},
          "LRN": {"k": 2.5, "n": 7, "alpha": 0.0009765625, "beta": 0.625},
          "SparsenessPenalty": {"p": 0.0625, "beta": 0.875},
          "Denoising": {"p": 0.125},
@@ -597,7 +610,8 @@ def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
         np.testing.assert_array_equal(back.biases[k], biases[k])
     with netCDF4.Dataset(path) as nc:
         got = {a: nc.getncattr(a) for a in nc.ncattrs()}
-    expected = {"name": "roundtrip", "errorFunction": 3, "maxout_k": 3, "decay": 0.015625,
+    expected = {"name": "roundtrip", "kind": 1, "errorFunction": 3, "maxout_k": 3,
+                "decay": 0.015625,
                 "LRN_k": 2.5, "LRN_n": 7, "LRN_alpha": 0.0009765625, "LRN_beta": 0.625,
                 "bSparsenessPenalty": 1, "sparsenessPenalty_p": 0.0625,
                 "sparsenessPenalty_beta": 0.875, "bDenoising": 1, "denoising_p": 0.125,
@@ -614,6 +628,24 @@ def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
                 "weight0_inputLayer": "In", "weight0_outputLayer": "Hid", "weight0_width": 5,
                 "weight0_height": 12, "weight1_width": 12, "weight1_height": 5}
     assert {a: got[a] for a in expected} == expected
+    # in the order of spec 4.1 to 4.3's tables, DSSTNE's write order
+    assert list(dict.fromkeys(re.sub(r"^(layer|weight)\d+_.*", r"\1<i>_", a) for a in got)) == [
+        "version", "name", "kind", "errorFunction", "maxout_k", "decay", "LRN_k", "LRN_n",
+        "LRN_alpha", "LRN_beta", "bSparsenessPenalty", "sparsenessPenalty_p",
+        "sparsenessPenalty_beta", "bDenoising", "denoising_p", "deltaBoost_one", "deltaBoost_zero",
+        "SMCE_oneScale", "SMCE_zeroScale", "SMCE_oneTarget", "SMCE_zeroTarget", "ShuffleIndices",
+        "checkpoint_name", "checkpoint_interval", "checkpoint_epochs", "layers", "layer<i>_",
+        "weights", "weight<i>_", "destiny_format_version"]
+    assert [a[len("layer1_"):] for a in got if a.startswith("layer1_")] == [
+        "name", "kind", "type", "dataSet", "Nx", "Ny", "Nz", "Nw", "dimensions", "kernelX",
+        "kernelY", "kernelZ", "kernelDimensions", "kernelStrideX", "kernelStrideY",
+        "kernelStrideZ", "kernelPaddingX", "kernelPaddingY", "kernelPaddingZ", "pDropout",
+        "weightInit", "weightInitScale", "biasInit", "weightNorm", "deltaNorm", "activation",
+        "sparsenessPenalty_p", "sparsenessPenalty_beta", "RELUSlope", "ELUAlpha", "SELULambda",
+        "attributes", "sources", "source0", "skips"]
+    assert [a[len("weight0_"):] for a in got if a.startswith("weight0_")] == [
+        "inputLayer", "outputLayer", "width", "height", "length", "depth", "breadth", "bShared",
+        "bLocked", "norm"]
     if nctypes.LIB is not None:  # the NetCDF types of spec 4.1 to 4.3
         types = nctypes.types(path)
         text = {"name", "checkpoint_name", "layer1_name", "layer1_dataSet", "layer1_source0",
@@ -699,6 +731,24 @@ def test_shared_weights_and_dsstnes_fixed_attributes_are_written(tmp_path):
         expected |= {f"weight{k}_norm": norm, f"weight{k}_bLocked": 0, f"weight{k}_length": 1,
                      f"weight{k}_depth": 1, f"weight{k}_breadth": 1}
     assert {a: got[a] for a in expected} == expected
+
+
+def test_a_share_not_transposed_is_written_and_read_as_one(tmp_path):
+    """bTransposed 0: the output's weight is the input's own matrix (4 x 4), as it is, where
+    the shared network's share is transposed."""
+    from destiny.netdef import parse_netdef
+
+    layers = [{"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "in"},
+              {"Name": "H", "Kind": "Hidden", "N": 4},
+              {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "out", "SharedWeights": {
+                  "SourceInputLayer": "Input", "SourceOutputLayer": "H", "InputLayer": "H"}}]
+    nd = parse_netdef({"Layers": layers}).resolve({})
+    path = tmp_path / "net.nc"
+    write_network(path, nd, {0: np.eye(4)}, {0: np.zeros(4), 1: np.zeros(4)})
+    with netCDF4.Dataset(path) as nc:
+        assert (nc.getncattr("weight1_bShared"), nc.getncattr("weight1_bTransposed")) == (1, 0)
+    share = read_network(path).netdef.layers[2].shared_weights
+    assert share == nd.layers[2].shared_weights and not share[0].transposed
 
 
 @pytest.mark.parametrize("attribute,value,fragment", [
