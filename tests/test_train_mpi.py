@@ -1,9 +1,10 @@
 """``mpiexec -n P train``: every layer split across ranks computes the network one process does.
 
 Every run is a real job under MPICH's mpiexec with one numba and BLAS thread per rank. The
-network has uneven splits (37, 53 and 97 units over 2 and 3 ranks), both matrix layouts (rows
-for Input -> H1, columns for H1 -> Output), sparse input and output, two sources, a skip
-layer, dropout and denoising: spec 7's whole arithmetic.
+network has uneven splits (37, 23 and 97 units over 2 and 3 ranks), both matrix layouts (rows
+for Input -> H1 and the hidden H1 -> H2, columns for H1 -> Output), a layer whose two sources
+are both split by rows (H3), sparse input and output, a skip layer, dropout and denoising:
+spec 7's whole arithmetic.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ NETDEF = {
         {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
         {"Name": "H1", "Kind": "Hidden", "Type": "FullyConnected", "N": 37,
          "Activation": "Sigmoid", "pDropout": 0.1},
-        {"Name": "H2", "Kind": "Hidden", "Type": "FullyConnected", "N": 53,
+        {"Name": "H2", "Kind": "Hidden", "Type": "FullyConnected", "N": 23,
          "Activation": "Tanh", "pDropout": 0.2},
-        {"Name": "H3", "Kind": "Hidden", "Type": "FullyConnected", "N": 53, "Source": "H2",
-         "Activation": "RELU", "Skip": ["H2"]},
+        {"Name": "H3", "Kind": "Hidden", "Type": "FullyConnected", "N": 23,
+         "Source": ["H1", "Input"], "Activation": "RELU", "Skip": ["H2"]},
         {"Name": "Output", "Kind": "Output", "Type": "FullyConnected", "N": "auto",
          "Source": ["H3", "H1"], "DataSet": "gl_output", "Activation": "Sigmoid",
          "Sparse": True},
@@ -174,7 +175,7 @@ def layout(path) -> list:
 @pytest.fixture(scope="module")
 def single(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
-    done = train(data, out / "gl.nc", "--checkpoint-every", "2")
+    done = train(data, out / "gl.nc", "--checkpoint-every", "2", "--metrics", out / "m.jsonl")
     assert done.returncode == 0, done.stderr.decode()
     return out
 
@@ -191,12 +192,18 @@ def test_ranks_write_the_network_a_few_rows_at_a_time(data, single, tmp_path):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ranks_train_what_one_process_trains(data, single, tmp_path, ranks):
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", ranks=ranks)
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", "--metrics",
+                 tmp_path / "m.jsonl", ranks=ranks)
     assert done.returncode == 0, done.stderr.decode()
-    assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc2.nc"]  # no temporary left
+    assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc2.nc", "m.jsonl"]  # no temporary
     for name in ("gl.nc", "gl.nc2.nc"):  # the checkpoint holds Adam's state, split like W
         assert_same_network(single / name, tmp_path / name)
         assert layout(tmp_path / name) == layout(single / name)
+    # Each epoch's loss: each rank's, of its own output units, summed over the ranks.
+    one, many = ([json.loads(line) for line in (d / "m.jsonl").read_text().splitlines()]
+                 for d in (single, tmp_path))
+    for key in ("loss", "training_error"):
+        assert [r[key] for r in many] == pytest.approx([r[key] for r in one], rel=1e-4), key
 
 
 def test_resume_on_other_ranks(data, single, tmp_path):
@@ -432,9 +439,9 @@ def split_checkpoint(data, tmp_path_factory):
     return out / "gl.nc1.nc"
 
 
-# Weight 4 (H1 -> Output) is split by columns, Adam's state of weight 0 (Input -> H1) by rows:
+# Weight 5 (H1 -> Output) is split by columns, Adam's state of weight 0 (Input -> H1) by rows:
 # their last value lies in rank 1's block alone.
-@pytest.mark.parametrize("variable", ["weight4_weights", "destiny_state0_0"])
+@pytest.mark.parametrize("variable", ["weight5_weights", "destiny_state0_0"])
 def test_a_nan_in_one_ranks_block_is_refused_as_one_process_refuses_it(
         data, split_checkpoint, tmp_path, variable):
     """Each rank of a split network reads and checks only its block; what rank 1 finds in its
