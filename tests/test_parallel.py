@@ -15,8 +15,8 @@ import pytest
 
 from destiny.errors import DestinyError
 from destiny.parallel import (Comm, ParallelError, StoppedTogether, agree, all_or_none,
-                              failure_message, gather_in_order, get_comm, launched_by_mpi,
-                              shard_range, stop_together)
+                              end_round, failure_message, gather_in_order, get_comm,
+                              launched_by_mpi, shard_range, stop_together)
 
 MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
@@ -256,6 +256,24 @@ def test_stop_signal_after_the_last_check_acts_as_the_block_ends(handlers):
             stops.check()
             os.kill(os.getpid(), signal.SIGHUP)
     assert type(raised.value) is KeyboardInterrupt and handlers == [signal.SIGHUP]
+
+
+def test_stop_signal_rank_0_gets_as_it_consumes_a_round_stops_every_rank_after_it(handlers):
+    """(end_round: rank 0 writes the round's records while the others wait; a signal that
+    comes to it meanwhile, after its part of the round was gathered, stops every rank at that
+    round's end, not a round later, or after the last round by rank 0 alone)"""
+    comm, rounds = TwoRanks(), []
+
+    def consume(parts):
+        rounds.append(parts)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(StoppedTogether) as stopped:
+        with stop_together(comm) as stops:
+            end_round(comm, stops, [("mine", 0), ("theirs", 0)], consume)
+            raise AssertionError("not stopped at the end of the round")  # pragma: no cover
+    assert stopped.value.signum == signal.SIGTERM and handlers == [signal.SIGTERM]
+    assert rounds == [[("mine", 0), ("theirs", 0)]]
 
 
 def test_stop_signal_held_while_the_block_fails_gives_way_to_the_failure(handlers):

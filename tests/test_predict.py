@@ -786,9 +786,10 @@ def test_merging_the_ranks_top_k_is_the_top_k_of_all(ranks):
                          exclude_indices=indices[keep] - lo, allowed=allowed[lo:hi])
             items.append(np.where(i >= 0, i + lo, i))
             best.append(s)
-        merged = merge_top_k(items, best, k)
-        np.testing.assert_array_equal(merged[0], expected[0])
-        np.testing.assert_array_equal(merged[1], expected[1])
+        for order in (1, -1):  # (in any order of the ranks)
+            merged = merge_top_k(items[::order], best[::order], k)
+            np.testing.assert_array_equal(merged[0], expected[0])
+            np.testing.assert_array_equal(merged[1], expected[1])
 
 
 def _write_linear_4x4(d, W):

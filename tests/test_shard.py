@@ -127,6 +127,74 @@ def test_each_rank_holds_its_part_of_every_matrix_and_dataset():
         np.testing.assert_array_equal(data.targets["Output"].indices, out.indices[kept] - c0)
 
 
+def test_a_rank_reads_only_the_columns_of_its_units(tmp_path):
+    """(spec 7: the data is not replicated) Each rank reads from the files only the feature
+    columns of its own units: the input's of a matrix split by rows, the targets' of its
+    output units."""
+    from destiny.fit import dataset_pool, read_training_datasets
+
+    indptr = np.arange(0, 41, 4)
+    rng = np.random.default_rng(2)
+    write_dataset(tmp_path / "in.nc", SparseDataset(
+        "in", 300, indptr, rng.integers(0, 300, 40).astype(np.int32)))
+    write_dataset(tmp_path / "out.nc", SparseDataset(
+        "out", 250, indptr, rng.integers(0, 250, 40).astype(np.int32)))
+    pool = dataset_pool([tmp_path / "in.nc", tmp_path / "out.nc"])
+    for rank in range(3):
+        net = Network(parse_netdef(NETDEF), get_backend("cpu"), comm=FakeComm(rank, 3))
+        read = read_training_datasets(pool, net)
+        assert read["in"].columns == unit_range(300, rank, 3)
+        assert read["out"].columns == unit_range(250, rank, 3)
+
+
+class OthersComm(FakeComm):
+    """Rank ``rank`` of ``size`` in this process: ``theirs`` is what the other ranks bring,
+    one object each to ``allgather`` (in rank order), their sum to ``allreduce_sum``."""
+
+    def __init__(self, rank: int, size: int, theirs):
+        super().__init__(rank, size)
+        self.theirs = theirs
+
+    def allgather(self, obj) -> list:
+        return [*self.theirs[:self.rank], obj, *self.theirs[self.rank:]]
+
+    def allreduce_sum(self, x):
+        return float(x) + self.theirs
+
+
+def test_every_rank_names_the_first_layer_any_rank_finds_not_finite():
+    """check_finite under MPI: each rank looks at its own blocks, and all of them name the
+    first layer that one process would (a rank naming its own would raise alone)."""
+    net = Network(parse_netdef(NETDEF), get_backend("cpu"), comm=OthersComm(0, 2, [None]))
+    net.initialize(7)
+    assert net.check_finite() is None
+    net.comm.theirs = [1]  # another rank found the weights into Output not finite
+    assert net.check_finite() == "Output"
+    net.connections[1].b[0] = np.nan  # this rank finds Output's, another Hidden's
+    net.comm.theirs = [0]
+    assert net.check_finite() == "Hidden"
+
+
+def test_the_regularization_error_is_the_whole_networks_on_every_rank():
+    """Each rank sums its blocks of the matrices, and the ranks add up their sums: the
+    number one process reports."""
+    netdef = parse_netdef(NETDEF)
+    whole = Network(netdef, get_backend("cpu"))
+    whole.initialize(7)
+    lam, lam1 = 0.1, 0.01
+    nets = [Network(netdef, get_backend("cpu"), comm=OthersComm(rank, 3, 0.0))
+            for rank in range(3)]
+    own = []
+    for net in nets:
+        net.initialize(7)
+        own.append(sum(0.5 * lam * np.sum(c.W.astype(np.float64) ** 2)
+                       + lam1 * np.sum(np.abs(c.W.astype(np.float64))) for c in net.connections))
+    for rank, net in enumerate(nets):
+        net.comm.theirs = sum(own) - own[rank]
+        assert net.regularization_error(lam, lam1) == pytest.approx(
+            whole.regularization_error(lam, lam1), rel=1e-6)
+
+
 def test_column_range_keeps_a_boolean_datasets_empty_values():
     from destiny.sparse import column_range
 
