@@ -1018,3 +1018,31 @@ def test_a_failure_closes_the_bar(model, tmp_path, progress_bars, monkeypatch):
     assert result.exit_code == 1 and "simulated failure" in result.output
     (bar,) = progress_bars
     assert bar.closed and bar.updates == []
+
+
+def test_ranks_reading_as_many_samples_with_other_features_or_filters_stop():
+    """Under mpiexec (here in this process: rank 0 of two, told the other rank's counts),
+    ranks that read as many samples but other features or another filter would score other
+    records: predict stops (test_predict_mpi.py runs the whole command on two ranks)."""
+    from destiny.io.text import Records
+    from destiny.parallel import Comm, ParallelError
+    from destiny.predict import _check_same_input
+
+    class TwoRanks(Comm):
+        size = 2
+
+        def __init__(self, theirs):
+            self.theirs = theirs
+
+        def allgather(self, obj) -> list:
+            return [obj, self.theirs]
+
+    records = Records(labels=["a", "b"], indptr=np.array([0, 1, 3]),
+                      indices=np.array([4, 5, 6], np.int32))
+    filter_csr = (np.array([0, 1, 1]), np.array([7], np.int32), np.zeros(1, np.float32))
+    _check_same_input(TwoRanks((2, 3, 1)), records, filter_csr)
+    for theirs in ((2, 4, 1), (2, 3, 0)):
+        with pytest.raises(ParallelError, match=rf"^rank 1 of 2 read 2 samples with "
+                                                rf"{theirs[1]} features and {theirs[2]} filter "
+                                                r"entries, but rank 0 read 2 with 3 and 1; "):
+            _check_same_input(TwoRanks(theirs), records, filter_csr)

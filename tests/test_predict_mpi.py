@@ -313,33 +313,6 @@ def test_ranks_reading_different_inputs_stop(model, tmp_path):  # noqa: F811
     assert os.listdir(tmp_path) == ["short.txt"]
 
 
-def test_ranks_reading_as_many_samples_with_other_features_or_filters_stop():
-    """(in this process: rank 0 of two, told the other rank's counts) Ranks that read as many
-    samples but other features or another filter would score other records."""
-    from destiny.io.text import Records
-    from destiny.parallel import Comm, ParallelError
-    from destiny.predict import _check_same_input
-
-    class TwoRanks(Comm):
-        size = 2
-
-        def __init__(self, theirs):
-            self.theirs = theirs
-
-        def allgather(self, obj) -> list:
-            return [obj, self.theirs]
-
-    records = Records(labels=["a", "b"], indptr=np.array([0, 1, 3]),
-                      indices=np.array([4, 5, 6], np.int32))
-    filter_csr = (np.array([0, 1, 1]), np.array([7], np.int32), np.zeros(1, np.float32))
-    _check_same_input(TwoRanks((2, 3, 1)), records, filter_csr)
-    for theirs in ((2, 4, 1), (2, 3, 0)):
-        with pytest.raises(ParallelError, match=rf"^rank 1 of 2 read 2 samples with "
-                                                rf"{theirs[1]} features and {theirs[2]} filter "
-                                                r"entries, but rank 0 read 2 with 3 and 1; "):
-            _check_same_input(TwoRanks(theirs), records, filter_csr)
-
-
 @pytest.mark.parametrize("rank,mode,message", [
     (1, "error", "Error: rank 1 of 2: simulated failure"),
     (0, "error", "Error: simulated failure"),
