@@ -341,6 +341,48 @@ def test_a_failure_naming_no_file_between_writes_of_an_opened_output_is_not_put_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failure_naming_an_input_while_an_output_is_written_is_the_inputs(tmp_path):
+    """An output a library writes to a path (netCDF's dataset) names no failure of its own: a
+    failure naming another file meanwhile (an input that fails as it is read) is left naming
+    that file, not put down to the output, and nothing is put in place."""
+    import errno
+
+    from destiny.io import atomic
+
+    failure = OSError(errno.EIO, "Input/output error", str(tmp_path / "in.txt"))
+    with pytest.raises(OSError) as raised:
+        with atomic.atomic_outputs() as out:
+            pathlib.Path(out.path(tmp_path / "out.nc")).write_bytes(b"\x89HDF")
+            raise failure
+    assert raised.value is failure
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_failing_as_it_is_closed_is_named(tmp_path):
+    """NFS reports a full disk (or a quota reached) when the file is closed, not at its
+    writes: that failure names the output too, as the user gave it."""
+    import errno
+    import io
+
+    from destiny.io import failures
+
+    class FailingAtClose(io.FileIO):
+        def close(self):
+            closed = self.closed
+            super().close()
+            if not closed:
+                raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    class Output(failures._NamedFile, FailingAtClose):
+        pass
+
+    written = Output(tmp_path / ".out.txt.abcdefgh.tmp", "out.txt")
+    written.write(b"data")
+    with pytest.raises(OSError) as raised:
+        written.close()
+    assert (raised.value.errno, raised.value.filename) == (errno.EDQUOT, "out.txt")
+
+
 def test_every_command_turns_stop_signals_into_an_interrupt(tmp_path):
     """Each command's own entry point (generate-netcdf, evaluate, ... not only those run
     through run_command) stops on SIGTERM and SIGHUP as on Ctrl-C; a signal the command was
@@ -1009,6 +1051,35 @@ def test_a_stream_given_where_a_file_is_renamed_into_place_is_named_in_the_refus
                 "of a file."), name
 
 
+def test_an_empty_output_path_is_refused_by_the_library_too():
+    """check_outputs refuses an empty path (a library caller's unset variable), which its
+    other checks would pass as the current directory; an output not given (None) is skipped.
+    (The commands refuse one as their flag's value, first.)"""
+    from destiny.errors import OutputError
+    from destiny.io.atomic import check_outputs
+
+    with pytest.raises(OutputError) as raised:
+        check_outputs([(None, "metrics file"), ("", "network file (-n)")])
+    assert str(raised.value) == "the network file (-n) is an empty path; give a file name."
+
+
+def test_a_stream_is_never_replaced_by_an_output_put_in_place(tmp_path):
+    """Whoever asks for a stream's temporary file (here a named pipe's) is refused: the
+    rename would replace the stream (as root, /dev/null itself) with a file."""
+    import stat
+
+    from destiny.errors import OutputError
+    from destiny.io import atomic
+
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(OutputError, match="pipe: is a device, pipe or socket, not a file; it "
+                                          "cannot be replaced by a file"):
+        with atomic.atomic_outputs() as out:
+            out.path(tmp_path / "pipe")
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+    assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
+
+
 def test_a_descriptor_written_through_stays_open_after_what_the_process_wrote(tmp_path):
     """/dev/stdout (or /dev/fd/N) written in place: what the process had written to stdout
     and not yet flushed comes first, and the descriptor stays open for what follows (the
@@ -1183,25 +1254,34 @@ def test_an_empty_path_is_a_usage_error(tmp_path, monkeypatch, argv, flag):
 
 
 class _FullFileSystem:
-    """The os module as destiny.io.failures sees it on a full file system: writes fail."""
+    """The os module as destiny.io.failures sees it on a full file system: writes fail with
+    ``failure``, once ``room`` bytes are written (a write that does not fit writes what does,
+    as where a little space is left)."""
+
+    def __init__(self, room=0, failure=(28, "No space left on device")):
+        self.room, self.failure = room, failure
 
     def __getattr__(self, name):
         return getattr(os, name)
 
-    @staticmethod
-    def write(fd, data):
-        raise OSError(28, "No space left on device")
+    def write(self, fd, data):
+        if not self.room:
+            raise OSError(*self.failure)
+        written = min(self.room, len(data))
+        self.room -= written
+        return written
 
 
-@pytest.mark.parametrize("full", [True, False], ids=["full", "not-full"])
+@pytest.mark.parametrize("system", ["full", "nearly-full", "io-error", "not-full"])
 @pytest.mark.parametrize("error", [(13, "Permission denied"), (-101, "NetCDF: HDF error")],
                          ids=["EACCES", "HDF-error"])
 def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
-        tmp_path, monkeypatch, full, error):
+        tmp_path, monkeypatch, system, error):
     """netCDF reports a failure of HDF5 to create a file as EACCES, or as its own error code
     ("NetCDF: HDF error"): a nearly full tmpfs gave "Permission denied" for the temporary file,
-    which generate-netcdf had just created. The file system is tried: full, the message says
-    so; else the error stays, naming the output."""
+    which generate-netcdf had just created. The file system is tried, by writes until one
+    fails (the first may fit in part): full, the message says so; else (not full, or a write
+    failing otherwise) the error stays, naming the output."""
     import destiny.generate
     from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import failures
@@ -1210,8 +1290,12 @@ def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
         raise OSError(*error, path)
 
     monkeypatch.setattr(destiny.generate, "write_dataset", create)
-    if full:
-        monkeypatch.setattr(failures, "os", _FullFileSystem())
+    if system != "not-full":
+        monkeypatch.setattr(failures, "os", _FullFileSystem(
+            room=100 if system == "nearly-full" else 0,
+            failure=(5, "Input/output error") if system == "io-error" else
+            (28, "No space left on device")))
+    full = system in ("full", "nearly-full")
     (tmp_path / "in.txt").write_text("s1\ta:b\n")
     out = tmp_path / "out.nc"
     result = CliRunner().invoke(generate_netcdf, [
@@ -1326,6 +1410,27 @@ def test_outputs_reach_the_disk_before_they_are_renamed(tmp_path, monkeypatch):
     directory = os.path.realpath(tmp_path)
     assert events == ([("fsync", t) for t in temporaries] + [("replace", t) for t in temporaries]
                       + [("fsync", directory)])
+
+
+def test_an_outputs_temporary_file_is_beside_it_and_each_runs_own(tmp_path):
+    """The temporary file is in the output's directory (a rename from elsewhere, as $TMPDIR,
+    fails across file systems), named as a killed run's clean-up looks for it
+    (.NAME.XXXXXXXX.tmp), and two runs writing one output at once (the --initial-network of
+    two trainings, which no lock keeps apart) each write a file of their own."""
+    import re
+
+    from destiny.io import atomic
+
+    with atomic.atomic_outputs() as one, atomic.atomic_outputs() as two:
+        temporaries = [out.path(tmp_path / "out.nc") for out in (one, two)]
+        for tmp, data in zip(temporaries, ("one", "two"), strict=True):
+            pathlib.Path(tmp).write_text(data)
+    assert temporaries[0] != temporaries[1]
+    for tmp in temporaries:
+        assert os.path.dirname(tmp) == os.path.realpath(tmp_path)
+        assert re.fullmatch(r"\.out\.nc\.[a-z0-9_]{8}\.tmp", os.path.basename(tmp)), tmp
+    assert [p.name for p in tmp_path.iterdir()] == ["out.nc"]
+    assert (tmp_path / "out.nc").read_text() in ("one", "two")
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640)], ids=["022", "027"])

@@ -576,12 +576,15 @@ def test_output_is_a_directory():
                              "sample index (-s)"),
     (["-o", "link.idx"], "features.idx: given as both the output NetCDF file (-o, as link.idx) "
                          "and the feature index (-f)"),
+    (["-o", "hard.txt"], "hard.txt: the output NetCDF file (-o) would replace the input text "
+                         "(-i, as in.txt)"),
 ])
 def test_an_output_on_an_input_or_another_output(flags, message):
     """Each would have replaced a file this run reads or writes (the input turned into a
-    NetCDF file, one index lost), and exited 0."""
+    NetCDF file, one index lost), and exited 0; so would a hard link of the input."""
     write("in.txt", "u1\ta:b\n")
     os.symlink("features.idx", "link.idx")
+    os.link("in.txt", "hard.txt")
     args = ["-i", "in.txt", *OUTPUTS, "-c"]
     for flag, value in zip(flags[::2], flags[1::2], strict=True):
         args[args.index(flag) + 1] = value
