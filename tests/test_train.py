@@ -759,6 +759,9 @@ def test_train_refuses_to_overwrite(files):
     result = run_train(files, "-e", "1")
     assert result.exit_code == 1 and "already exists" in result.output
     assert (files / "net.nc").read_bytes() == b"keep me"
+    result = run_train(files, "-e", "1", "--resume")  # (no checkpoint: it would train afresh)
+    assert result.exit_code == 1 and "already exists" in result.output
+    assert (files / "net.nc").read_bytes() == b"keep me"
     assert run_train(files, "-e", "1", "--force").exit_code == 0
 
 
@@ -1230,11 +1233,13 @@ def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, mo
 def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
     """The disk filling up while the epoch-4 checkpoint is written: the message names that
     checkpoint (a write's failure names no file: it said "No space left on device" alone)
-    and the epoch-2 checkpoint to --resume from, not only "run the command again"."""
+    and the epoch-2 checkpoint to --resume from, not only "run the command again". With
+    --keep-checkpoints 1 too: the epoch-2 one is removed only once the next is in place."""
     import destiny.io.checkpoint
 
     real = disk_full_writing(monkeypatch, "net.nc4.nc")
-    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2",
+                       "--keep-checkpoints", "1")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert (f"Error: {files / 'net.nc4.nc'}: No space left on device; {files / 'net.nc'} was "
             "not written.") in result.output
@@ -1242,9 +1247,12 @@ def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
             f"with --resume to continue from {files / 'net.nc2.nc'} (epoch 2), the newest "
             "checkpoint.") in result.output
     assert not [p for p in files.iterdir() if p.name.startswith(".net.nc4.nc.")]
+    assert (files / "net.nc2.nc").is_file()
     monkeypatch.setattr(destiny.io.checkpoint, "write_network", real)
-    resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2", "--resume")
+    resumed = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2",
+                        "--keep-checkpoints", "1", "--resume")
     assert resumed.exit_code == 0, resumed.output
+    assert f"resumed from {files / 'net.nc2.nc'}" in resumed.output, resumed.output
 
 
 def test_a_full_disk_after_the_initial_network_does_not_say_nothing_was_replaced(files,
@@ -1448,6 +1456,25 @@ def test_a_second_run_writing_the_same_network_stops_at_once(files):
     assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
 
 
+def test_a_network_written_as_this_run_takes_the_lock_is_not_replaced(files, monkeypatch):
+    """Another run writes the network and releases the lock just as this one starts: this
+    run, which takes the lock next, then finds the network there and stops (without
+    --force), instead of training on and replacing it."""
+    from destiny.io import atomic
+
+    real = atomic.exclusive
+
+    def exclusive(path, *args, **kwargs):
+        if os.fspath(path) == os.fspath(files / "net.nc"):
+            (files / "net.nc").write_bytes(b"the other run's")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic, "exclusive", exclusive)
+    result = run_train(files, "-e", "1")
+    assert result.exit_code == 1 and "already exists" in result.output, result.output
+    assert (files / "net.nc").read_bytes() == b"the other run's"
+
+
 def test_a_killed_runs_temporary_network_and_checkpoints_are_removed(files):
     """A run killed outright (SIGKILL, the OOM killer) leaves its temporary checkpoint, as
     large as the network and its optimizer state: the next run to that -n removes such files
@@ -1524,12 +1551,15 @@ def test_a_damaged_newest_checkpoint_says_how_to_go_on(files):
 def test_resume_refuses_a_checkpoint_of_other_data_or_a_finished_one(files):
     """A checkpoint is resumed only by the same run: other data of the same number of
     examples (cron's new day, a cron job passing --resume every time) is refused, and so
-    is a checkpoint already at -e, which would publish its weights as they were."""
+    is a checkpoint already at -e, or past it, which would publish its weights as they were."""
     assert run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1").exit_code == 0
     (files / "net.nc").unlink()
     finished = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "1", "--resume")
     assert finished.exit_code == 1
     assert "this file is at epoch 2 already, and -e 2 asks for no more" in finished.output
+    beyond = run_train(files, "-b", "64", "-e", "1", "--checkpoint-every", "1", "--resume")
+    assert beyond.exit_code == 1 and not (files / "net.nc").exists()
+    assert "this file is at epoch 2 already, and -e 1 asks for no more" in beyond.output
     other = random_dataset("x", seed=5)  # as many examples, other entries
     for name in ("gl_input", "gl_output"):
         write_dataset(files / f"{name}.nc",
@@ -1644,6 +1674,26 @@ def test_a_checkpoint_of_an_earlier_version_is_judged_by_the_settings_it_records
     assert _other_settings(earlier, settings) == []
     assert _other_settings(earlier | {"examples": 200}, settings) == [
         "200 examples in the checkpoint's data, 300 in this data"]
+
+
+def test_a_checkpoint_of_other_settings_in_any_one_of_them_but_epochs_is_another_runs():
+    """_other_settings: each TrainConfig field the checkpoint records but -e (a seed, the
+    brake, ...) changed alone makes the checkpoint another run's, which --resume refuses."""
+    from dataclasses import asdict, fields
+
+    from destiny.fit import _other_settings
+
+    config = TrainConfig(batch=64, epochs=5, optimizer="adam", alpha=0.01, lam=0.0, mu=0.9,
+                         mu1=0.999, shuffle=True)
+    settings = {"config": asdict(config), "netdef": "{}", "examples": 300,
+                "entries": {"gl_input": 1350}, "indexes": "", "contents": {"gl_input": "d"}}
+    other = {"batch": 32, "epochs": 6, "optimizer": "sgd", "alpha": 0.5, "lam": 0.1,
+             "lam1": 0.1, "mu": 0.5, "mu1": 0.9, "seed": 7, "shuffle": False, "brake": False}
+    assert other.keys() == {f.name for f in fields(TrainConfig)}  # (a new field: add it)
+    for name, value in other.items():
+        now = dict(settings, config=dict(settings["config"], **{name: value}))
+        assert bool(_other_settings(json.loads(json.dumps(settings)), now)) == (
+            name != "epochs"), name
 
 
 def superseded(tmp_path, epochs):
