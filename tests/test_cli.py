@@ -923,7 +923,11 @@ def test_the_scripts_stop_as_the_commands_do(tmp_path, script, header, line, out
     try:
         deadline = time.time() + 60
         while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
-            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            ended = proc.poll()
+            if ended is not None or time.time() >= deadline:
+                proc.kill()  # (reading its stderr while it runs would wait for it to end)
+                how = "still running after 60 s" if ended is None else f"exit status {ended}"
+                pytest.fail(f"no temporary output ({how}): {proc.communicate()[1]}")
             time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
