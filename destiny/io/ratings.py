@@ -241,7 +241,7 @@ _DECIMAL = re.compile(DECIMAL)
 _NUMBER_FORM = "a decimal such as 4, 3.5 or 1e-3, without spaces or '_'"
 
 
-def _number(text: str) -> float:
+def decimal_number(text: str) -> float:
     """The decimal number ``text`` (as generate-netcdf reads it), or NaN where it is not one."""
     if not _DECIMAL.fullmatch(text):
         return math.nan
@@ -249,7 +249,7 @@ def _number(text: str) -> float:
 
 
 def _rating(text: str, path, lineno: int, fmt: str) -> float:
-    rating = _number(text)
+    rating = decimal_number(text)
     if math.isnan(rating):
         raise DataFormatError(path, f"the rating {_show(text)} is not a number ({_NUMBER_FORM}), "
                               "so it cannot be compared with --min-rating; expected rows of "
@@ -286,10 +286,10 @@ def _plain(text: str) -> bool:
 
 
 def _within_float32(text: str) -> bool:
-    """Whether ``text`` is a number (``_number``) that float32 rounds to a finite value, decided
-    exactly, as C's stof and the scanner decide it: float() rounds 3.4028235677973366e38, a
-    little below the limit, onto it."""
-    number = abs(_number(text))
+    """Whether ``text`` is a number (``decimal_number``) that float32 rounds to a finite
+    value, decided exactly, as C's stof and the scanner decide it: float() rounds
+    3.4028235677973366e38, a little below the limit, onto it."""
+    number = abs(decimal_number(text))
     if number < _NEAR_LIMIT:
         return True
     return not math.isnan(number) and Decimal(text).copy_abs() < _FLOAT32_LIMIT

@@ -26,7 +26,7 @@ from numba import get_num_threads
 from destiny.errors import NUL_REMEDY, DataFormatError
 from destiny.io import textscan
 from destiny.io.index import LabelTable
-from destiny.io.ratings import DECIMAL
+from destiny.io.ratings import decimal_number
 
 CHUNK_BYTES = 16 << 20
 # Each scanning thread holds a chunk and its outputs (about 40 MB for MovieLens-20M's); past
@@ -254,15 +254,12 @@ def _number_pending(chunk: _Chunk, features: LabelTable) -> None:
     chunk.data = chunk.pending = None
 
 
-_DECIMAL = re.compile(DECIMAL)  # (ASCII digits, as the scanner reads them)
-
-
 def _beyond_float32(text: str) -> bool:
-    """Whether ``text`` is a decimal number too large for a float32 (``1e40``)."""
-    if not _DECIMAL.fullmatch(text):
-        return False
-    value = float(text)
-    return abs(value) >= textscan.FLOAT32_OVERFLOW  # (1e400 too, which float() makes inf)
+    """Whether ``text`` is a decimal number (ASCII digits, as the scanner reads them) too large
+    for a float32 (``1e40``; 1e400 too, which float() makes inf). Asked only of a value the
+    scanner refused, and it refuses no decimal below the limit, so float64's rounding near the
+    limit does not matter here."""
+    return abs(decimal_number(text)) >= textscan.FLOAT32_OVERFLOW  # (NaN: not a number)
 
 
 def _chunks(path):
