@@ -88,15 +88,8 @@ def no_stdin(what: str, why: str):
     read a text input take as standard input, ``stdin_for_dash``) is refused at once as a
     usage error saying ``why`` the command needs the file itself, where it was looked for as
     a file named '-' ("No such file or directory")."""
-
-    def callback(ctx, param, value):
-        _refuse_empty(ctx, param, value)
-        if value == "-":
-            raise click.BadParameter(f"standard input cannot be read for {what}: {why}. Give "
-                                     "the file's path.", ctx, param)
-        return value
-
-    return callback
+    return _refusing_dash(f"standard input cannot be read for {what}: {why}. Give the file's "
+                          "path.")
 
 
 def path_given(ctx, param, value):
@@ -109,13 +102,18 @@ def no_stdout(what: str):
     """A click callback for a NetCDF file a command writes: '-' is refused at once as a usage
     error, as ``no_stdin`` refuses it for the files read, where the output check refused it
     with exit status 1 ("-: is standard output, not a file") once the other flags were read."""
+    return _refusing_dash(f"standard output cannot take {what}: it is written to a temporary "
+                          "file and renamed into place. Give the file's path.")
+
+
+def _refusing_dash(message: str):
+    """The callback of ``no_stdin`` and ``no_stdout``: an empty path, and '-' with
+    ``message``, are usage errors."""
 
     def callback(ctx, param, value):
         _refuse_empty(ctx, param, value)
         if value == "-":
-            raise click.BadParameter(f"standard output cannot take {what}: it is written to a "
-                                     "temporary file and renamed into place. Give the file's "
-                                     "path.", ctx, param)
+            raise click.BadParameter(message, ctx, param)
         return value
 
     return callback
