@@ -4,13 +4,18 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO := build/demo
+# The tested versions of every dependency for this Python, where .ci has them (its
+# constraints-py<version>.txt says why); CONSTRAINTS= installs the newest instead.
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+CONSTRAINTS ?= $(wildcard .ci/constraints-py$(PYVER).txt)
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install test cuda-compile-check demo bench bench-generate bench-train bench-predict bench-parallel gpu-check sample-data clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,mpi]'
+	$(BIN)/python -m pip install --quiet $(PIN) -e '.[dev,mpi]'
 	touch $@
 
 # numba-cuda's compiler (with NVVM from NVIDIA's wheels; no GPU needed) in an environment of
@@ -20,10 +25,10 @@ CUDA_VENV ?= .venv-cuda
 CUDA_STAMP := $(CUDA_VENV)/.installed
 SIGNATURES := build/cuda-signatures.json
 
-$(CUDA_STAMP): pyproject.toml
+$(CUDA_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CUDA_VENV)/bin/python -m pip install --quiet -e . 'numba-cuda[cu12]'
+	$(CUDA_VENV)/bin/python -m pip install --quiet $(PIN) -e . 'numba-cuda[cu12]'
 	touch $@
 
 install: $(STAMP)
