@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from destiny import _numba_cache as nc
 
@@ -74,3 +75,32 @@ def test_numba_compiles_into_the_chosen_directory():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[0] == "True" and nc.PREFIX in out[1]
+
+
+def test_the_user_cache_drops_directories_unused_for_a_month_and_keeps_the_others(
+        tmp_path, monkeypatch):
+    """Installs sharing the user's cache directory: each run marks its own directory, and one
+    no run has marked for UNUSED_DAYS (an upgraded or removed install's) is removed."""
+    pkg = fake_package(tmp_path)
+    access = os.access
+    monkeypatch.setattr(nc.os, "access", lambda path, mode: (
+        not str(path).startswith(str(pkg / "__pycache__")) and access(path, mode)))
+    cache = tmp_path / "xdg" / "destiny"
+    day = 86400
+    now = time.time()
+    ages = {"numba-old": nc.UNUSED_DAYS + 1, "numba-recent": nc.UNUSED_DAYS - 1,
+            "not-numba": 400}  # (not Destiny's: left alone)
+    for name, days in ages.items():
+        (cache / name / "sub").mkdir(parents=True)
+        os.utime(cache / name, (now - days * day, now - days * day))
+    ours = cache / (nc.PREFIX + nc.source_digest(pkg))
+    ours.mkdir()
+    os.utime(ours, (now - 400 * day, now - 400 * day))  # ours, last used long ago
+    chosen = nc.choose_cache_dir(pkg, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert chosen == str(ours)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        ["numba-recent", "not-numba", ours.name])
+    assert now - 60 < ours.stat().st_mtime  # marked as used: another install keeps it
+    # A month later, without a run of the install that owns numba-recent:
+    nc._prune_unused(ours, now=now + 2 * day)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(["not-numba", ours.name])
