@@ -23,7 +23,7 @@ from destiny.netdef import parse_netdef
 from destiny.network import Batch, Network
 from destiny.train import TrainConfig, TrainData, TrainState, train_epochs
 
-from . import nctypes
+from . import nctypes, without_root
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
@@ -1800,20 +1800,26 @@ def test_a_run_failing_before_its_first_epoch_leaves_the_metrics_file_as_it_was(
     assert (files / "m.jsonl").read_text() == "old\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes files whatever their permissions")
 def test_a_metrics_file_that_cannot_be_written_is_refused_before_training(files):
+    """A metrics file whose mode refuses writing. Under root (as CI runs) train runs without
+    root's file access overrides (tests/without_root.py): the mode refuses it too."""
     (files / "m.jsonl").write_text("old\n")
     (files / "m.jsonl").chmod(0o444)
-    result = run_train(files, "-b", "64", "-e", "1", "--metrics", str(files / "m.jsonl"))
-    assert result.exit_code == 1
-    assert "m.jsonl: the metrics file is not writable" in result.output
+    result = without_root.run(
+        "train", "-c", str(files / "net.json"), "-i", str(files / "gl_input.nc"),
+        "-o", str(files / "gl_output.nc"), "-n", str(files / "net.nc"), "-b", "64", "-e", "1",
+        "--metrics", str(files / "m.jsonl"))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (f"Error: {files / 'm.jsonl'}: the metrics file is not writable; "
+                             "check its permissions or choose another path.\n"), result.stderr
     assert not (files / "net.nc").exists()
+    assert (files / "m.jsonl").read_text() == "old\n"
 
 
 def test_a_metrics_file_that_cannot_be_written_is_refused_before_training_simulated(
         files, monkeypatch):
-    """The same check where the test runs as root: the metrics file reports as not
-    writable (its other access checks, and every other file's, as they are)."""
+    """The same check in-process (CliRunner): the metrics file reports as not writable (its
+    other access checks, and every other file's, as they are)."""
     metrics = str(files / "m.jsonl")
     real_access = os.access
 
