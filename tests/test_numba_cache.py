@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 from destiny import _numba_cache as nc
+
+from . import without_root
 
 
 def fake_package(root):
@@ -42,15 +45,21 @@ def test_the_users_choice_is_kept_and_a_read_only_install_uses_the_user_cache(tm
     assert nc.choose_cache_dir(pkg, {"NUMBA_CACHE_DIR": "/somewhere"}) is None
     # (set but empty: numba's own choice, beside each file, were Destiny to leave it so)
     assert nc.PREFIX in nc.choose_cache_dir(pkg, {"NUMBA_CACHE_DIR": ""})
-    (pkg / "__pycache__").mkdir(exist_ok=True)
-    os.chmod(pkg / "__pycache__", 0o500)
-    try:
-        if os.access(pkg / "__pycache__", os.W_OK):  # root ignores the mode bits
-            return
-        chosen = nc.choose_cache_dir(pkg, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
-        assert chosen.startswith(str(tmp_path / "xdg" / "destiny" / nc.PREFIX))
+    # A read-only install: its __pycache__ holds no cache for this source (the call above
+    # made one, which would be chosen), and no one but root may add one.
+    shutil.rmtree(pkg / "__pycache__")
+    (pkg / "__pycache__").mkdir(0o500)
+    try:  # (in a process without root's file access overrides: root writes whatever the mode)
+        done = without_root.run_python(
+            "import pathlib, sys\nfrom destiny import _numba_cache as nc\n"
+            "print(nc.choose_cache_dir(pathlib.Path(sys.argv[1]),\n"
+            "                          {'XDG_CACHE_HOME': sys.argv[2]}))",
+            str(pkg), str(tmp_path / "xdg"))
     finally:
         os.chmod(pkg / "__pycache__", 0o700)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(tmp_path / "xdg" / "destiny" / nc.PREFIX)), done.stdout
+    assert os.listdir(pkg / "__pycache__") == []
 
 
 def test_a_cache_directory_the_user_cannot_write_is_passed_over(tmp_path, monkeypatch):

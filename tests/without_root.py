@@ -10,7 +10,8 @@ Python (under /root on this machine, out of reach of a user such as nobody) stil
 Where the tests do not run as root there is nothing to give up, and the command runs as is.
 
 Run as a script: ``python tests/without_root.py COMMAND ARGS...``, COMMAND an installed
-command's name (``train``, ``generate-netcdf``), started as its console script starts it.
+command's name (``train``, ``generate-netcdf``), started as its console script starts it;
+or ``python tests/without_root.py -c CODE ARGS...``, Python code with ``sys.argv[1:]`` ARGS.
 """
 
 from __future__ import annotations
@@ -77,12 +78,21 @@ def run(command: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
                           text=True, timeout=timeout)
 
 
+def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Python ``code`` (``sys.argv[1:]`` being ``args``) run as ``run`` runs a command."""
+    return run("-c", code, *args, timeout=timeout)
+
+
 def _main() -> None:
     give_up_file_access_overrides()  # (first: before numba starts any thread)
     del sys.path[0]  # (tests/, this script's folder: its modules are not the command's)
     from importlib.metadata import entry_points
 
     command, *args = sys.argv[1:]
+    if command == "-c":
+        sys.argv = ["-c", *args[1:]]
+        exec(compile(args[0], "<without_root -c>", "exec"), {"__name__": "__main__"})
+        return
     (entry,) = entry_points(group="console_scripts", name=command)
     sys.argv = [command, *args]
     sys.exit(entry.load()())
