@@ -204,6 +204,13 @@ NETWORK_DAMAGE = [
     ("layer0_sources", np.uint32(1), "'layer0_sources' is 1 (uint32); expected 0: an Input "
                                      "layer takes its values from its dataset"),
     ("layer2_sources", np.uint32(5), "'layer2_sources' is 5 (uint32); expected at most 4"),
+    # Destiny's format version (NC_UINT): another type is damage, not a version to compare
+    ("destiny_format_version", "1", "'destiny_format_version' is '1' (text); expected a whole "
+                                    "number, 1 or more"),
+    ("destiny_format_version", np.uint32([1, 1]), "'destiny_format_version' is [1, 1] (uint32); "
+                                                  "expected a whole number, 1 or more"),
+    ("destiny_format_version", np.float64(1.5), "'destiny_format_version' is 1.5 (float64); "
+                                                "expected a whole number, 1 or more"),
 ]
 
 
@@ -660,7 +667,8 @@ def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
                       "SELULambda")}
         uint64 = {f"weight0_{a}" for a in ("width", "height", "length", "depth", "breadth")}
         uints = {"kind", "errorFunction", "bSparsenessPenalty", "bDenoising", "ShuffleIndices",
-                 "layers", "weights", "weight0_bShared", "weight0_bLocked"} | {
+                 "layers", "weights", "weight0_bShared", "weight0_bLocked",
+                 "destiny_format_version"} | {
                      f"layer1_{a}" for a in (
                          "kind", "type", "Nx", "Ny", "Nz", "Nw", "dimensions", "kernelX",
                          "kernelY", "kernelZ", "kernelDimensions", "kernelStrideX",
