@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -1875,6 +1876,58 @@ def test_an_interrupt_mid_run_releases_the_lock_and_keeps_the_checkpoints(files)
     assert not (files / ".net.nc.lock").exists() and not (files / "net.nc").exists()
     assert (files / "net.nc2.nc").exists()
     assert len((files / "m.jsonl").read_text().splitlines()) == 2  # flushed and closed
+
+
+def _descriptors_of(path: str) -> list[int]:
+    """This process's open descriptors of the file at ``path``, or of its remains once it
+    was removed ("path (deleted)"), from /proc/self/fd."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor, closed by now)
+            if os.readlink(f"/proc/self/fd/{name}") in (path, f"{path} (deleted)"):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.parametrize("ending", ["finished", "failed"])
+def test_the_network_files_lock_is_released_when_fit_returns_or_fails(files, ending):
+    """fit, in a process that goes on (a notebook, a scheduler running runs in turn), leaves
+    no descriptor of the network file's lock open: one left open holds the flock on the lock
+    file, removed from the directory but not released, and a run that opened it to wait
+    (generate-netcdf waits for its index files' holders) would wait for ever. Here the test is
+    that run: it opens the lock file while fit holds it, and may take it the moment fit ends."""
+    import fcntl
+
+    from destiny.fit import fit
+    from destiny.io import atomic
+    from destiny.train import train_config
+
+    lock, waiter = atomic.lock_path(files / "net.nc"), []
+
+    def open_the_lock(net, data, state):
+        waiter.append(os.open(lock, os.O_RDWR))
+        with pytest.raises(BlockingIOError):  # (held by fit for now)
+            fcntl.flock(waiter[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def fail(record):
+        raise RuntimeError("a failure mid-run")
+
+    try:
+        with contextlib.nullcontext() if ending == "finished" else pytest.raises(RuntimeError):
+            fit(config_path=files / "net.json", input_path=files / "gl_input.nc",
+                output_path=files / "gl_output.nc", network_path=files / "net.nc",
+                cfg=train_config(batch=64, epochs=1), on_start=open_the_lock,
+                on_epoch=None if ending == "finished" else fail)
+        assert not os.path.exists(lock)
+        if os.path.isdir("/proc/self/fd"):  # (Linux: the descriptors open on it, ours alone)
+            assert _descriptors_of(lock) == waiter, "fit left its lock file's descriptor open"
+        try:
+            fcntl.flock(waiter[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pytest.fail("the network file's lock is still held after fit ended")
+    finally:
+        for fd in waiter:
+            os.close(fd)
 
 
 def test_sigterm_stops_as_ctrl_c_does(files):
