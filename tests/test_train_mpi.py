@@ -220,6 +220,60 @@ def test_resume_on_other_ranks(data, single, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc3.nc"]  # rank 0 removed the rest
 
 
+# Each rank's fit with --resume (a checkpoint found) and with --resume-or-restart (the same
+# file passed over): rank 0 alone looks for the checkpoint and judges it, and every rank must
+# then load that checkpoint and hear of the one passed over. Loading it (_resume) is stopped
+# as it starts, and the training at on_start, so that a rank left out still ends at once,
+# and rank 0 prints what each rank saw.
+DECIDED = textwrap.dedent("""
+    import json, sys
+    import destiny.fit
+    from destiny.parallel import get_comm
+    from destiny.train import train_config
+
+    data, out = sys.argv[1:]
+    comm, seen = get_comm(), []
+
+    class Stopped(Exception):
+        pass
+
+    def resume(net, path, settings, epochs, comm):
+        raise Stopped(f"resumed from {path}")
+
+    def start(net, data, state):
+        raise Stopped("started afresh")
+
+    destiny.fit._resume = resume
+    for restart in (False, True):
+        try:
+            destiny.fit.fit(
+                config_path=f"{data}/net.json", input_path=f"{data}/gl_input.nc",
+                output_path=f"{data}/gl_output.nc", network_path=f"{out}/gl.nc",
+                cfg=train_config(batch=32, epochs=3), resume=True, restart=restart,
+                on_start=start, on_restart=lambda path, why: seen.append(f"passed over {path}"),
+                comm=comm)
+        except Stopped as e:
+            seen.append(str(e))
+    ranks = comm.gather(seen)
+    if comm.rank == 0:
+        print(json.dumps({f"rank {r}": seen for r, seen in enumerate(ranks)}))
+""")
+
+
+def test_every_rank_resumes_from_the_checkpoint_rank_0_found(data, tmp_path):
+    """Rank 0 alone finds the newest checkpoint (and, with --resume-or-restart, passes over
+    one of another run) and sends the ranks its decision: a rank that went on without it
+    trained afresh while rank 0 loaded the checkpoint, and the job hung."""
+    netCDF4.Dataset(tmp_path / "gl.nc2.nc", "w").close()  # (no settings: not this run's)
+    script = tmp_path / "decided.py"
+    script.write_text(DECIDED)
+    done = run([MPIEXEC, "-n", 2, sys.executable, "-m", "mpi4py", script, data, tmp_path])
+    assert done.returncode == 0, done.stderr.decode()
+    checkpoint = tmp_path / "gl.nc2.nc"
+    each = [f"resumed from {checkpoint}", f"passed over {checkpoint}", "started afresh"]
+    assert json.loads(done.stdout) == {"rank 0": each, "rank 1": each}
+
+
 def test_metrics_and_notes_come_once(data, tmp_path):
     done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "0", "--metrics",
                  tmp_path / "m.jsonl", ranks=2)
