@@ -6,6 +6,7 @@ with one numba and BLAS thread per rank so that the ranks do not oversubscribe t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -159,14 +160,74 @@ def narrow(model, tmp_path_factory):  # noqa: F811
     return d
 
 
+def spread_items(src, dst):
+    """The network of ``src`` in ``dst`` with its output units reordered, the most trained
+    items (by ``target_counts``) dealt out in turn to the stretches of units that 2 and 3 ranks
+    split apart: in the trained order, every sample's best items lay in rank 0's units, and
+    the ranks' item numbers merged without their offset (``Predictor._done``) passed. Each
+    unit keeps its weights' column, bias and count; the index is unchanged (its digest
+    checked), so the items' names move with the units."""
+    import shutil
+
+    import netCDF4
+
+    from destiny.parallel import unit_range
+
+    shutil.copy(src / "gl.nc", dst / "gl.nc")
+    for name in ("features_input", "features_output", "ratings.txt"):
+        os.symlink(src / name, dst / name)
+    with netCDF4.Dataset(dst / "gl.nc", "a") as nc:
+        counts = nc["destiny_target_counts_Output"]
+        n = counts.size
+        items = int(np.count_nonzero(counts[:]))  # (the index's items, then padding units)
+        assert not counts[items:].any()
+        cuts = sorted({min(end, items) for size in (2, 3) for rank in range(size)
+                       for end in unit_range(n, rank, size)} | {items})
+        stretches = sorted((list(range(a, b)) for a, b in itertools.pairwise(cuts) if b > a),
+                           key=len)  # (the shortest first: rank 2 of 3 holds 5 items)
+        slots = []
+        while any(stretches):
+            slots += [s.pop(0) for s in stretches if s]
+        order = np.arange(n)  # order[new unit] = its old unit
+        order[slots] = np.argsort(-counts[:items], kind="stable")
+        (k,) = [k for k in range(int(nc.getncattr("weights")))
+                if nc.getncattr(f"weight{k}_outputLayer") == "Output"]
+        w, b = nc[f"weight{k}_weights"], nc[f"weight{k}_bias"]
+        w[:] = w[:].reshape(-1, n)[:, order].ravel()
+        b[:], counts[:] = b[:][order], counts[:][order]
+
+
+@pytest.fixture(scope="module")
+def spread(model, narrow, tmp_path_factory):  # noqa: F811
+    """model and narrow (``spread_items``), each sample's 10 best items held by every rank of
+    2 and of 3: checked here, as one process ranks them."""
+    from destiny.parallel import unit_range
+    from destiny.predict import Predictor
+
+    out = {}
+    for which, src in (("model", model), ("narrow", narrow)):
+        out[which] = d = tmp_path_factory.mktemp(f"spread_{which}")
+        spread_items(src, d)
+        p = Predictor(d / "gl.nc", d / "features_input", d / "features_output", dataset=None,
+                      backend="cpu")
+        records = p.read_input(d / "ratings.txt")
+        best = np.concatenate([items for _, items, _ in p.recommend(records, 10)])
+        for size in (2, 3):
+            for rank in range(size):
+                lo, hi = unit_range(p.net.layers["Output"].n, rank, size)
+                held = np.any((best >= lo) & (best < hi), axis=1)
+                assert held.all(), (f"{which}: rank {rank} of {size} holds none of the 10 best "
+                                    f"items of {np.count_nonzero(~held)} samples")
+    return out
+
+
 @pytest.mark.parametrize("n,case,which", [(2, "plain", "model"), (3, "filter", "model"),
                                           (2, "filter", "narrow"), (3, "multiply", "narrow"),
                                           (3, "many", "narrow")])
-def test_split_layers_write_what_one_process_writes(model, narrow, tmp_path, n, case,  # noqa: F811
-                                                    which):
+def test_split_layers_write_what_one_process_writes(spread, tmp_path, n, case, which):
     """--split-layers: each rank holds its share of every layer, scores every sample with it,
-    and rank 0 merges the ranks' k best."""
-    base = model if which == "model" else narrow
+    and rank 0 merges the ranks' k best (each rank's items numbered from its first unit)."""
+    base = spread[which]
     args = [a.format(ratings=base / "ratings.txt") for a in CASES[case]]
     one, many = tmp_path / "one.txt", tmp_path / "many.txt"
     single = run([PREDICT, *argv(base, *args, "-s", one)])
