@@ -39,8 +39,8 @@ from destiny.network import Network
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
                               stop_together)
 from destiny.signals import uninterrupted
-from destiny.train import (SETTING_FLAGS, EpochRecord, TrainConfig, TrainData, TrainState,
-                           too_narrow, train_epochs, unknown_dataset)
+from destiny.train import (OPTIMIZER_SETTINGS, SETTING_FLAGS, EpochRecord, TrainConfig,
+                           TrainData, TrainState, too_narrow, train_epochs, unknown_dataset)
 
 
 @dataclass
@@ -439,10 +439,16 @@ def trained_indexes(netdef, summaries) -> dict:
 
 def _other_settings(recorded: dict, settings: dict) -> list[str]:
     """How the settings a checkpoint records (its ``destiny_settings``, parsed) differ from
-    this run's, in the user's terms; empty where only the number of epochs does."""
+    this run's, in the user's terms; empty where only the number of epochs does, or a
+    setting that neither run's optimizer reads (``-mu`` under sgd: train notes that it has no
+    effect, so it cannot make the checkpoint another run's)."""
+    optimizers = {d.get("config", {}).get("optimizer") for d in (recorded, settings)}
+    read = {k for o in optimizers for k in OPTIMIZER_SETTINGS.get(o, SETTING_FLAGS)}
+
     def key(d: dict) -> dict:
         d = json.loads(json.dumps(d))  # the same types as the saved copy
-        d["config"] = {k: v for k, v in d.get("config", {}).items() if k != "epochs"}
+        d["config"] = {k: v for k, v in d.get("config", {}).items()
+                       if k != "epochs" and (k not in SETTING_FLAGS or k in read)}
         return d
 
     saved = key(recorded)

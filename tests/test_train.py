@@ -1697,6 +1697,33 @@ def test_a_checkpoint_of_other_settings_in_any_one_of_them_but_epochs_is_another
             name != "epochs"), name
 
 
+def test_a_setting_no_optimizer_of_the_two_reads_does_not_make_a_checkpoint_another_runs():
+    """-mu under sgd, -alpha under adadelta: train notes that they have no effect, so a
+    checkpoint differing in them alone is this run's (--resume refused it, and
+    --resume-or-restart trained afresh). A setting either optimizer reads still counts."""
+    from dataclasses import asdict
+
+    from destiny.fit import _other_settings
+
+    def settings(**config):
+        config = asdict(TrainConfig(**{"batch": 64, "epochs": 5, **config}))
+        return json.loads(json.dumps({"config": config, "netdef": "{}", "examples": 300}))
+
+    assert _other_settings(settings(optimizer="sgd", mu=0.9, mu1=0.5),
+                           settings(optimizer="sgd", mu=0.5, mu1=0.9)) == []
+    assert _other_settings(settings(optimizer="adadelta", alpha=0.5),
+                           settings(optimizer="adadelta", alpha=1.0)) == []
+    assert _other_settings(settings(optimizer="sgd", alpha=0.5),
+                           settings(optimizer="sgd", alpha=1.0)) == [
+        "-alpha 0.5 in the checkpoint, 1.0 now"]
+    assert _other_settings(settings(optimizer="sgd", mu=0.9),  # (momentum reads -mu)
+                           settings(optimizer="momentum", mu=0.5)) == [
+        "-mu 0.9 in the checkpoint, 0.5 now", "--optimizer sgd in the checkpoint, momentum now"]
+    assert _other_settings(settings(optimizer="sgd", mu1=0.9),  # (neither reads -mu1)
+                           settings(optimizer="momentum", mu1=0.5)) == [
+        "--optimizer sgd in the checkpoint, momentum now"]
+
+
 def superseded(tmp_path, epochs):
     """Checkpoints of ``epochs`` of one run (started at 100) beside ``tmp_path / "gl.nc"``."""
     import netCDF4
