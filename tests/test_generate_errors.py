@@ -459,6 +459,11 @@ INDEX_ERRORS = [
     ("beyond-32-bit", "a\t0\nb\t4294967296\nc\t1\n", 2, ["4294967296 of 'b' is too large"]),
     ("beyond-64-bit", "a\t0\nb\t99999999999999999999999\n", 2, ["too large"]),
     ("beyond-int32", "b\t2147483648\n", 1, ["at most 2,147,483,647"]),
+    # 4,300 digits or more: Python's int() raised ValueError (a traceback), on either path
+    ("thousands-of-digits", "a\t0\nb\t" + "9" * 5000 + "\n", 2,
+     ["index 9999999999... (5,000 digits) of 'b' is too large"]),
+    ("thousands-of-digits-line-by-line", "a\t0\t\nb\t" + "9" * 5000 + "\n", 2,
+     ["(5,000 digits) of 'b' is too large"]),
 ]
 
 

@@ -175,8 +175,8 @@ def _parse_clean(data: bytes, text: str):
         return None, None
     try:
         return labels, np.array(numbers, dtype=np.int64)
-    except OverflowError:  # beyond int64: the checked parse names the line
-        return None, None
+    except (OverflowError, ValueError):  # beyond int64 (ValueError: Python's int() refuses
+        return None, None  # 4,300 digits or more): the checked parse names the line
 
 
 def _parse_checked(path, lines: list[str]):
@@ -196,9 +196,14 @@ def _parse_checked(path, lines: list[str]):
         if (len(fields) != 2 or fields[0] == "" or not fields[1].isascii()
                 or not fields[1].isdigit()):
             raise DataFormatError(path, f"found {_show(line)}; {expected}.", line=number)
-        label, index = fields[0], int(fields[1])
+        label, digits = fields[0], fields[1]
+        # (int() refuses 4,300 digits or more; 20 are beyond MAX_INDEX already)
+        significant = digits.lstrip("0")
+        index = int(significant or "0") if len(significant) <= 20 else MAX_INDEX + 1
         if index > MAX_INDEX:
-            raise DataFormatError(path, f"the index {fields[1]} of {label!r} is too large: "
+            if len(digits) > 20:
+                digits = f"{digits[:10]}... ({len(digits):,} digits)"
+            raise DataFormatError(path, f"the index {digits} of {label!r} is too large: "
                                   f"indices are 32-bit numbers (at most {MAX_INDEX:,}), and a "
                                   "larger one would wrap around onto another feature. Renumber "
                                   "the index to 0..n-1, or rebuild it with -c.", line=number)
