@@ -520,6 +520,26 @@ CHECKPOINT_DAMAGE = [
 ]
 
 
+def _resized(name: str, size: int, dtype: str = "f4"):
+    """An edit that puts a variable of ``size`` values of ``dtype`` in the place of ``name``
+    (netCDF cannot resize one in place: the old one is renamed)."""
+    def edit(nc):
+        nc.renameVariable(name, name + "_old")
+        nc.createDimension(name + "_resized", size)
+        nc.createVariable(name, dtype, (name + "_resized",))[:] = 0
+    return edit
+
+
+# Optimizer state of another size than its weights or biases: the optimizer's kernel raised
+# a ValueError (a bias's), or the reshape did (a matrix's): a traceback either way.
+CHECKPOINT_DAMAGE += [
+    (_resized("destiny_bias_state0_0", 1), None, "the optimizer state 'destiny_bias_state0_0' "
+     "holds 1 value; the layer 'Hidden' it is for has 16 units."),
+    (_resized("destiny_state1_1", 3), None, "the optimizer state 'destiny_state1_1' holds 3 "
+     "values; the weights Hidden -> Output it is for hold 16 x "),
+]
+
+
 @pytest.mark.parametrize("attribute,value,fragment", CHECKPOINT_DAMAGE)
 def test_resume_refuses_a_damaged_checkpoint(checkpoints, tmp_path, attribute, value, fragment):
     for name in ("net.json", "gl_input.nc", "gl_output.nc", "net.nc1.nc", "net.nc2.nc"):

@@ -220,6 +220,31 @@ def test_resume_on_other_ranks(data, single, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc3.nc"]  # rank 0 removed the rest
 
 
+
+@pytest.mark.parametrize("state, message", [
+    ("destiny_bias_state0_0", "the optimizer state 'destiny_bias_state0_0' holds 3 values; the "
+                              "layer 'H1' it is for has 37 units."),
+    ("destiny_state1_1", "the optimizer state 'destiny_state1_1' holds 3 values; the weights "
+                         "H1 -> H2 it is for hold 37 x 23."),
+])
+def test_resume_refuses_optimizer_state_of_another_size(data, tmp_path, state, message):
+    """Each rank reads its block of a checkpoint's optimizer state: one of another size than
+    its weights or biases is refused as damage, one message, as one process refuses it (a
+    rank's block was read from what the variable held)."""
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "-e", "2", ranks=2)
+    assert done.returncode == 0, done.stderr.decode()
+    os.remove(tmp_path / "gl.nc")
+    with netCDF4.Dataset(tmp_path / "gl.nc2.nc", "a") as nc:  # (no resizing in place)
+        nc.renameVariable(state, state + "_old")
+        nc.createDimension(state + "_resized", 3)
+        nc.createVariable(state, "f4", (state + "_resized",))[:] = 0
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2)
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert line.startswith(f"Error: {tmp_path / 'gl.nc2.nc'}: {message}"), line
+    assert "Traceback" not in done.stderr.decode() and "Abort" not in done.stderr.decode()
+    assert not (tmp_path / "gl.nc").exists()
+
 # Each rank's fit with --resume (a checkpoint found) and with --resume-or-restart (the same
 # file passed over): rank 0 alone looks for the checkpoint and judges it, and every rank must
 # then load that checkpoint and hear of the one passed over. Loading it (_resume) is stopped

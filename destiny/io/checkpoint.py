@@ -17,10 +17,11 @@ import numpy as np
 from destiny import shard
 from destiny.errors import DataFormatError
 from destiny.io import atomic
-from destiny.io.network_checks import check_finite
+from destiny.io.network_checks import DAMAGED, check_finite
 from destiny.io.network_file import (NetworkFile, destiny_attributes, read_block, read_network,
                                      write_network)
 from destiny.network import Network
+from destiny.wording import counted
 
 
 def save_network(path, net: Network, *, destiny: dict, optimizer_state: bool = False,
@@ -102,10 +103,14 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
         raise DataFormatError(path, "its layers and connections differ from the network "
                               "definition being trained; it belongs to another run.")
 
+    sizes = _variable_sizes(path) if split else None  # (the whole file's, for a rank's block)
+
     def matrix(c, k, name):  # this rank's block of a matrix shaped like c's weights
         if not split:  # (read_network checked the weights)
-            return nf.weights[k] if name is None else _state(nf, path, name)
+            return nf.weights[k] if name is None else _state(nf, path, name, c)
         var = f"weight{k}_weights" if name is None else f"destiny_{name}"
+        if name is not None:
+            _check_state_size(path, name, sizes.get(var), c)
         block = read_block(path, var, c.dest.n, c.rows, c.cols)
         if block is None:
             raise _no_state(path, name)
@@ -115,7 +120,9 @@ def load_weights(net: Network, path, *, gradients: bool = True, nf: NetworkFile 
     def vector(c, name, whole=None):  # this rank's units of a per-unit vector
         lo, hi = net.units[c.dest.name]
         if whole is None:
-            whole = (_state(nf, path, name) if not split else
+            if split:
+                _check_state_size(path, name, sizes.get(f"destiny_{name}"), c, bias=True)
+            whole = (_state(nf, path, name, c, bias=True) if not split else
                      read_block(path, f"destiny_{name}", c.dest.n, (0, 1), (0, c.dest.n)))
             if whole is None:
                 raise _no_state(path, name)
@@ -145,11 +152,36 @@ def _no_state(path, name: str) -> DataFormatError:
                            "checkpoint of this optimizer.")
 
 
-def _state(nf, path, name: str) -> np.ndarray:
+def _state(nf, path, name: str, c, *, bias: bool = False) -> np.ndarray:
     if name not in nf.arrays:
         raise _no_state(path, name)
+    _check_state_size(path, name, nf.arrays[name].size, c, bias=bias)
     check_finite(path, f"destiny_{name}", nf.arrays[name])
     return nf.arrays[name]
+
+
+def _check_state_size(path, name: str, size: int | None, c, *, bias: bool = False) -> None:
+    """Refuse optimizer state ``name`` of connection ``c`` that holds ``size`` values where
+    its weights (or, with ``bias``, its biases) hold another number: the optimizer's kernels
+    refused it with a ValueError, and a matrix's failed to reshape (a traceback either way).
+    A missing one (None) is left to the caller, which says so."""
+    if size is None:
+        return
+    needed = c.dest.n if bias else c.source.n * c.dest.n
+    if size != needed:
+        what = (f"the layer {c.dest.name!r} it is for has {c.dest.n:,} units" if bias else
+                f"the weights {c.source.name} -> {c.dest.name} it is for hold "
+                f"{c.source.n:,} x {c.dest.n:,}")
+        raise DataFormatError(path, f"the optimizer state 'destiny_{name}' holds "
+                              f"{counted(size, 'value')}; {what}. {DAMAGED}")
+
+
+def _variable_sizes(path) -> dict[str, int]:
+    """The number of values of each variable of a NetCDF file, from its header."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "r") as nc:
+        return {name: v.size for name, v in nc.variables.items()}
 
 
 def checkpoint_path(network_path, epoch: int) -> str:
