@@ -9,6 +9,7 @@ command line and for an MPI rank's report to the others.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -144,6 +145,33 @@ def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
                            "network written by train), not text; check that the file flags "
                            "are not swapped and that this path is the text or index file meant.")
 
+
+
+def netcdf_library_failure(e: BaseException) -> bool:
+    """Whether ``e`` is the NetCDF library's own failure, as netCDF4-python raises it: a
+    RuntimeError (an AttributeError for an attribute, an OSError on opening) worded
+    ``NetCDF: ...`` ("NetCDF: HDF error", "NetCDF: Can't open HDF5 attribute")."""
+    if not isinstance(e, (RuntimeError, AttributeError, OSError)):
+        return False
+    text = e.strerror if isinstance(e, OSError) else (e.args[0] if e.args else None)
+    return isinstance(text, str) and text.startswith("NetCDF:")
+
+
+@contextlib.contextmanager
+def netcdf_reads(path, damaged: str):
+    """Raise the NetCDF library's failure to read the open file ``path`` within the block (an
+    attribute or a block of data in a damaged file that HDF5 cannot decode) as a
+    ``DataFormatError`` naming the file, ``damaged`` ending the message (what to do). It was a
+    traceback (AttributeError), or, as a RuntimeError, worded as a full disk while writing.
+    ``damaged`` follows the library's words: "; the file is damaged; ..." or ". The ..."."""
+    try:
+        yield
+    except (RuntimeError, AttributeError, OSError) as e:
+        if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # (ours: writes)
+            raise
+        text = e.strerror if isinstance(e, OSError) else e.args[0]
+        raise DataFormatError(path, f"the NetCDF library failed to read it ({text})"
+                              f"{damaged}") from None
 
 def system_failure(e: BaseException,
                    then: str = "run the command again, or write the outputs elsewhere", *,

@@ -50,3 +50,52 @@ def types(path) -> dict[str, int]:
         return out
     finally:
         LIB.nc_close(ncid)
+
+
+def attributes_undecodable(monkeypatch, damaged) -> None:
+    """Make the file ``damaged`` one whose attributes HDF5 cannot decode, as bytes damaged in
+    its attribute heap do (found by fuzzing, not reproducible by a fixed edit): netCDF4's
+    ``ncattrs`` raises AttributeError("NetCDF: Can't open HDF5 attribute") for it. (A proxy:
+    a subclass of netCDF4.Dataset fails in its own deallocation.)"""
+    real = netCDF4.Dataset
+
+    class Undecodable:
+        def __init__(self, nc):
+            self._nc = nc
+
+        def ncattrs(self):
+            raise AttributeError("NetCDF: Can't open HDF5 attribute")
+
+        def __getattr__(self, name):
+            return getattr(self._nc, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self._nc.__exit__(*exc)
+
+    def opened(path, *args, **kwargs):
+        nc = real(path, *args, **kwargs)
+        return Undecodable(nc) if os.path.samefile(path, damaged) else nc
+
+    monkeypatch.setattr(netCDF4, "Dataset", opened)
+
+
+def stored_compressed(name: str):
+    """An edit (for a file open to append) that stores the variable ``name`` compressed, as
+    another tool may: its chunk, written last, then ends the file, where damage to it is bytes
+    HDF5 fails to inflate ("NetCDF: HDF error" as the variable is read)."""
+    def edit(nc):
+        values = nc.variables[name][:]
+        nc.renameVariable(name, name + "_plain")
+        nc.createVariable(name, nc.variables[name + "_plain"].dtype,
+                          nc.variables[name + "_plain"].dimensions, zlib=True)[:] = values
+    return edit
+
+
+def damage_end(path, size: int = 32) -> None:
+    """Overwrite the last ``size`` bytes of the file ``path`` (its last chunk of data)."""
+    data = bytearray(path.read_bytes())
+    data[-size:] = b"\xff" * size
+    path.write_bytes(bytes(data))

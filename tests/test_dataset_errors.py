@@ -16,6 +16,8 @@ from destiny.cli.train import train
 from destiny.errors import DataFormatError, DestinyError
 from destiny.io.dataset import dataset_summaries, dataset_widths, read_dataset
 
+from . import nctypes
+
 ROWS, WIDTH = 40, 128
 LENGTHS = np.random.default_rng(0).integers(1, 6, ROWS)
 OFFSETS = np.concatenate([[0], np.cumsum(LENGTHS)])
@@ -23,10 +25,11 @@ ENTRIES = int(OFFSETS[-1])
 INDICES = np.random.default_rng(1).integers(0, 100, ENTRIES)
 
 
-def write(path, name, *, analog=False, attrs=None, variables=None, drop=()):
+def write(path, name, *, analog=False, attrs=None, variables=None, drop=(), zlib=False):
     """A dataset file laid out as generate-netcdf writes it (spec 1.5), then damaged:
     ``attrs`` replace or add global attributes; ``variables`` maps a variable's name to
-    (NetCDF type, values) to store instead; ``drop`` names attributes to leave out."""
+    (NetCDF type, values) to store instead; ``drop`` names attributes to leave out; ``zlib``:
+    the variables compressed (as another tool may write them)."""
     a = {"datasets": np.uint32(1), "name0": name, "attributes0": np.uint32(1 if analog else 3),
          "kind0": np.uint32(0), "dataType0": np.uint32(4 if analog else 0),
          "dimensions0": np.uint32(1), "width0": np.uint32(WIDTH),
@@ -52,7 +55,7 @@ def write(path, name, *, analog=False, attrs=None, variables=None, drop=()):
             if len(values) != len(nc.dimensions[dims[0]]):
                 nc.createDimension(f"{key}Dim", len(values))
                 dims = (f"{key}Dim",)
-            nc.createVariable(key, kind, dims)[:] = values
+            nc.createVariable(key, kind, dims, zlib=zlib)[:] = values
     return path
 
 
@@ -243,6 +246,39 @@ def test_train_refuses_a_damaged_dataset(tmp_path, case, damaged, loss):
     assert not (tmp_path / "net.nc").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gl_input.nc", "gl_output.nc",
                                                           "net.json"]
+
+
+def test_entries_the_netcdf_library_cannot_read_name_the_file(tmp_path):
+    """Entries HDF5 cannot read (compressed bytes damaged): netCDF's RuntimeError was worded
+    as a failure to write, a full disk ('While writing, ...'), naming no file."""
+    paths = {name: write(tmp_path / f"{name}.nc", name, zlib=name == "gl_input")
+             for name in ("gl_input", "gl_output")}
+    nctypes.damage_end(paths["gl_input"])
+    with pytest.raises(DataFormatError) as e:
+        read_dataset(paths["gl_input"])
+    assert str(e.value) == (f"{paths['gl_input']}: the NetCDF library failed to read it "
+                            "(NetCDF: HDF error); the file is damaged; write it again with "
+                            "generate-netcdf.")
+    (tmp_path / "net.json").write_text(json.dumps(NETDEF))
+    result = CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
+                                        "-i", str(paths["gl_input"]),
+                                        "-o", str(paths["gl_output"]),
+                                        "-n", str(tmp_path / "net.nc"), "-e", "1"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output == f"Error: {e.value}\n"
+    assert not (tmp_path / "net.nc").exists()
+
+
+def test_attributes_the_netcdf_library_cannot_read_name_the_file(tmp_path, monkeypatch):
+    """Attributes HDF5 cannot decode: netCDF's AttributeError was a traceback."""
+    path = write(tmp_path / "d.nc", "gl_input")
+    nctypes.attributes_undecodable(monkeypatch, path)
+    for read in (read_dataset, dataset_widths, dataset_summaries):
+        with pytest.raises(DataFormatError) as e:
+            read(path)
+        assert str(e.value) == (f"{path}: the NetCDF library failed to read it (NetCDF: Can't "
+                                "open HDF5 attribute); the file is damaged; write it again "
+                                "with generate-netcdf.")
 
 
 def test_width_beyond_int32_is_refused_before_the_entries_are_read(tmp_path):

@@ -265,6 +265,44 @@ def test_a_network_file_cut_short_says_what_to_do(model, tmp_path):
     assert not out.exists()
 
 
+def test_weights_the_netcdf_library_cannot_read_name_the_file(model, tmp_path):
+    """A block of weights HDF5 cannot read (compressed bytes damaged): netCDF's RuntimeError
+    was worded as a failure to write, a full disk ('While writing, ...'), naming no file."""
+    net, out = tmp_path / "damaged.nc", tmp_path / "recs.txt"
+    shutil.copy(model / "gl.nc", net)
+    damage(net, nctypes.stored_compressed("weight1_weights"), None)
+    nctypes.damage_end(net)
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    refused(result, net, "the NetCDF library failed to read it (NetCDF: HDF error). ")
+    assert "While writing" not in result.output and result.output.count("\n") == 1
+    assert not out.exists()
+
+
+def test_attributes_the_netcdf_library_cannot_read_are_damage(model, checkpoints, tmp_path,
+                                                              monkeypatch):
+    """Attributes HDF5 cannot decode: netCDF's AttributeError was a traceback, from predict,
+    and from train --resume as it judged the checkpoint."""
+    net, out = tmp_path / "damaged.nc", tmp_path / "recs.txt"
+    shutil.copy(model / "gl.nc", net)
+    nctypes.attributes_undecodable(monkeypatch, net)
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    refused(result, net, "the NetCDF library failed to read it (NetCDF: Can't open HDF5 "
+                         "attribute). ")
+    assert not out.exists()
+    for name in ("net.json", "gl_input.nc", "gl_output.nc", "net.nc1.nc", "net.nc2.nc"):
+        shutil.copy(checkpoints / name, tmp_path / name)
+    nctypes.attributes_undecodable(monkeypatch, tmp_path / "net.nc2.nc")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    result = run_train(tmp_path, "-e", "3", "--resume")
+    refused(result, tmp_path / "net.nc2.nc", "the NetCDF library failed to read it")
+    assert f"--resume takes the newest checkpoint, {tmp_path / 'net.nc2.nc'}" in result.output
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
+
+
 @pytest.mark.parametrize("given", ["definition", "directory"])
 def test_a_network_path_that_is_no_netcdf_file_is_not_called_cut_short(model, tmp_path, given):
     """The JSON definition given as -n (or a directory) was said to be a network file that may

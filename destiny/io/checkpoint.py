@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from destiny import shard
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, netcdf_reads
 from destiny.io import atomic
 from destiny.io.network_checks import DAMAGED, check_finite
 from destiny.io.network_file import (NetworkFile, destiny_attributes, read_block, read_network,
@@ -180,7 +180,7 @@ def _variable_sizes(path) -> dict[str, int]:
     """The number of values of each variable of a NetCDF file, from its header."""
     import netCDF4
 
-    with netCDF4.Dataset(path, "r") as nc:
+    with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
         return {name: v.size for name, v in nc.variables.items()}
 
 

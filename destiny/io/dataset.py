@@ -14,6 +14,7 @@ offsets, rows that are not contiguous, and the Indexed and Weighted attributes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError
+from destiny.errors import DataFormatError, DestinyError, netcdf_reads
 from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
@@ -399,7 +400,15 @@ class _Entries:
         return indptr, index, data
 
 
+@contextlib.contextmanager
 def _open(path):
+    """The dataset file ``path``, open for the ``with`` block, in which the NetCDF library's
+    failure to read it (a damaged file) is a ``DataFormatError`` naming it."""
+    with _opened(path) as nc, netcdf_reads(path, f"; {_DAMAGED}."):
+        yield nc
+
+
+def _opened(path):
     import netCDF4
 
     if not os.fspath(path):  # (NetCDF's word for it: 'Malformed URL')

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from destiny.errors import DataFormatError, NetDefError
+from destiny.errors import DataFormatError, NetDefError, netcdf_reads
 from destiny.netdef import LayerKind, NetworkDef, parse_netdef
 from destiny.netdef_fields import Range
 from destiny.wording import counted, shown
@@ -258,7 +258,7 @@ def check_finite(path, name: str, values: np.ndarray, *, part: bool = False) -> 
     if bad and part:
         import netCDF4
 
-        with netCDF4.Dataset(path, "r") as nc:
+        with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
             var = nc.variables[name]
             var.set_auto_mask(False)
             step = 1 << 22

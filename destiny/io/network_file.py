@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import DataFormatError, NetDefError, starts_as_netcdf
+from destiny.errors import (DataFormatError, NetDefError, netcdf_library_failure, netcdf_reads,
+                            starts_as_netcdf)
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
                                        graph_error)
@@ -220,7 +221,7 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     except OSError as e:
         raise DataFormatError(path, f"is not a readable NetCDF network file ({e})"
                               + _unreadable_why(path)) from None
-    with nc:
+    with nc, netcdf_reads(path, f". {DAMAGED}"):  # (a damaged file: its words, not a traceback)
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
         if "layers" not in attrs and "datasets" in attrs:  # (-n and -i swapped, say)
@@ -285,6 +286,10 @@ def destiny_attributes(path) -> dict | None:
                     if k.startswith("destiny_")}
     except OSError:  # (missing, not NetCDF, damaged)
         return None
+    except (RuntimeError, AttributeError) as e:  # (an attribute HDF5 cannot decode: damaged)
+        if netcdf_library_failure(e):
+            return None
+        raise
 
 
 def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[int, int]
@@ -297,7 +302,7 @@ def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[
 
     (r0, r1), (c0, c1) = rows, cols
     out = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
-    with netCDF4.Dataset(path, "r") as nc:
+    with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
         if name not in nc.variables:
             return None
         var = nc.variables[name]
