@@ -453,6 +453,18 @@ def test_a_number_is_the_scanners():
         assert ratings._within_float32(text) == scanned, text
 
 
+def test_a_long_rating_that_is_not_a_number_is_refused_at_once(tmp_path):
+    """A run of digits followed by another character: the regular expression of a decimal
+    split the run between two of its parts every way, time quadratic in its length (200,000
+    digits: beyond 100 s; found by fuzzing split_holdout.py, which shares it)."""
+    path = tmp_path / "ratings.csv"
+    path.write_text(HEADER + "1,10," + "1" * 200_000 + "x,100\n")
+    done = run_script(path, "-o", tmp_path / "out.txt", "--min-rating", "3")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"Error: {path}, line 2: the rating '111"), done.stderr
+    assert "is not a number" in done.stderr and not (tmp_path / "out.txt").exists()
+
+
 def test_the_float32_bound_is_the_scanners():
     """convert_ratings restates the text scanner's bound (to read CSV without numba): the two
     must agree, or it would pass a value generate-netcdf then refuses."""

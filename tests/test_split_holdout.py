@@ -154,6 +154,21 @@ def test_bad_input(work, name, content, line, text):
     assert [p.name for p in work.iterdir()] == ["bad.txt"]  # no output, no temporary
 
 
+def test_a_line_of_many_values_is_judged_in_time_linear_in_its_length(work):
+    """A stray character after the last of many values: the check of the features (a regular
+    expression) took time exponential in their count, 25 values beyond a minute, for ever at
+    60 (found by fuzzing: a quote inserted in a held-out file's line). A process, so that a
+    return of that is a failure, not a test run that never ends."""
+    values = ":".join(f"{i},1186761532" for i in range(200))
+    write("in.txt", f"u1\ta:b\nu2\t{values}'\n")
+    done = subprocess.run([sys.executable, str(SCRIPT), "in.txt", "--train", "t.txt",
+                           "--heldout", "h.txt"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("Error: in.txt, line 2, column 2883: the value "
+                                  "\"1186761532'\" in the line "), done.stderr
+    assert [p.name for p in work.iterdir()] == ["in.txt"]
+
+
 def test_what_generate_netcdf_reads_is_split(work):
     """Values it reads (exponents within float32's range, an empty value, names with 'e' or
     digits) pass the checks of the values."""

@@ -236,7 +236,10 @@ def _is_number(text: str) -> bool:
 # an optional sign, point and exponent. Python's float() reads more ('1_000', ' 4', '٣', 'inf'),
 # which the scanner refuses, naming a line of the text written instead of this file's.
 # (Here, where no numba is loaded; scripts/split_holdout.py reads its features' values so too.)
-DECIMAL = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+# Each text matches one way: with '[0-9]+\.?[0-9]*' a run of digits split between the two
+# runs as many ways as it is long, so a failed match took time quadratic in its length, and
+# split_holdout.py's line of such numbers (repeated) time exponential in their count.
+DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _DECIMAL = re.compile(DECIMAL)
 _NUMBER_FORM = "a decimal such as 4, 3.5 or 1e-3, without spaces or '_'"
 
