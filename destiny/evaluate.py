@@ -43,7 +43,9 @@ from destiny.metrics import RankingMetrics, ranking_metrics
 if TYPE_CHECKING:
     from destiny.holdout import Unseen
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
+# (each text matched one way: '\d+\.?\d*' split a run of digits between its two runs every
+# way, so a score of 100,000 digits and then a letter took minutes to refuse)
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
 _NUMBER_ONLY = re.compile(rf"(?:{_NUMBER})")
 
 _REC_FORMAT = ("Each line must be 'NAME<TAB>item,score:item,score:...:' as predict writes it "

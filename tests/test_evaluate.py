@@ -432,6 +432,24 @@ def test_bad_input(which, content, expected):
     assert not os.path.exists("metrics.json")
 
 
+@pytest.mark.parametrize("which", ["recs.txt", "held.txt"])
+def test_a_long_score_that_is_not_a_number_is_refused_at_once(which):
+    """A run of digits followed by another character: the regular expression of a number
+    split the run between two of its parts every way, time quadratic in its length (100,000
+    digits: beyond a minute; found by fuzzing). A process, so that a return of that fails."""
+    import pathlib
+    import subprocess
+    import sys
+
+    write(which, "u1\ta," + "1" * 100_000 + "x:\n")
+    done = subprocess.run([str(pathlib.Path(sys.executable).parent / "evaluate"), "-r",
+                           "recs.txt", "-t", "held.txt"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"Error: {which}, line 1, column 4: "), done.stderr
+    assert "which is not a number" in done.stderr
+
+
 @pytest.mark.parametrize("flag, expected", [
     ("-r", "recommendation file does not exist; check the -r path"),
     ("-t", "held-out file does not exist; check the -t path"),
