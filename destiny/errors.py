@@ -159,18 +159,18 @@ def netcdf_library_failure(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def netcdf_reads(path, damaged: str):
-    """Raise the NetCDF library's failure to read the open file ``path`` within the block (an
-    attribute or a block of data in a damaged file that HDF5 cannot decode) as a
+    """Raise the NetCDF library's failure to read the file ``path`` within the block (as it
+    opens, past the header, or later: an attribute or a block of data in a damaged file that
+    HDF5 cannot decode) as a
     ``DataFormatError`` naming the file, ``damaged`` ending the message (what to do). It was a
     traceback (AttributeError), or, as a RuntimeError, worded as a full disk while writing.
     ``damaged`` follows the library's words: "; the file is damaged; ..." or ". The ..."."""
     try:
         yield
-    except (RuntimeError, AttributeError, OSError) as e:
-        if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # (ours: writes)
+    except (RuntimeError, AttributeError) as e:  # (a file it cannot open at all: an OSError,
+        if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # the caller's)
             raise
-        text = e.strerror if isinstance(e, OSError) else e.args[0]
-        raise DataFormatError(path, f"the NetCDF library failed to read it ({text})"
+        raise DataFormatError(path, f"the NetCDF library failed to read it ({e.args[0]})"
                               f"{damaged}") from None
 
 def system_failure(e: BaseException,

@@ -99,3 +99,13 @@ def damage_end(path, size: int = 32) -> None:
     data = bytearray(path.read_bytes())
     data[-size:] = b"\xff" * size
     path.write_bytes(bytes(data))
+
+
+def damage_global_heap(path) -> None:
+    """Overwrite 4 bytes of the file's global heap (the 'GCOL' collection that holds its
+    dimension lists), which netCDF reads as it opens the file, past the header: netCDF4 then
+    raises RuntimeError('NetCDF: HDF error'), not the OSError of a file it cannot open."""
+    data = bytearray(path.read_bytes())
+    at = data.index(b"GCOL") + 32
+    data[at:at + 4] = b"\xff" * 4
+    path.write_bytes(bytes(data))

@@ -269,6 +269,23 @@ def test_entries_the_netcdf_library_cannot_read_name_the_file(tmp_path):
     assert not (tmp_path / "net.nc").exists()
 
 
+def test_a_file_the_netcdf_library_fails_on_as_it_opens_names_the_file(tmp_path):
+    """Damage netCDF meets as it opens the file, past the header (its global heap): the
+    RuntimeError was worded as a failure to write, a full disk, naming no file."""
+    paths = {name: write(tmp_path / f"{name}.nc", name) for name in ("gl_input", "gl_output")}
+    nctypes.damage_global_heap(paths["gl_output"])
+    (tmp_path / "net.json").write_text(json.dumps(NETDEF))
+    result = CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
+                                        "-i", str(paths["gl_input"]),
+                                        "-o", str(paths["gl_output"]),
+                                        "-n", str(tmp_path / "net.nc"), "-e", "1"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.output == (f"Error: {paths['gl_output']}: the NetCDF library failed to read it "
+                             "(NetCDF: HDF error); the file is damaged; write it again with "
+                             "generate-netcdf.\n")
+    assert not (tmp_path / "net.nc").exists()
+
+
 def test_attributes_the_netcdf_library_cannot_read_name_the_file(tmp_path, monkeypatch):
     """Attributes HDF5 cannot decode: netCDF's AttributeError was a traceback."""
     path = write(tmp_path / "d.nc", "gl_input")

@@ -280,6 +280,19 @@ def test_weights_the_netcdf_library_cannot_read_name_the_file(model, tmp_path):
     assert not out.exists()
 
 
+def test_a_network_file_the_netcdf_library_fails_on_as_it_opens_is_named(model, tmp_path):
+    """Damage netCDF meets as it opens the file, past the header (its global heap): the
+    RuntimeError was worded as a failure to write, a full disk, naming no file."""
+    net, out = tmp_path / "damaged.nc", tmp_path / "recs.txt"
+    shutil.copy(model / "gl.nc", net)
+    nctypes.damage_global_heap(net)
+    result = CliRunner().invoke(predict, [
+        "-n", str(net), "-i", str(model / "features_input"), "-o", str(model / "features_output"),
+        "-r", str(model / "ratings.txt"), "-k", "5", "-s", str(out)])
+    refused(result, net, "the NetCDF library failed to read it (NetCDF: HDF error). ")
+    assert "While writing" not in result.output and not out.exists()
+
+
 def test_attributes_the_netcdf_library_cannot_read_are_damage(model, checkpoints, tmp_path,
                                                               monkeypatch):
     """Attributes HDF5 cannot decode: netCDF's AttributeError was a traceback, from predict,

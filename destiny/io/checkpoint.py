@@ -180,7 +180,7 @@ def _variable_sizes(path) -> dict[str, int]:
     """The number of values of each variable of a NetCDF file, from its header."""
     import netCDF4
 
-    with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
+    with netcdf_reads(path, f". {DAMAGED}"), netCDF4.Dataset(path, "r") as nc:
         return {name: v.size for name, v in nc.variables.items()}
 
 

@@ -404,7 +404,7 @@ class _Entries:
 def _open(path):
     """The dataset file ``path``, open for the ``with`` block, in which the NetCDF library's
     failure to read it (a damaged file) is a ``DataFormatError`` naming it."""
-    with _opened(path) as nc, netcdf_reads(path, f"; {_DAMAGED}."):
+    with netcdf_reads(path, f"; {_DAMAGED}."), _opened(path) as nc:  # (also as it opens)
         yield nc
 
 

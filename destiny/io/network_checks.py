@@ -258,7 +258,7 @@ def check_finite(path, name: str, values: np.ndarray, *, part: bool = False) -> 
     if bad and part:
         import netCDF4
 
-        with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
+        with netcdf_reads(path, f". {DAMAGED}"), netCDF4.Dataset(path, "r") as nc:
             var = nc.variables[name]
             var.set_auto_mask(False)
             step = 1 << 22

@@ -215,7 +215,8 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     import netCDF4
 
     try:
-        nc = netCDF4.Dataset(path, "r")
+        with netcdf_reads(path, f". {DAMAGED}"):  # (HDF5 may fail past the header as it opens)
+            nc = netCDF4.Dataset(path, "r")
     except FileNotFoundError:
         raise DataFormatError(path, "the network file does not exist; train one first.") from None
     except OSError as e:
@@ -302,7 +303,7 @@ def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[
 
     (r0, r1), (c0, c1) = rows, cols
     out = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
-    with netCDF4.Dataset(path, "r") as nc, netcdf_reads(path, f". {DAMAGED}"):
+    with netcdf_reads(path, f". {DAMAGED}"), netCDF4.Dataset(path, "r") as nc:
         if name not in nc.variables:
             return None
         var = nc.variables[name]
