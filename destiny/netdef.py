@@ -34,9 +34,9 @@ from destiny.netdef_fields import (
     LAYER_KEY_KINDS, LAYER_KEYS, LAYER_KIND_NAMES,
     LAYER_TYPE_NAMES, MAX_SOURCES, MIN_VERSION, NETWORK_KIND_NAMES, NN_VERSION, TOP_KEYS,
     WEIGHT_INIT_NAMES, Activation, ErrorFunction, LayerKind, LayerType, NetworkKind, WeightInit,
-    DECAY, DENOISING_P, DROPOUT, NORM, PENALTY_BETA, PENALTY_P, check_range, fold_keys,
-    params_reader, ranged_reader, read_bool, read_enum, read_n, read_names, read_number, read_str,
-    setter, sub_path,
+    DECAY, DENOISING_P, DROPOUT, GAUSSIAN_SCALE, NORM, PENALTY_BETA, PENALTY_P, check_range,
+    fold_keys, params_reader, ranged_reader, read_bool, read_enum, read_n, read_names,
+    read_number, read_str, setter, sub_path,
 )
 
 __all__ = [
@@ -460,7 +460,10 @@ def _read_weight_init(path, value) -> WeightInitDef:
         if key in found:
             w, v = found[key]
             args[key.lower()] = read_number(f"{path}.{w}", v)
-    return WeightInitDef(**args)
+    init = WeightInitDef(**args)
+    if init.scheme == WeightInit.Gaussian and "Scale" in found:  # (numpy refused it with a
+        check_range(f"{path}.{found['Scale'][0]}", init.scale, GAUSSIAN_SCALE)  # traceback)
+    return init
 
 
 _SHARED_KEYS = {"inputlayer": "InputLayer", "sourceinputlayer": "SourceInputLayer",

@@ -229,6 +229,10 @@ NORM = Range("a number", note="0: none")  # WeightNorm, DeltaNorm (0: off, spec 
 # Decay: DSSTNE takes Decay <= 0 as no decay (spec 5.2); a definition is refused a negative
 # one as a likely typo, but a network file (DSSTNE's may hold one) is read as DSSTNE reads it.
 DECAY = Range("a number", note="0: no decay")
+# The Gaussian scheme's Scale is the deviation of its normal draw (spec 3.7); the other schemes
+# scale a draw or a constant, where a negative Scale mirrors it.
+GAUSSIAN_SCALE = Range("a standard deviation",
+                       note="the Gaussian scheme draws each weight from N(0, Scale squared)")
 
 
 def _describe(value) -> str:

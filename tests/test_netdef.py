@@ -326,6 +326,11 @@ INVALID = [
     ("penalty_beta", _set_top("SparsenessPenalty", {"beta": -2}),
      r"^SparsenessPenalty\.beta: -2.0 is out of range; expected a number, 0 or more"),
     ("decay_negative", _set_top("Decay", -0.5), r"^Decay: -0.5 is out of range"),
+    # a normal draw's deviation: numpy refused a negative one as train drew the weights (a
+    # traceback, found by fuzzing); the key's spelling as written, the scheme's in any case
+    ("gaussian_scale_negative", _set_layer(1, "WeightInit", {"scheme": "gaussian", "scale": -1}),
+     r"^Layers\[1\]\.WeightInit\.scale: -1.0 is out of range; expected a standard deviation, "
+     r"0 or more \(the Gaussian scheme draws each weight from N\(0, Scale squared\)\)$"),
     ("unknown_source", _set_layer(2, "Source", "Hiden"),
      r"^Layers\[2\]\.Source: unknown layer 'Hiden'; expected one of Input0, Hidden1, Output2"),
     ("too_many_sources", _set_layer(2, "Source", ["Input0"] * 5),
@@ -481,6 +486,16 @@ def test_invalid_definitions(change, pattern):
     with pytest.raises(NetDefError, match=pattern) as info:
         load_netdef(copy.deepcopy(data))
     assert isinstance(info.value, DestinyError)
+
+
+@pytest.mark.parametrize("scheme", ["Xavier", "CaffeXavier", "Uniform", "UnitBall", "Constant",
+                                    "SELU"])
+def test_a_negative_scale_of_the_schemes_it_scales_is_taken(scheme):
+    """Only the Gaussian scheme's Scale is a deviation; the others scale a draw or a constant
+    (a negative one mirrors it), as DSSTNE takes them."""
+    data = minimal()
+    data["Layers"][1]["WeightInit"] = {"Scheme": scheme, "Scale": -0.5}
+    assert load_netdef(data).layers[1].weight_init.scale == -0.5
 
 
 def test_invalid_json_names_file_line_and_column(tmp_path):
