@@ -290,10 +290,30 @@ def _kept_metrics(path, epoch: int) -> list[str]:
 
 def _open_metrics(path, kept: list[str]):
     """The metrics file, open for appending and holding the ``kept`` lines. Rewritten in
-    place, not renamed: the path may be a link, or a stream ('-', /dev/stdout, a pipe)."""
-    metrics = (atomic.open_stream(path) if atomic.is_stream(path) else
-               failures.open_text(path, str(path), in_place=True))  # (a failure names it)
-    metrics.writelines(kept)
+    place, not renamed: the path may be a link, or a stream ('-', /dev/stdout, a pipe).
+
+    A file that still starts with the kept lines (as train wrote it: a resumed run keeps the
+    epochs up to its checkpoint) is cut after them, not emptied and written again: a kill,
+    a stop signal or a power cut between the two lost them for good, the resumed run writing
+    only its own epochs (a SIGKILL as a run resumed from epoch 4 opened the file left it
+    empty, and the next run's file began at epoch 5)."""
+    if atomic.is_stream(path):
+        metrics = atomic.open_stream(path)
+        metrics.writelines(kept)
+        return metrics
+    text = "".join(kept).encode("utf-8")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        ours = os.pread(fd, len(text), 0) == text  # (b"" for a fresh run: emptied)
+        os.ftruncate(fd, len(text) if ours else 0)
+        os.lseek(fd, 0, os.SEEK_END)
+        metrics = failures.open_text(fd, str(path), in_place=True)  # (a failure names it)
+    except BaseException:
+        with contextlib.suppress(OSError):  # (closed already by open_text's own failure)
+            os.close(fd)
+        raise
+    if not ours:  # (edited since: written again, as before)
+        metrics.writelines(kept)
     return metrics
 
 

@@ -1664,6 +1664,42 @@ def test_resuming_keeps_the_metrics_lines_up_to_the_checkpoint_and_lines_not_its
         assert _kept_metrics(f"/dev/fd/{log.fileno()}", 2) == []
 
 
+def test_a_stop_as_a_resumed_run_opens_its_metrics_file_keeps_the_lines_it_kept(tmp_path,
+                                                                                  monkeypatch):
+    """_open_metrics on resuming from epoch 2: the file is cut after the kept lines, never
+    emptied first. A signal (or SIGKILL, or a power cut) just as it was opened left it empty
+    where it was emptied and written again, and the epochs before the checkpoint were lost
+    for good: the run that resumed next wrote from epoch 3 on."""
+    from destiny import fit
+
+    lines = ['{"epoch": 1, "loss": 3.0}\n', '{"epoch": 2, "loss": 2.0}\n',
+             '{"epoch": 3, "loss": 1.0}\n']
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(lines))
+    kept = fit._kept_metrics(path, 2)
+    opened = fit.failures.open_text
+
+    def then_interrupted(*args, **kwargs):  # (the signal as the file is opened)
+        opened(*args, **kwargs).close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fit.failures, "open_text", then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fit._open_metrics(path, kept)
+    assert path.read_text() == "".join(lines[:2])
+    monkeypatch.setattr(fit.failures, "open_text", opened)
+    with fit._open_metrics(path, kept) as metrics:  # (resumed again: appends after them)
+        metrics.write('{"epoch": 3, "loss": 0.5}\n')
+    assert path.read_text() == "".join(lines[:2]) + '{"epoch": 3, "loss": 0.5}\n'
+    path.write_text("# edited\n" + "".join(lines))  # (not as read: written again, as before)
+    with fit._open_metrics(path, kept):
+        pass
+    assert path.read_text() == "".join(kept)
+    with fit._open_metrics(path, []):  # (a fresh run: emptied)
+        pass
+    assert path.read_text() == ""
+
+
 def test_a_checkpoint_of_an_earlier_version_is_judged_by_the_settings_it_records():
     """Checkpoints of earlier versions recorded fewer settings (no feature indexes): those
     they record must agree, the others are not taken for differences."""
