@@ -65,8 +65,7 @@ def library_errors(fn):
         except KeyboardInterrupt:
             if os.environ.get("DESTINY_DEBUG"):
                 raise
-            raise click.ClickException(f"interrupted; {_kept_on_interrupt()}. Run the command "
-                                       "again to start afresh.") from None
+            raise click.ClickException(_on_interrupt()) from None
         except Exception as e:  # the system's failures (anything else: None, its traceback)
             # (the advice on memory is the network's size only where there is one)
             message = system_failure(e, network=fn.__name__ in ("train", "predict"))
@@ -273,6 +272,23 @@ def _losing(frame) -> bool:
 def _stopped(signum: int):
     global _stopped_by
     _stopped_by = signum
+
+
+def _on_interrupt() -> str:
+    """The message of a command that an interrupt stopped: what it leaves (``_kept_on_interrupt``),
+    or, where its outputs were put in place before it (the interrupt came as the locks were
+    released, or a last note printed), that they are complete: "no output was replaced" said
+    the opposite of what was on the disk."""
+    from destiny.io import atomic
+
+    done = atomic.put_in_place()
+    if not done:
+        return f"interrupted; {_kept_on_interrupt()}. Run the command again to start afresh."
+    streams = atomic.streamed()  # (evaluate's table, after its --json-out file)
+    return (f"interrupted as the command finished, once its outputs were put in place: "
+            f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} complete"
+            + (f"; {' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "
+               "written before it" if streams else "") + ".")
 
 
 def _kept_on_interrupt() -> str:

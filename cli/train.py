@@ -149,14 +149,20 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                      on_checkpoint=progress.checkpointed, on_restart=restarted, comm=comm)
     except KeyboardInterrupt as e:  # Ctrl-C: say what is kept and how to go on
         progress.close()
-        if isinstance(e, InterruptedAfterOutputs):  # just as a file was put in place
-            if any(atomic.same_file(p, network_path) for p in e.paths):
-                raise click.ClickException(f"interrupted as {network_path} was put in place, "
-                                           "once it was: it is complete.") from None
-            for path in e.paths:  # a checkpoint: it is whole, and this run's newest
-                epoch = checkpoint_epoch(network_path, path)
-                if epoch is not None:
-                    progress.checkpointed(path, epoch)
+        # Just as files were put in place, or just after (atomic.put_in_place: the network's
+        # lock being released, a checkpoint before this run heard of it), where "was not
+        # written" would be false.
+        paths = e.paths if isinstance(e, InterruptedAfterOutputs) else atomic.put_in_place()
+        if any(atomic.same_file(p, network_path) for p in paths):
+            raise click.ClickException(
+                f"interrupted as {network_path} was put in place, once it was: it is complete."
+                if isinstance(e, InterruptedAfterOutputs) else
+                f"interrupted as the command finished, once {network_path} was put in place: "
+                "it is complete.") from None
+        for path in paths:  # a checkpoint: it is whole, and this run's newest
+            epoch = checkpoint_epoch(network_path, path)
+            if epoch is not None:
+                progress.checkpointed(path, epoch)
         raise click.ClickException(_interrupted(network_path, progress.checkpoint,
                                                 checkpoint_every, cfg.epochs)) from None
     except ParallelError as e:  # under mpiexec: shared by the ranks

@@ -1720,6 +1720,44 @@ def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete
                              "are complete.\n")
 
 
+def test_an_interrupt_as_the_locks_are_released_says_the_outputs_are_complete(tmp_path,
+                                                                            monkeypatch):
+    """SIGTERM once generate-netcdf's outputs are in place, as it removes its lock files (the
+    crash campaign's signal at the removal of `.samples_input.lock`): the message said "no
+    output was replaced", the opposite of what was on the disk, and the lock file whose
+    removal it cut short stayed. The removal now finishes first, and the message says that the
+    outputs are complete."""
+    import signal
+
+    from destiny.cli.generate_netcdf import generate_netcdf
+    from destiny.io import atomic
+
+    unlink, signalled = os.unlink, []
+
+    def signal_then_unlink(path, *args, **kwargs):
+        if str(path).endswith(".lock") and not signalled:
+            signalled.append(path)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # time for the handler, were it to run now
+                pass
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic.os, "unlink", signal_then_unlink)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(generate_netcdf, [
+            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert signalled and result.exit_code == 1
+    assert result.output == (f"Error: interrupted as the command finished, once its outputs "
+                             f"were put in place: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, "
+                             f"{tmp_path / 's'} are complete.\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "in.txt", "out.nc", "s"]
+
+
 def test_generate_netcdf_says_it_waits_for_another_run(tmp_path):
     """Another process writing the same index: generate-netcdf says on stderr what it waits
     for, then runs when the lock is released (an flock between two processes), and its

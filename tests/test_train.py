@@ -1399,6 +1399,52 @@ def test_an_interrupt_held_while_a_file_is_put_in_place_says_it_is_whole(files, 
         signal.signal(signal.SIGINT, before)
 
 
+def test_an_interrupt_once_the_network_is_in_place_says_it_is_complete(files, monkeypatch):
+    """SIGTERM after the trained network was put in place, as its lock is released (the crash
+    campaign's signal at the removal of `.gl.nc.lock`): the message said that the network
+    "was not written (the one there is left as it was)" and to copy the last checkpoint over
+    it, and the lock file stayed. It now says the network is complete, and no lock is left;
+    so too for a checkpoint put in place before this run heard of it: it is the one to go on
+    from."""
+    from destiny.io import atomic
+
+    unlink = os.unlink
+
+    def signal_then_unlink(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # time for the handler, were it to run now
+                pass
+        unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic.os, "unlink", signal_then_unlink)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        result = run_train(files, "-b", "64", "-e", "2", "--checkpoint-every", "2")
+        assert result.exit_code == 1
+        assert result.output.splitlines()[-1] == (
+            f"Error: interrupted as the command finished, once {files / 'net.nc'} was put in "
+            "place: it is complete.")
+        assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
+        monkeypatch.setattr(atomic.os, "unlink", unlink)
+        discard = atomic.OutputSet.discard
+
+        def signal_once_put_in_place(outputs):  # (just after the commit, outside its hold)
+            discard(outputs)
+            if atomic.put_in_place() == [str(files / "net.nc2.nc")]:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+
+        monkeypatch.setattr(atomic.OutputSet, "discard", signal_once_put_in_place)
+        result = run_train(files, "-b", "64", "-e", "4", "--checkpoint-every", "2", "--force")
+        assert result.exit_code == 1
+        assert (f"To go on, run the same command with --resume to continue from "
+                f"{files / 'net.nc2.nc'} (epoch 2), the newest checkpoint.") in result.output
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def stop_at_once(*_, **__):
     raise KeyboardInterrupt
 

@@ -108,8 +108,21 @@ def streamed() -> list[str]:
 
 
 def forget_streamed() -> None:
-    """Forget them (a command starting: tests run many in one process)."""
+    """Forget them, and the outputs put in place (a command starting: tests run many in one
+    process)."""
     _streamed.clear()
+    _put_in_place.clear()
+
+
+# The outputs that this process's latest ``OutputSet.commit`` put in place, as the caller named
+# them: an interrupt that comes after it (as the locks are released, a last note is printed)
+# finds them complete, not "no output was replaced" (``put_in_place``).
+_put_in_place: list[str] = []
+
+
+def put_in_place() -> list[str]:
+    """The outputs that the latest commit put in place (empty before any)."""
+    return list(_put_in_place)
 
 
 def open_stream(path) -> TextIO:
@@ -283,11 +296,14 @@ def exclusive(path, what: str, on_wait: Callable[[str], None] | None = None,
             os.close(closed)  # the new one
         yield
     finally:
-        if ours:  # (removed before it is unlocked: a run waiting on it then sees it is gone)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(lock)
-        if fd is not None:
-            os.close(fd)
+        # (signals held: a SIGTERM here, once the outputs were in place, left the lock file
+        # behind, where a stopped command removes its lock and temporary files)
+        with uninterrupted():
+            if ours:  # (removed before it is unlocked: a run waiting on it sees it is gone)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
+            if fd is not None:
+                os.close(fd)
 
 
 def _open_lock(path, lock: str) -> int:
@@ -457,6 +473,7 @@ class OutputSet:
                     raise OutputError(f"{final}: cannot put the finished file in place "
                                       f"({e.strerror}); it is left as it was. Check the file "
                                       "and its directory, or choose another path.") from None
+            _put_in_place[:] = given  # (with the renames: no interrupt between them)
             for directory in dict.fromkeys(os.path.dirname(f) for _, f, _ in self._pending):
                 _sync(directory or ".", directory=True)  # (the renames themselves)
             self._pending.clear()
