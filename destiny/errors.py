@@ -146,7 +146,6 @@ def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
                            "are not swapped and that this path is the text or index file meant.")
 
 
-
 def netcdf_library_failure(e: BaseException) -> bool:
     """Whether ``e`` is the NetCDF library's own failure, as netCDF4-python raises it: a
     RuntimeError (an AttributeError for an attribute, an OSError on opening) worded
@@ -172,6 +171,7 @@ def netcdf_reads(path, damaged: str):
             raise
         raise DataFormatError(path, f"the NetCDF library failed to read it ({e.args[0]})"
                               f"{damaged}") from None
+
 
 def system_failure(e: BaseException,
                    then: str = "run the command again, or write the outputs elsewhere", *,
