@@ -259,14 +259,18 @@ def test_entries_the_netcdf_library_cannot_read_name_the_file(tmp_path):
     assert str(e.value) == (f"{paths['gl_input']}: the NetCDF library failed to read it "
                             "(NetCDF: HDF error); the file is damaged; write it again with "
                             "generate-netcdf.")
-    (tmp_path / "net.json").write_text(json.dumps(NETDEF))
-    result = CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
-                                        "-i", str(paths["gl_input"]),
-                                        "-o", str(paths["gl_output"]),
-                                        "-n", str(tmp_path / "net.nc"), "-e", "1"])
+    result = train_on(tmp_path, paths)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert result.output == f"Error: {e.value}\n"
     assert not (tmp_path / "net.nc").exists()
+
+
+def train_on(tmp_path, paths):
+    """train, in-process, of NETDEF on the datasets ``paths`` for one epoch, into net.nc."""
+    (tmp_path / "net.json").write_text(json.dumps(NETDEF))
+    return CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
+                                      "-i", str(paths["gl_input"]), "-o", str(paths["gl_output"]),
+                                      "-n", str(tmp_path / "net.nc"), "-e", "1"])
 
 
 def test_a_file_the_netcdf_library_fails_on_as_it_opens_names_the_file(tmp_path):
@@ -274,11 +278,7 @@ def test_a_file_the_netcdf_library_fails_on_as_it_opens_names_the_file(tmp_path)
     RuntimeError was worded as a failure to write, a full disk, naming no file."""
     paths = {name: write(tmp_path / f"{name}.nc", name) for name in ("gl_input", "gl_output")}
     nctypes.damage_global_heap(paths["gl_output"])
-    (tmp_path / "net.json").write_text(json.dumps(NETDEF))
-    result = CliRunner().invoke(train, ["-c", str(tmp_path / "net.json"),
-                                        "-i", str(paths["gl_input"]),
-                                        "-o", str(paths["gl_output"]),
-                                        "-n", str(tmp_path / "net.nc"), "-e", "1"])
+    result = train_on(tmp_path, paths)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert result.output == (f"Error: {paths['gl_output']}: the NetCDF library failed to read it "
                              "(NetCDF: HDF error); the file is damaged; write it again with "
