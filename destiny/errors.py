@@ -147,27 +147,26 @@ def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
 
 
 def netcdf_library_failure(e: BaseException) -> bool:
-    """Whether ``e`` is the NetCDF library's own failure, as netCDF4-python raises it: a
-    RuntimeError (an AttributeError for an attribute, an OSError on opening) worded
-    ``NetCDF: ...`` ("NetCDF: HDF error", "NetCDF: Can't open HDF5 attribute")."""
-    if not isinstance(e, (RuntimeError, AttributeError, OSError)):
-        return False
-    text = e.strerror if isinstance(e, OSError) else (e.args[0] if e.args else None)
-    return isinstance(text, str) and text.startswith("NetCDF:")
+    """Whether ``e`` is the NetCDF library's own failure to read an open file, as
+    netCDF4-python raises it: a RuntimeError (an AttributeError for an attribute) worded
+    ``NetCDF: ...`` ("NetCDF: HDF error", "NetCDF: Can't open HDF5 attribute"). (A file it
+    cannot open at all is an OSError, which each caller words itself.)"""
+    return (isinstance(e, (RuntimeError, AttributeError)) and bool(e.args)
+            and isinstance(e.args[0], str) and e.args[0].startswith("NetCDF:"))
 
 
 @contextlib.contextmanager
 def netcdf_reads(path, damaged: str):
     """Raise the NetCDF library's failure to read the file ``path`` within the block (as it
     opens, past the header, or later: an attribute or a block of data in a damaged file that
-    HDF5 cannot decode) as a
-    ``DataFormatError`` naming the file, ``damaged`` ending the message (what to do). It was a
-    traceback (AttributeError), or, as a RuntimeError, worded as a full disk while writing.
-    ``damaged`` follows the library's words: "; the file is damaged; ..." or ". The ..."."""
+    HDF5 cannot decode) as a ``DataFormatError`` naming the file, ``damaged`` ending the
+    message (what to do). It was a traceback (AttributeError), or, as a RuntimeError, worded
+    as a full disk while writing. ``damaged`` follows the library's words: "; the file is
+    damaged; ..." or ". The ..."."""
     try:
         yield
-    except (RuntimeError, AttributeError) as e:  # (a file it cannot open at all: an OSError,
-        if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # the caller's)
+    except (RuntimeError, AttributeError) as e:
+        if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # (ours: writes)
             raise
         raise DataFormatError(path, f"the NetCDF library failed to read it ({e.args[0]})"
                               f"{damaged}") from None
