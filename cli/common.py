@@ -287,8 +287,7 @@ def _on_interrupt() -> str:
     streams = atomic.streamed()  # (evaluate's table, after its --json-out file)
     return (f"interrupted as the command finished, once its outputs were put in place: "
             f"{', '.join(done)} {'is' if len(done) == 1 else 'are'} complete"
-            + (f"; {' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "
-               "written before it" if streams else "") + ".")
+            + (f"; {_hold(streams)}" if streams else "") + ".")
 
 
 def _kept_on_interrupt() -> str:
@@ -299,9 +298,14 @@ def _kept_on_interrupt() -> str:
     streams = atomic.streamed()
     if not streams:
         return NOTHING_REPLACED
-    return (f"{' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "
-            "written before it, and no other output was replaced (each is put in place only "
+    return (f"{_hold(streams)}, and no other output was replaced (each is put in place only "
             "once complete)")
+
+
+def _hold(streams: list[str]) -> str:
+    """What the outputs written in place, ``streams``, hold once a command is interrupted."""
+    return (f"{' and '.join(streams)} {'holds' if len(streams) == 1 else 'hold'} what was "
+            "written before it")
 
 
 _completed = False  # the command returned: its work done, its outputs in place
