@@ -15,7 +15,7 @@ from enum import IntEnum
 
 from destiny.errors import NetDefError
 from destiny.limits import MAX_INDEX
-from destiny.wording import LONGEST, abridged
+from destiny.wording import LONGEST, abridged, digits_abridged
 
 
 class Activation(IntEnum):
@@ -403,7 +403,7 @@ def read_n(kw, path, value) -> None:
     if value > MAX_INDEX:  # (2**62 ended in NumPy's traceback as the weights were made)
         units = int(value)
         if len(str(units)) > LONGEST:
-            units = f"{str(units)[:6]}... ({len(str(units)):,} digits)"
+            units = digits_abridged(str(units))
         raise NetDefError(path, f"{units} units is more than Destiny holds in a layer (at "
                                 f"most {MAX_INDEX:,}, as a dataset's width: unit indices are "
                                 "int32)")

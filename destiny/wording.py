@@ -70,6 +70,12 @@ def quoted(text: str) -> str:
     return _REPR_BYTE_ESCAPE.sub(lambda m: m[0] if m[1] is None else f"\\x{m[1]}", repr(text))
 
 
+def digits_abridged(digits: str) -> str:
+    """A whole number of many digits for a message, by its first six and its length:
+    ``999999... (4,000 digits)``."""
+    return f"{digits[:6]}... ({len(digits):,} digits)"
+
+
 def abridged(text: str) -> str:
     """``repr(text)`` for an error message, one longer than ``LONGEST`` by its start and its
     length: a value of thousands of characters, quoted whole, buried the message."""

@@ -461,7 +461,7 @@ INDEX_ERRORS = [
     ("beyond-int32", "b\t2147483648\n", 1, ["at most 2,147,483,647"]),
     # 4,300 digits or more: Python's int() raised ValueError (a traceback), on either path
     ("thousands-of-digits", "a\t0\nb\t" + "9" * 5000 + "\n", 2,
-     ["index 9999999999... (5,000 digits) of 'b' is too large"]),
+     ["index 999999... (5,000 digits) of 'b' is too large"]),
     ("thousands-of-digits-line-by-line", "a\t0\t\nb\t" + "9" * 5000 + "\n", 2,
      ["(5,000 digits) of 'b' is too large"]),
 ]

@@ -16,6 +16,7 @@ import numpy as np
 from destiny.errors import DataFormatError
 from destiny.io import textscan
 from destiny.limits import MAX_INDEX
+from destiny.wording import digits_abridged
 
 
 class LabelTable:
@@ -202,7 +203,7 @@ def _parse_checked(path, lines: list[str]):
         index = int(significant or "0") if len(significant) <= 20 else MAX_INDEX + 1
         if index > MAX_INDEX:
             if len(digits) > 20:
-                digits = f"{digits[:10]}... ({len(digits):,} digits)"
+                digits = digits_abridged(digits)
             raise DataFormatError(path, f"the index {digits} of {label!r} is too large: "
                                   f"indices are 32-bit numbers (at most {MAX_INDEX:,}), and a "
                                   "larger one would wrap around onto another feature. Renumber "
