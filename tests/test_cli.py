@@ -1692,11 +1692,27 @@ def test_a_killed_runs_temporary_file_is_removed_once_an_hour_old_and_only_it(tm
     assert left == [".out.txt.bbbbbbbb.tmp", ".out.txt.cccccccc.tmp.bak"]
 
 
+def generate_under_sigterm(tmp_path):
+    """generate-netcdf -c of a one-line input into out.nc, f and s, in-process, for a test
+    whose stand-in sends SIGTERM; the SIGTERM handler it had is restored after."""
+    import signal
+
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return CliRunner().invoke(generate_netcdf, [
+            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete(tmp_path,
                                                                                monkeypatch):
     import signal
 
-    from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import atomic
 
     rename = os.replace
@@ -1706,14 +1722,7 @@ def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete
         os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        result = CliRunner().invoke(generate_netcdf, [
-            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    result = generate_under_sigterm(tmp_path)
     assert result.exit_code == 1
     assert result.output == (f"Error: interrupted as the outputs were put in place, once all "
                              f"were: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, {tmp_path / 's'} "
@@ -1729,7 +1738,6 @@ def test_an_interrupt_as_the_locks_are_released_says_the_outputs_are_complete(tm
     outputs are complete."""
     import signal
 
-    from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import atomic
 
     unlink, signalled = os.unlink, []
@@ -1743,14 +1751,7 @@ def test_an_interrupt_as_the_locks_are_released_says_the_outputs_are_complete(tm
         unlink(path, *args, **kwargs)
 
     monkeypatch.setattr(atomic.os, "unlink", signal_then_unlink)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        result = CliRunner().invoke(generate_netcdf, [
-            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    result = generate_under_sigterm(tmp_path)
     assert signalled and result.exit_code == 1
     assert result.output == (f"Error: interrupted as the command finished, once its outputs "
                              f"were put in place: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, "
