@@ -180,18 +180,26 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
             "present, so datasets built from different inputs line up only if they hold the "
             "same samples (DSSTNE quirk, spec 1.4).")
 
+    # The indexes are renamed into place before the dataset. A run killed between the renames
+    # (SIGKILL, a power cut: nothing runs to undo the first) then leaves the old dataset, which
+    # make sees as older than its text and converts again; and beside it indexes that only grew
+    # (check_appendable), so still number its rows and features, or with -c a new feature index
+    # that predict refuses for a network trained on it (by the digest it recorded). The other order left a new dataset
+    # beside indexes without its new entries, and make took it as up to date.
     with atomic.atomic_outputs() as out:
+        if create or report.new_features:
+            write_index(out.path(feature_index), feature_labels, feature_values)
+        if new_samples:
+            write_index(out.path(sample_index), *grown)
         write_dataset(out.path(output), dataset,
                       index=(len(feature_labels),
                              index_digest(feature_labels, feature_values, len(feature_labels))),
                       rows=rows_digest([records.labels[i] for i in order.tolist()]))
-        report.written.append(str(output))
-        if create or report.new_features:
-            write_index(out.path(feature_index), feature_labels, feature_values)
-            report.written.append(str(feature_index))
-        if new_samples:
-            write_index(out.path(sample_index), *grown)
-            report.written.append(str(sample_index))
+    report.written.append(str(output))
+    if create or report.new_features:
+        report.written.append(str(feature_index))
+    if new_samples:
+        report.written.append(str(sample_index))
     # An index output left as it was takes the dataset's time, for make: a rule that lists it
     # as a target of the text would otherwise run again on every make (it stayed older than
     # the text), and a rule of the other dataset that reads it must still see it no newer

@@ -1362,7 +1362,7 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
         "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
         "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
     assert result.exit_code == 1, result.output
-    first = "out.nc" if where == "temporary" else "f"  # (locks are taken in their names' order)
+    first = "f"  # (the indexes are written before the dataset; locks in their names' order)
     assert result.output.startswith(f"Error: {tmp_path / first}: cannot create "), result.output
     assert "(No space left on device); free space on that file system (or raise the quota), " \
            "or choose another path." in result.output, result.output
@@ -1524,6 +1524,55 @@ def test_an_interrupt_while_outputs_are_put_in_place_waits_for_all(tmp_path, mon
         signal.signal(signal.SIGINT, before)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.nc", "index"]
     assert raised.value.paths == [str(tmp_path / "data.nc"), str(tmp_path / "index")]
+
+
+def test_a_run_killed_between_generate_netcdfs_renames_leaves_the_old_dataset_to_convert_again(
+        tmp_path, monkeypatch):
+    """SIGKILL (or a power cut) between generate-netcdf's renames, which nothing can hold
+    back, stands in here as an exception out of the second rename. The indexes are put in
+    place first: the old dataset stays, still numbered by indexes that only grew, and the
+    next run converts again. The dataset first had left a new dataset beside an index
+    without its new entries, which make took as up to date."""
+    from destiny.cli.generate_netcdf import generate_netcdf
+    from destiny.io import atomic
+    from destiny.io.dataset import dataset_summaries, read_dataset
+    from destiny.io.index import read_index
+    from destiny.predict import check_trained_index
+
+    def generate(text, *flags):
+        (tmp_path / "in.txt").write_text(text)
+        return CliRunner().invoke(generate_netcdf, [
+            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-q", *flags])
+
+    assert generate("s1\ta:b\n", "-c").exit_code == 0
+    old = (tmp_path / "out.nc").read_bytes()
+
+    class Killed(BaseException):
+        pass
+
+    rename, renamed = os.replace, []
+
+    def replace_then_die(src, dst):
+        if renamed:
+            raise Killed
+        rename(src, dst)
+        renamed.append(os.path.basename(dst))
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_die)
+    grown = "s1\ta:b\ns2\tb:c\n"
+    with pytest.raises(Killed):
+        generate(grown, "-m")
+    assert renamed == ["f"] and (tmp_path / "out.nc").read_bytes() == old
+    labels, values = read_index(tmp_path / "f")
+    assert labels == ["a", "b", "c"]
+    recorded = dataset_summaries(tmp_path / "out.nc")["gl_input"].index  # (the old dataset's)
+    check_trained_index(tmp_path / "f", labels, values, recorded, "input", "Input")
+
+    monkeypatch.setattr(atomic.os, "replace", rename)
+    assert generate(grown, "-m").exit_code == 0
+    assert read_dataset(tmp_path / "out.nc").rows == 2
+    assert read_index(tmp_path / "s")[0] == ["s1", "s2"]
 
 
 def test_an_interrupt_while_an_output_fails_to_be_put_in_place_does_not_call_it_complete(
@@ -1725,7 +1774,7 @@ def test_an_interrupt_held_until_the_outputs_are_in_place_says_they_are_complete
     result = generate_under_sigterm(tmp_path)
     assert result.exit_code == 1
     assert result.output == (f"Error: interrupted as the outputs were put in place, once all "
-                             f"were: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, {tmp_path / 's'} "
+                             f"were: {tmp_path / 'f'}, {tmp_path / 's'}, {tmp_path / 'out.nc'} "
                              "are complete.\n")
 
 
@@ -1754,8 +1803,8 @@ def test_an_interrupt_as_the_locks_are_released_says_the_outputs_are_complete(tm
     result = generate_under_sigterm(tmp_path)
     assert signalled and result.exit_code == 1
     assert result.output == (f"Error: interrupted as the command finished, once its outputs "
-                             f"were put in place: {tmp_path / 'out.nc'}, {tmp_path / 'f'}, "
-                             f"{tmp_path / 's'} are complete.\n")
+                             f"were put in place: {tmp_path / 'f'}, {tmp_path / 's'}, "
+                             f"{tmp_path / 'out.nc'} are complete.\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "in.txt", "out.nc", "s"]
 
 
