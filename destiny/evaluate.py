@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit
 
 from destiny.errors import DataFormatError
+from destiny.io.ratings import DECIMAL
 from destiny.io.text import bom_line_error, line_chunks, nul_error
 from destiny.io.textscan import bom_line
 from destiny.metrics import RankingMetrics, ranking_metrics
@@ -43,9 +44,9 @@ from destiny.metrics import RankingMetrics, ranking_metrics
 if TYPE_CHECKING:
     from destiny.holdout import Unseen
 
-# (each text matched one way: '\d+\.?\d*' split a run of digits between its two runs every
-# way, so a score of 100,000 digits and then a letter took minutes to refuse)
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
+# A decimal as generate-netcdf reads it (ratings.DECIMAL, which matches each text one way), or
+# NaN or an infinity as Python and C print them.
+_NUMBER = rf"{DECIMAL}|[-+]?(?i:nan|inf|infinity)"
 _NUMBER_ONLY = re.compile(rf"(?:{_NUMBER})")
 
 _REC_FORMAT = ("Each line must be 'NAME<TAB>item,score:item,score:...:' as predict writes it "

@@ -183,9 +183,10 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
     # The indexes are renamed into place before the dataset. A run killed between the renames
     # (SIGKILL, a power cut: nothing runs to undo the first) then leaves the old dataset, which
     # make sees as older than its text and converts again; and beside it indexes that only grew
-    # (check_appendable), so still number its rows and features, or with -c a new feature index
-    # that predict refuses for a network trained on it (by the digest it recorded). The other order left a new dataset
-    # beside indexes without its new entries, and make took it as up to date.
+    # (check_appendable), so still number its rows and features, or with -c a new feature
+    # index that predict refuses for a network trained on it (by the digest it recorded). The
+    # other order left a new dataset beside indexes without its new entries, and make took it
+    # as up to date.
     with atomic.atomic_outputs() as out:
         if create or report.new_features:
             write_index(out.path(feature_index), feature_labels, feature_values)
