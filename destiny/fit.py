@@ -342,6 +342,10 @@ def _claim_outputs(held, network_path, metrics_path, initial_network, force: boo
     # checkpoint (as large as the network, with its optimizer state) is removed with its own.
     held.enter_context(atomic.exclusive(network_path, "network file (-n)",
                                         companions=checkpoint_names(network_path)))
+    if initial_network:  # (two runs given one, or a run whose -n it is: the second stops, as
+        # above, and a killed run's temporary copy, as large as the network, is removed)
+        held.enter_context(atomic.exclusive(initial_network, "initial network file "
+                                            "(--initial-network)"))
     if os.path.exists(network_path) and not force:
         raise OutputError(f"{network_path}: the network file already exists; DSSTNE's train "
                           "refuses to overwrite it, and so does Destiny. Remove it, choose "

@@ -1503,6 +1503,27 @@ def test_a_second_run_writing_the_same_network_stops_at_once(files):
     assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
 
 
+def test_a_run_writing_the_same_initial_network_stops_at_once(files):
+    """Two runs given one --initial-network (or one whose -n it is): the second stops before
+    any work. Holding the lock, a run removes the temporary initial network a killed run left,
+    a file as large as the network."""
+    from destiny.io.atomic import ABANDONED_SECONDS, exclusive
+
+    initial = files / "init.nc"
+    with exclusive(initial, "network file (-n)"):
+        result = run_train(files, "--initial-network", str(initial))
+        assert result.exit_code == 1
+        assert ("init.nc: another run is writing this initial network file (--initial-network) "
+                "now") in result.output
+        assert not (files / "net.nc").exists() and not initial.exists()
+    left = files / ".init.nc.abcd1234.tmp"
+    left.write_bytes(b"\0" * 1000)  # a killed run's
+    os.utime(left, (time.time() - ABANDONED_SECONDS - 10,) * 2)
+    assert run_train(files, "--initial-network", str(initial)).exit_code == 0
+    assert initial.exists() and not left.exists()
+    assert sorted(p.name for p in files.iterdir() if p.name.startswith(".")) == []
+
+
 def test_a_network_written_as_this_run_takes_the_lock_is_not_replaced(files, monkeypatch):
     """Another run writes the network and releases the lock just as this one starts: this
     run, which takes the lock next, then finds the network there and stops (without
