@@ -17,7 +17,7 @@ import click
 
 from destiny.errors import (NOTHING_REPLACED, DestinyError, InterruptedAfterOutputs,
                             system_failure)
-from destiny.signals import STOP_SIGNALS
+from destiny.signals import STOP_SIGNALS, heard
 from destiny.wording import readable
 
 
@@ -200,6 +200,7 @@ def _catch_stop_signals():
 
 def _interrupt(signum, frame):
     global _deferred_since
+    heard()
     _stopped(signum)
     if _completed:  # nothing left to stop: run_program ends the process by it, with a word
         return
@@ -330,8 +331,12 @@ def run_program(command: click.Command, name: str):
     """Run a click command as one process's program. A command stopped by a signal says so,
     cleans up, then dies by that signal (exit status 128 + its number: 130 for Ctrl-C, 143 for
     SIGTERM), so that the shell script, make or scheduler that ran it stops too instead of
-    taking it for an ordinary failure it may go past."""
+    taking it for an ordinary failure it may go past. One stuck in a call into C that never
+    returns, where no handler can run, ends STUCK_SECONDS after the signal (cli/stuck.py)."""
+    from destiny.cli import stuck
+
     _diagnostics_outlive_their_reader()
+    stuck.watch()
     try:
         return command(prog_name=name)
     except BaseException as e:  # (also the message's own failure: stderr gone with SIGHUP)

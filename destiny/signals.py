@@ -11,13 +11,30 @@ fail).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
+import time
 from typing import Callable, Iterator
 
 # Ctrl-C, SIGTERM (timeout, schedulers), SIGHUP (the terminal closed).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_last_heard = -math.inf  # when a Python handler of a stop signal last ran (time.monotonic)
+
+
+def heard() -> None:
+    """Note that a stop signal reached a Python handler: each calls it first, so that the
+    command line's watch for a process stuck in a call into C (cli/stuck.py) can tell a signal
+    being acted on from one that cannot be."""
+    global _last_heard
+    _last_heard = time.monotonic()
+
+
+def last_heard() -> float:
+    """When a Python handler of a stop signal last ran (``time.monotonic``; -inf: never)."""
+    return _last_heard
 
 
 class HeldSignals:
@@ -47,6 +64,7 @@ class HeldSignals:
             return
 
         def once(number, frame):
+            heard()
             signal.signal(number, handler)
 
         self._saved[signum] = once
@@ -55,12 +73,16 @@ class HeldSignals:
         self.arrived.append(signum)
 
     def _hold(self, on_arrival: Callable) -> None:
+        def arrival(signum, frame):
+            heard()
+            on_arrival(signum, frame)
+
         for signum in STOP_SIGNALS:
             handler = signal.getsignal(signum)
             # (an ignored signal stays ignored; None: a handler set outside Python)
             if handler is not signal.SIG_IGN and handler is not None:
                 self._saved[signum] = handler
-                signal.signal(signum, on_arrival)
+                signal.signal(signum, arrival)
 
     def _restore(self) -> KeyboardInterrupt | None:
         """Put every handler back, even if one put back already ran meanwhile (a signal that

@@ -1,0 +1,96 @@
+"""A stop signal that a command cannot act on, because it is stuck in a call into C, ends it.
+
+Python runs a signal's handler in the main thread between two of its bytecodes, so a call into
+a C library that never returns never hears Ctrl-C or SIGTERM: HDF5 loops for ever on some
+damaged NetCDF files (the fuzz campaign found one byte that does it), and a hung network file
+system blocks a read. `timeout` without `-k`, systemd or a user's kill then left the job
+running for ever, its lock held. Such calls release the GIL (netCDF4 releases it around its
+calls into the library), so another thread still runs: ``watch`` starts one that hears of each
+signal through Python's wakeup descriptor (written by the C-level handler, whatever the main
+thread is doing) and, where no Python handler has run within STUCK_SECONDS (``signals.heard``),
+says so and ends the process.
+
+One process only: under mpiexec a rank waiting in a collective for a slower rank is also in a
+C call, and its signal is acted on once the ranks meet (parallel.py), not a reason to kill it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import threading
+import time
+
+from destiny.signals import STOP_SIGNALS, last_heard
+
+STUCK_SECONDS = 10.0  # far above any one call of a run that still hears signals (a product, a
+#                       read of a block of a dataset), far below a scheduler's patience
+# A handler that ran this long before the watch read the signal's byte acted on it: the main
+# thread may run the handler before the watch thread reads (both wait for the GIL), and two
+# signals that came together write two bytes but run the handler once.
+_HEARD_BEFORE_S = 1.0
+
+
+def watch() -> None:
+    """Start the watch, from the main thread, for the rest of the process: nothing is done if
+    a wakeup descriptor is already in use (an embedding's event loop)."""
+    read_end, write_end = (_above_standard(fd) for fd in os.pipe())
+    os.set_blocking(write_end, False)  # (the C handler must never wait on a full pipe)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # (not the main thread)
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+        return
+    threading.Thread(target=_watch, args=(read_end,), name="destiny-stuck-watch",
+                     daemon=True).start()
+
+
+def _above_standard(fd: int) -> int:
+    """``fd``, moved above 2 where it took the place of a closed standard stream (`>&-`), which
+    a write meant for that stream would otherwise reach."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+def _watch(read_end: int) -> None:
+    while True:
+        try:
+            arrived = os.read(read_end, 64)
+        except OSError:
+            return
+        if not arrived:
+            return
+        signum = next((s for s in arrived if s in STOP_SIGNALS), None)
+        if signum is None:
+            continue
+        came = time.monotonic()
+        while last_heard() < came - _HEARD_BEFORE_S:
+            if time.monotonic() - came >= STUCK_SECONDS:
+                _stop_now(signum)
+            time.sleep(0.05)
+
+
+def _stop_now(signum: int) -> None:
+    """Say why, straight to the descriptor (the main thread may hold sys.stderr's lock), and
+    end the process with the status of a death by ``signum``, as a shell reports it."""
+    name = signal.Signals(signum).name
+    message = (f"Error: {name} came {STUCK_SECONDS:g} s ago and could not be acted on: the "
+               "command is stuck in a call into a library that does not return (HDF5 reading a "
+               "damaged NetCDF file can loop for ever; a hung network file system blocks a "
+               "read), so it stopped at once. Each output is still the old file or the "
+               "complete new one; temporary files it was writing (.NAME.XXXXXXXX.tmp) are "
+               "left beside them, and the next run to the same file removes them once an hour "
+               "old. If it was reading a file, check that file (ncdump -h FILE).\n")
+    with contextlib.suppress(OSError):
+        os.write(2, message.encode("utf-8", "backslashreplace"))
+    os._exit(128 + signum)

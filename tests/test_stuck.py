@@ -1,0 +1,84 @@
+"""cli/stuck.py: a stop signal that the command cannot act on, stuck in a call into C, ends it.
+
+Each case runs a command as a program (``run_program``) in a subprocess, with the watch's
+delay cut to half a second, and signals it once it says it is ready.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+_PROGRAM = """
+import ctypes, ctypes.util, os, time
+import click
+from destiny.cli import stuck
+from destiny.cli.common import library_errors, run_program
+from destiny.signals import uninterrupted
+
+stuck.STUCK_SECONDS = 0.5
+
+@click.command()
+@library_errors
+def command():
+    how = os.environ["HOW"]
+    print("ready", flush=True)
+    if how == "stuck":  # a call into C that never returns, the GIL released (as HDF5's loop)
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mutex = ctypes.create_string_buffer(64)  # (zeros: PTHREAD_MUTEX_INITIALIZER)
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # (a normal mutex locked again: waits for ever)
+    elif how == "held":  # Python's work, the stop signals held back for longer than the watch
+        with uninterrupted():
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                pass
+    print("done", flush=True)
+
+run_program(command, "command")
+"""
+
+
+def run_signalled(how: str, signals=(signal.SIGTERM,)) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([sys.executable, "-c", _PROGRAM], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=os.environ | {"HOW": how})
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.1)  # (into the call)
+    for signum in signals:
+        proc.send_signal(signum)
+    try:
+        stdout, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"still running 30 s after {', '.join(map(str, signals))}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "ready\n" + stdout, stderr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
+    """HDF5 loops for ever on some damaged files, the GIL released: SIGTERM was never acted on
+    and the job ran for ever. The watch ends it with a message and the status of a death by
+    the signal (128 + its number)."""
+    result = run_signalled("stuck", (signum,))
+    assert result.returncode == 128 + signum, result.stderr
+    name = signal.Signals(signum).name
+    assert result.stderr.startswith(f"Error: {name} came 0.5 s ago and could not be acted on: "
+                                    "the command is stuck in a call into a library that does "
+                                    "not return"), result.stderr
+    assert "done" not in result.stdout
+
+
+def test_signals_held_back_while_python_runs_are_left_to_the_command():
+    """A signal held back (``uninterrupted``) for longer than the watch's delay reached its
+    handler, which recorded it: the watch leaves it, and the command stops as usual once the
+    block is over. So do two signals that came together (two bytes, one handler call)."""
+    result = run_signalled("held", (signal.SIGTERM, signal.SIGTERM))
+    assert result.returncode == -signal.SIGTERM, result.stderr
+    assert result.stderr.startswith("Error: interrupted; no output was replaced"), result.stderr
+
