@@ -100,6 +100,9 @@ NOTHING_REPLACED = "no output was replaced (each is put in place only once compl
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
+# Too many files open: the process's limit (ulimit -n) or the system's table is reached. No
+# file is at fault, whichever one was being opened (an input, a lock, a module numba loads).
+OPEN_FILES = {errno.EMFILE, errno.ENFILE}
 # What mends a NUL byte in text whose labels may hold none (io/text.py, io/ratings.py): a NUL is
 # valid UTF-8, and one after every ASCII character is UTF-16 text.
 NUL_REMEDY = ("remove the NUL bytes (for example with `tr -d '\\000'`). A NUL after every "
@@ -190,6 +193,9 @@ def system_failure(e: BaseException,
                       f"takes larger files), then {then}.")
         elif e.errno in FULL:
             remedy = f"{FREE_SPACE[0].upper()}{FREE_SPACE[1:]}, then {then}."
+        elif e.errno in OPEN_FILES:  # ("check the file" sent the user to a file at no fault)
+            advice = too_many_open_files(e.errno)
+            remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
         else:
             remedy = f"Check the file and the file system, then {then}."
         kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
@@ -223,6 +229,23 @@ def system_failure(e: BaseException,
                 "processes or machines with mpiexec (train; predict --split-layers: the "
                 "README's sections on them).")
     return None
+
+
+def too_many_open_files(code: int) -> str:
+    """What mends ``code``, an ``OPEN_FILES`` errno (a clause): the limit is the process's
+    (EMFILE; its value said, as a cron job or a service may run under a lower one than a
+    shell) or the whole system's (ENFILE)."""
+    if code == errno.ENFILE:
+        return ("the system has as many files open as it allows (fs.file-max): close programs "
+                "that hold many files, or raise the system's limit")
+    try:
+        import resource
+
+        limit = f", {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} now"
+    except (ImportError, OSError, ValueError):
+        limit = ""
+    return (f"this process has as many files open as its limit allows (ulimit -n{limit}): "
+            "raise the limit (ulimit -n 1024, or LimitNOFILE= for a systemd service)")
 
 
 def _out_of_gpu_memory(e: BaseException) -> bool:

@@ -1370,6 +1370,35 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_path,
+                                                                          monkeypatch):
+    """The process's limit on open files (ulimit -n, low in a cron job or a service) reached
+    as the lock file is created: neither the directory's permissions nor another path help."""
+    import errno
+
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    real_open = os.open
+
+    def lock_fails(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", lock_fails)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
+        result.output
+    assert "(Too many open files); this process has as many files open as its limit allows " \
+           "(ulimit -n, " in result.output, result.output
+    assert "permission" not in result.output and "another path" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

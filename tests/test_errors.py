@@ -82,3 +82,17 @@ def test_an_output_written_in_place_holds_what_was_written():
 ], ids=["no-strerror", "broken-pipe", "runtime", "value"])
 def test_a_failure_that_is_not_the_systems_is_left_to_its_traceback(failure):
     assert system_failure(failure) is None
+
+
+@pytest.mark.parametrize("code, advice", [
+    (errno.EMFILE, "This process has as many files open as its limit allows (ulimit -n, "),
+    (errno.ENFILE, "The system has as many files open as it allows (fs.file-max)")],
+    ids=["EMFILE", "ENFILE"])
+def test_too_many_open_files_says_to_raise_the_limit_not_to_check_the_file(code, advice):
+    """The file named is whichever one was being opened when the limit was reached (a module
+    numpy loads on first use, the output's directory): it is at no fault."""
+    message = system_failure(OSError(code, os.strerror(code), "numpy/ma/__init__.py"))
+    assert message.startswith(f"numpy/ma/__init__.py: {os.strerror(code)}; {NOTHING_REPLACED}. "
+                              f"{advice}"), message
+    assert message.endswith(", then run the command again, or write the outputs elsewhere.")
+    assert "Check the file" not in message

@@ -18,7 +18,8 @@ import tempfile
 import time
 from typing import Callable, TextIO
 
-from destiny.errors import FREE_SPACE, FULL, InterruptedAfterOutputs, OutputError
+from destiny.errors import (FREE_SPACE, FULL, OPEN_FILES, InterruptedAfterOutputs, OutputError,
+                            too_many_open_files)
 from destiny.io import failures
 from destiny.signals import uninterrupted
 from destiny.wording import quoted
@@ -317,7 +318,10 @@ def _open_lock(path, lock: str) -> int:
 
 def _remedy(e: OSError, otherwise: str) -> str:
     """What to do when a file cannot be created: ``otherwise``, unless the file system is
-    full (or the quota reached, or no inode left: ENOSPC), which no permission mends."""
+    full (or the quota reached, or no inode left: ENOSPC), or the process has as many files
+    open as it may, which neither a permission nor another path mends."""
+    if e.errno in OPEN_FILES:
+        return too_many_open_files(e.errno)
     return f"{FREE_SPACE}, or choose another path" if e.errno in FULL else otherwise
 
 
