@@ -231,6 +231,16 @@ def system_failure(e: BaseException,
     return None
 
 
+def open_files_failure(e: OSError, path) -> OSError | None:
+    """``e``, an input's open or read that failed, as the system's failure naming ``path``
+    where the limit on open files was reached (``OPEN_FILES``), for ``system_failure`` to word;
+    else None (a file missing, unreadable: each reader words it). Its message said to check
+    the path and its permissions, or to create the file again."""
+    if e.errno not in OPEN_FILES:
+        return None
+    return OSError(e.errno, e.strerror, os.fspath(path))
+
+
 def too_many_open_files(code: int) -> str:
     """What mends ``code``, an ``OPEN_FILES`` errno (a clause): the limit is the process's
     (EMFILE; its value said, as a cron job or a service may run under a lower one than a

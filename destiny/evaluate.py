@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, open_files_failure
 from destiny.io.ratings import DECIMAL
 from destiny.io.text import bom_line_error, line_chunks, nul_error
 from destiny.io.textscan import bom_line
@@ -203,8 +203,8 @@ def _read(path, what: str, flag: str, fmt: str, *, keep: int | None, scores: boo
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise DataFormatError(path, f"cannot open the {what} file ({e.strerror}); check its "
-                              "permissions.") from None
+        raise open_files_failure(e, path) or DataFormatError(
+            path, f"cannot open the {what} file ({e.strerror}); check its permissions.") from None
     first_line: dict[str, int] = {}
     line_no = 1
     with f:

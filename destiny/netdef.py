@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from destiny.errors import NetDefError
+from destiny.errors import NetDefError, open_files_failure
 from destiny.kernels.codes import LOSS_ACTIVATIONS
 from destiny.netdef_fields import (
     ACTIVATION_NAMES, ACTIVATION_REFUSED, ERROR_FUNCTION_NAMES, ERROR_FUNCTION_REFUSED,
@@ -258,8 +258,9 @@ def read_netdef_json(path, *, flag: str = "-c"):
         with open(path, encoding="utf-8-sig") as handle:
             text = handle.read()
     except OSError as exc:
-        raise NetDefError("", f"cannot read the network definition: {exc.strerror}; check "
-                          f"the {flag} path", file=path) from None
+        raise open_files_failure(exc, path) or NetDefError(
+            "", f"cannot read the network definition: {exc.strerror}; check the {flag} path",
+            file=path) from None
     except UnicodeDecodeError as exc:  # a binary file (a NetCDF network given as -c, say)
         raise NetDefError(f"byte {exc.start}", f"0x{exc.object[exc.start]:02x} is not valid "
                           "UTF-8; a network definition is JSON text. Is this another kind of "

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from destiny.cli.common import library_errors, run_program  # noqa: E402
 from destiny.cli.options import SEED, FiniteRange, path_given, stdin_for_dash  # noqa: E402
-from destiny.errors import DataFormatError  # noqa: E402
+from destiny.errors import DataFormatError, open_files_failure  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402
 from destiny.io.textscan import BOM, check_text_start  # noqa: E402
@@ -84,8 +84,9 @@ def split_text(path, train, heldout, fraction: float, seed: int) -> tuple[int, i
     try:
         src = open(path, "rb")  # lines end at LF only: a CR stays in the line and is reported
     except OSError as e:
-        raise DataFormatError(path, f"the input text cannot be read ({e.strerror or e}); check "
-                              "the path and its permissions.") from None
+        raise open_files_failure(e, path) or DataFormatError(
+            path, f"the input text cannot be read ({e.strerror or e}); check the path and its "
+            "permissions.") from None
     line_no = 0
     with src:
         try:

@@ -96,3 +96,61 @@ def test_too_many_open_files_says_to_raise_the_limit_not_to_check_the_file(code,
                               f"{advice}"), message
     assert message.endswith(", then run the command again, or write the outputs elsewhere.")
     assert "Check the file" not in message
+
+
+def _split_text(path):
+    import importlib.util
+    import io
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "split_holdout.py"
+    spec = importlib.util.spec_from_file_location("split_holdout_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.split_text(path, io.StringIO(), io.StringIO(), 0.2, 1)
+
+
+def _read_with(reader: str):
+    """A call of one of the readers of inputs on a path."""
+    import io
+
+    from destiny import evaluate, netdef
+    from destiny.io import dataset, index, network_file, ratings, text
+
+    return {"ratings": lambda p: ratings.convert_ratings(p, io.StringIO()),
+            "netdef": netdef.read_netdef_json,
+            "index": index.read_index,
+            "text": lambda p: next(text._chunks(p)),
+            "evaluate": evaluate.read_held_out,
+            "split_holdout": _split_text,
+            "dataset": dataset._opened,
+            "network": network_file.read_network}[reader]
+
+
+@pytest.mark.parametrize("reader", ["ratings", "netdef", "index", "text", "evaluate",
+                                    "split_holdout", "dataset", "network"])
+def test_an_input_opened_at_the_limit_on_open_files_is_the_systems_failure(tmp_path,
+                                                                        monkeypatch, reader):
+    """The input is at no fault: its reader's own words ("check the path and its permissions",
+    "is not a readable NetCDF file ...; create it with generate-netcdf") sent the user to it.
+    The system's failure, naming it, is worded by system_failure (raise ulimit -n)."""
+    import builtins
+
+    import netCDF4
+
+    path = tmp_path / "input"
+    path.write_text("u1\ta\n")
+    read = _read_with(reader)  # (its modules loaded before open fails)
+    real_open = builtins.open
+
+    def at_the_limit(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", at_the_limit)
+    monkeypatch.setattr(netCDF4, "Dataset", at_the_limit)
+    with pytest.raises(OSError) as raised:
+        read(str(path))
+    assert (raised.value.errno, raised.value.filename) == (errno.EMFILE, str(path))
+    assert "ulimit -n" in system_failure(raised.value)

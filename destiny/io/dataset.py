@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError, netcdf_reads
+from destiny.errors import DataFormatError, DestinyError, netcdf_reads, open_files_failure
 from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
@@ -423,8 +423,8 @@ def _opened(path):
         raise DataFormatError(path, "the dataset file does not exist; create it with "
                               "generate-netcdf.") from None
     except OSError as e:
-        raise DataFormatError(path, f"is not a readable NetCDF file ({e}); create it with "
-                              "generate-netcdf.") from None
+        raise open_files_failure(e, path) or DataFormatError(
+            path, f"is not a readable NetCDF file ({e}); create it with generate-netcdf.") from None
 
 
 def _names(nc, path) -> list[str]:

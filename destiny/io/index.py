@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from destiny.errors import DataFormatError
+from destiny.errors import DataFormatError, open_files_failure
 from destiny.io import textscan
 from destiny.limits import MAX_INDEX
 from destiny.wording import digits_abridged
@@ -103,7 +103,8 @@ def read_index(path) -> tuple[list[str], np.ndarray]:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise DataFormatError(path, f"cannot read the index file ({e.strerror}).") from None
+        raise (open_files_failure(e, path)
+               or DataFormatError(path, f"cannot read the index file ({e.strerror}).")) from None
     textscan.check_text_start(path, data)
     try:
         text = data.decode("utf-8")

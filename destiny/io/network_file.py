@@ -22,7 +22,7 @@ import numpy as np
 
 from destiny import __version__
 from destiny.errors import (DataFormatError, NetDefError, netcdf_library_failure, netcdf_reads,
-                            starts_as_netcdf)
+                            open_files_failure, starts_as_netcdf)
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
                                        graph_error)
@@ -220,8 +220,8 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     except FileNotFoundError:
         raise DataFormatError(path, "the network file does not exist; train one first.") from None
     except OSError as e:
-        raise DataFormatError(path, f"is not a readable NetCDF network file ({e})"
-                              + _unreadable_why(path)) from None
+        raise open_files_failure(e, path) or DataFormatError(
+            path, f"is not a readable NetCDF network file ({e})" + _unreadable_why(path)) from None
     with nc, netcdf_reads(path, f". {DAMAGED}"):  # (a damaged file: its words, not a traceback)
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}

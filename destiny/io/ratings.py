@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TextIO
 
-from destiny.errors import NUL_REMEDY, DataFormatError, netcdf_text_error, utf16_bom_error
+from destiny.errors import (NUL_REMEDY, DataFormatError, netcdf_text_error, open_files_failure,
+                            utf16_bom_error)
 
 FORMATS = ("auto", "csv", "udata", "dat")
 VALUES = ("timestamp", "rating", "none")
@@ -91,8 +92,9 @@ def convert_ratings(
             except UnicodeDecodeError:
                 raise _decode_error(src_path) from None
     except OSError as e:
-        raise DataFormatError(src_path, f"the ratings file cannot be read ({e.strerror or e}); "
-                              "check the path and its permissions.") from None
+        raise open_files_failure(e, src_path) or DataFormatError(
+            src_path, f"the ratings file cannot be read ({e.strerror or e}); check the path and "
+            "its permissions.") from None
     out.writelines(f"{user}\t{':'.join(runs)}\n" for user, runs in groups.items())
     return report
 

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from numba import get_num_threads
 
-from destiny.errors import NUL_REMEDY, DataFormatError
+from destiny.errors import NUL_REMEDY, DataFormatError, open_files_failure
 from destiny.io import textscan
 from destiny.io.index import LabelTable
 from destiny.io.ratings import decimal_number
@@ -267,7 +267,8 @@ def _chunks(path):
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise DataFormatError(path, f"cannot open the input ({e.strerror}).") from None
+        raise (open_files_failure(e, path)
+               or DataFormatError(path, f"cannot open the input ({e.strerror}).")) from None
     with f:
         yield from line_chunks(f, path)
 
