@@ -22,6 +22,7 @@ def default_ctrl_c_while_loading() -> None:
     ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept. First, a
     thread count numba cannot load with is refused (``_refuse_unusable_thread_count``)."""
     _refuse_unusable_thread_count()
+    _word_a_library_not_loaded()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -38,6 +39,30 @@ def _refuse_unusable_thread_count() -> None:
                      "(under mpiexec, cores // processes, at least 1). Set it so, or unset it "
                      "to use every core.\n")
     sys.exit(1)
+
+
+def _word_a_library_not_loaded() -> None:
+    """Where a shared library cannot be loaded for want of memory as the command's modules load
+    (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), before any
+    handler of the command's own, end with the one-paragraph message (errors.system_failure)
+    and exit status 1 instead of a traceback of the imports. Anything else uncaught (a bug)
+    keeps its traceback, as does every failure under DESTINY_DEBUG=1."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not os.environ.get("DESTINY_DEBUG"):
+            try:
+                from destiny.errors import library_not_loaded, system_failure
+
+                message = system_failure(value) if library_not_loaded(value) else None
+            except Exception:  # noqa: BLE001 (destiny.errors itself not loaded: no memory)
+                message = None
+            if message is not None:
+                sys.stderr.write(f"Error: {message}\n")
+                return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _main(module: str):

@@ -183,6 +183,12 @@ def system_failure(e: BaseException,
     ``then`` is what to do once the cause is mended; ``network``: the command holds a network
     (train, predict), whose size is then the advice on memory; ``kept``: what the outputs are
     left as, where a file being replaced failed (train has put files in place before)."""
+    loading = library_not_loaded(e)
+    if loading is not None:  # (an ImportError, or llvmlite's OSError without a strerror)
+        return (f"out of memory ({loading}); {kept}. A library the command needs could not be "
+                "loaded: the memory free, or the address space that a limit allows (ulimit "
+                "-v, a container's or a job's memory limit), is too small for it. Free memory "
+                f"or raise the limit, then {then}.")
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
@@ -228,6 +234,25 @@ def system_failure(e: BaseException,
                 "smaller layers or a smaller batch (-b), or split the layers over several "
                 "processes or machines with mpiexec (train; predict --split-layers: the "
                 "README's sections on them).")
+    return None
+
+
+# The dynamic loader's words (glibc's dlopen) for a shared library it could not map into the
+# process: mmap failed, the memory or the address space (ulimit -v) being exhausted.
+_NOT_MAPPED = "failed to map segment from shared object"
+
+
+def library_not_loaded(e: BaseException) -> str | None:
+    """The loader's words where ``e``, or an exception it was raised from or while handling, is
+    a shared library that could not be mapped into memory (an ImportError of a compiled module:
+    netCDF4's libbz2; llvmlite's OSError, raised as its ctypes load failed), else None. The
+    modules load as the command starts, or on first use: a traceback said it."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (ImportError, OSError)) and _NOT_MAPPED in str(e):
+            return str(e).strip()
+        e = e.__cause__ or e.__context__
     return None
 
 

@@ -162,6 +162,48 @@ def test_out_of_memory_without_a_network_says_so(monkeypatch, tmp_path):
     assert "network" not in result.output
 
 
+def test_a_library_not_loaded_for_want_of_memory_as_a_command_loads_is_a_message():
+    """Under ulimit -v too small for numba's LLVM (or netCDF4's libraries), the command's
+    modules fail to load before any handler of its own: exit status 1 and one paragraph,
+    not a traceback of the imports (the scripts, too, call default_ctrl_c_while_loading)."""
+    code = ("from destiny.cli.entry import default_ctrl_c_while_loading\n"
+            "default_ctrl_c_while_loading()\n"
+            "raise ImportError('libbz2.so.1.0.6: failed to map segment from shared object')\n")
+    env = {k: v for k, v in os.environ.items() if k != "DESTINY_DEBUG"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("Error: out of memory (libbz2.so.1.0.6: failed to map segment "
+                                  "from shared object); no output was replaced"), done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    other = code.replace("libbz2.so.1.0.6: failed to map segment from shared object",
+                         "No module named netCDF4")  # (anything else: its traceback)
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
+
+
+def test_a_library_not_loaded_for_want_of_memory_in_a_command_is_a_message(tmp_path,
+                                                                          monkeypatch):
+    """A module loaded on first use (netCDF4, as a dataset is written) fails to load."""
+    import destiny.generate
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    def not_loaded(*_, **__):
+        raise ImportError("libbz2.so.1.0.6: failed to map segment from shared object")
+
+    monkeypatch.setattr(destiny.generate, "write_dataset", not_loaded)
+    (tmp_path / "in.txt").write_text("s1\ta:b\n")
+    result = CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: out of memory (libbz2.so.1.0.6: failed to map "
+                                    "segment from shared object); no output was replaced"), \
+        result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 @pytest.mark.parametrize("failure, expected", [
     (OSError(28, "No space left on device"),
      "Error: {out}: No space left on device; no output was replaced (each is put in place only "

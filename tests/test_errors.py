@@ -154,3 +154,29 @@ def test_an_input_opened_at_the_limit_on_open_files_is_the_systems_failure(tmp_p
         read(str(path))
     assert (raised.value.errno, raised.value.filename) == (errno.EMFILE, str(path))
     assert "ulimit -n" in system_failure(raised.value)
+
+
+def _llvmlite_not_loaded() -> OSError:
+    """llvmlite's failure to load its library, as it raises it: an OSError without a strerror,
+    raised while handling ctypes' OSError, which has the loader's words."""
+    e = OSError("Could not find/load shared object file 'libllvmlite.so' from resource "
+                "location: 'llvmlite.binding'.")
+    e.__context__ = OSError("/venv/llvmlite/binding/libllvmlite.so: failed to map segment from "
+                            "shared object")
+    return e
+
+
+@pytest.mark.parametrize("failure, said", [
+    (ImportError("libbz2-a1e77c99.so.1.0.6: failed to map segment from shared object"),
+     "libbz2-a1e77c99.so.1.0.6: failed to map segment from shared object"),
+    (_llvmlite_not_loaded(),
+     "/venv/llvmlite/binding/libllvmlite.so: failed to map segment from shared object")],
+    ids=["import", "llvmlite"])
+def test_a_library_not_loaded_for_want_of_memory_is_out_of_memory(failure, said):
+    """ulimit -v (or a container's limit) too small for the libraries the commands load: a
+    traceback through the imports said it."""
+    message = system_failure(failure)
+    assert message.startswith(f"out of memory ({said}); {NOTHING_REPLACED}. A library the "
+                              "command needs could not be loaded"), message
+    assert "(ulimit -v, " in message
+    assert system_failure(ImportError("No module named 'netCDF4'")) is None  # (a bug's)
