@@ -10,7 +10,7 @@ import click
 from destiny.cli.common import library_errors, note, products_note, run_command
 from destiny.cli.options import (CONTEXT, SEED, Float32Range, no_stdin, no_stdout, path_given,
                                  tf32_option)
-from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, system_failure
+from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, OutputError, system_failure
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
 from destiny.wording import counted, sized
@@ -175,6 +175,14 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
             message += (" To go on from this run's newest checkpoint instead, "
                         f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.")
         raise click.ClickException(message) from None
+    except OutputError as e:  # a checkpoint's or the network's file could not be begun or put
+        progress.close()  # in place (no inode left, its directory removed meanwhile)
+        if progress.checkpoint is None or os.environ.get("DESTINY_DEBUG"):
+            raise
+        # (as for a full disk below: its message said what to mend, not what the run leaves)
+        raise click.ClickException(
+            f"{e} {_not_written(network_path)}; to go on from this run's newest checkpoint, "
+            f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.") from None
     except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
         progress.close()
         if os.environ.get("DESTINY_DEBUG"):

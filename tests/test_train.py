@@ -1331,6 +1331,36 @@ def test_a_full_disk_at_the_last_write_names_the_last_checkpoint(files, monkeypa
             f"to {files / 'net.nc'}.") in result.output
 
 
+@pytest.mark.parametrize("name, then", [
+    ("net.nc4.nc", "run the same command with --resume to continue from {files}/net.nc2.nc "
+                   "(epoch 2), the newest checkpoint."),
+    ("net.nc", "use {files}/net.nc6.nc, the checkpoint of the last epoch (6): it is the trained "
+               "network")], ids=["checkpoint", "network"])
+def test_a_file_that_cannot_be_begun_after_a_checkpoint_names_the_checkpoint(files, monkeypatch,
+                                                                           name, then):
+    """No inode left (or the directory removed meanwhile) as a later checkpoint's, or the
+    network's, temporary file is created: the refusal said what to mend, but neither that
+    the network was not written nor that this run's checkpoint goes on from where it stopped."""
+    import errno
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def no_inode(*args, prefix="", **kwargs):
+        if prefix == f".{name}.":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_inode)
+    result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (f"Error: {files / name}: cannot create a file in '{files}' to write it (No space left "
+            "on device); free space on that file system (or raise the quota), or choose another "
+            f"path. {files / 'net.nc'} was not written; to go on from this run's newest "
+            f"checkpoint, {then.format(files=files)}") in result.output, result.output
+    assert not (files / "net.nc").exists()
+
+
 def test_a_full_disk_as_the_metrics_are_written_names_them(files):
     """The metrics file's writes failing (here, a link to the full device /dev/full): the
     message names the file as given, where it said "No space left on device" alone, and says
