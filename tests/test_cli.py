@@ -1441,6 +1441,24 @@ def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_an_output_directory_removed_while_the_command_runs_says_so(tmp_path):
+    """The directory was there when the outputs were checked, and is gone when a temporary file
+    is created in it (rm -rf of a run's directory while it trains): the refusal said to choose
+    another path, as if the path given were wrong."""
+    from destiny.errors import OutputError
+    from destiny.io.atomic import OutputSet
+
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.rmtree(out)
+    with pytest.raises(OutputError) as refused:
+        OutputSet().path(out / "net.nc3.nc")
+    assert str(refused.value) == (
+        f"{out / 'net.nc3.nc'}: cannot create a file in '{out}' to write it (No such file or "
+        "directory); the directory was removed (or renamed) while the command ran; create it "
+        "again (mkdir -p) and run the command again, or choose another path.")
+
+
 def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     """check_writable passed, but creating the temporary file fails (a full or read-only
     file system, /proc): an OutputError naming the output, not an OSError."""

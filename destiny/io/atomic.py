@@ -319,9 +319,13 @@ def _open_lock(path, lock: str) -> int:
 def _remedy(e: OSError, otherwise: str) -> str:
     """What to do when a file cannot be created: ``otherwise``, unless the file system is
     full (or the quota reached, or no inode left: ENOSPC), or the process has as many files
-    open as it may, which neither a permission nor another path mends."""
+    open as it may, which neither a permission nor another path mends, or the directory is
+    gone (ENOENT)."""
     if e.errno in OPEN_FILES:
         return too_many_open_files(e.errno)
+    if e.errno == errno.ENOENT:  # (check_writable found the directory: it went since)
+        return ("the directory was removed (or renamed) while the command ran; create it again "
+                "(mkdir -p) and run the command again, or choose another path")
     return f"{FREE_SPACE}, or choose another path" if e.errno in FULL else otherwise
 
 
