@@ -22,7 +22,7 @@ def default_ctrl_c_while_loading() -> None:
     ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept. First, a
     thread count numba cannot load with is refused (``_refuse_unusable_thread_count``)."""
     _refuse_unusable_thread_count()
-    _word_a_library_not_loaded()
+    _word_failures_of_the_system_while_loading()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -41,20 +41,22 @@ def _refuse_unusable_thread_count() -> None:
     sys.exit(1)
 
 
-def _word_a_library_not_loaded() -> None:
+def _word_failures_of_the_system_while_loading() -> None:
     """Where a shared library cannot be loaded for want of memory as the command's modules load
-    (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), before any
-    handler of the command's own, end with the one-paragraph message (errors.system_failure)
-    and exit status 1 instead of a traceback of the imports. Anything else uncaught (a bug)
-    keeps its traceback, as does every failure under DESTINY_DEBUG=1."""
+    (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), or the limit
+    on open files is reached there (a module loaded as click parses the command line), before
+    any handler of the command's own, end with the one-paragraph message
+    (errors.system_failure) and exit status 1 instead of a traceback of the imports. Anything
+    else uncaught (a bug) keeps its traceback, as does every failure under DESTINY_DEBUG=1."""
     previous = sys.excepthook
 
     def hook(kind, value, tb):
         if not os.environ.get("DESTINY_DEBUG"):
             try:
-                from destiny.errors import library_not_loaded, system_failure
+                from destiny.errors import OPEN_FILES, library_not_loaded, system_failure
 
-                message = system_failure(value) if library_not_loaded(value) else None
+                message = (system_failure(value) if library_not_loaded(value)
+                           or getattr(value, "errno", None) in OPEN_FILES else None)
             except Exception:  # noqa: BLE001 (destiny.errors itself not loaded: no memory)
                 message = None
             if message is not None:

@@ -14,6 +14,11 @@ import errno
 import os
 import stat
 
+try:  # (loaded now: at the limit on open files, its own loading would fail)
+    import resource
+except ImportError:  # (not on Windows)
+    resource = None
+
 from destiny.wording import readable
 
 
@@ -274,10 +279,8 @@ def too_many_open_files(code: int) -> str:
         return ("the system has as many files open as it allows (fs.file-max): close programs "
                 "that hold many files, or raise the system's limit")
     try:
-        import resource
-
         limit = f", {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} now"
-    except (ImportError, OSError, ValueError):
+    except (AttributeError, OSError, ValueError):  # (AttributeError: no resource module)
         limit = ""
     return (f"this process has as many files open as its limit allows (ulimit -n{limit}): "
             "raise the limit (ulimit -n 1024, or LimitNOFILE= for a systemd service)")

@@ -176,6 +176,15 @@ def test_a_library_not_loaded_for_want_of_memory_as_a_command_loads_is_a_message
     assert done.stderr.startswith("Error: out of memory (libbz2.so.1.0.6: failed to map segment "
                                   "from shared object); no output was replaced"), done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    at_the_limit = code.replace(
+        "ImportError('libbz2.so.1.0.6: failed to map segment from shared object')",
+        "OSError(24, 'Too many open files', 'difflib.py')")  # (click loads it as it parses)
+    done = subprocess.run([sys.executable, "-c", at_the_limit], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("Error: difflib.py: Too many open files; no output was "
+                                  "replaced"), done.stderr
+    assert "(ulimit -n, " in done.stderr and "Traceback" not in done.stderr, done.stderr
     other = code.replace("libbz2.so.1.0.6: failed to map segment from shared object",
                          "No module named netCDF4")  # (anything else: its traceback)
     done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True,

@@ -180,3 +180,22 @@ def test_a_library_not_loaded_for_want_of_memory_is_out_of_memory(failure, said)
                               "command needs could not be loaded"), message
     assert "(ulimit -v, " in message
     assert system_failure(ImportError("No module named 'netCDF4'")) is None  # (a bug's)
+
+
+def test_the_limit_on_open_files_is_said_where_no_module_can_be_loaded_any_more(monkeypatch):
+    """At the limit, the resource module's own loading failed: the limit's value was left out
+    just where the user needs it."""
+    import builtins
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    real_import = builtins.__import__
+
+    def at_the_limit(name, *args, **kwargs):
+        if name == "resource":
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", at_the_limit)
+    assert f"(ulimit -n, {limit} now)" in system_failure(OSError(errno.EMFILE,
+                                                                 "Too many open files"))
