@@ -203,7 +203,8 @@ def system_failure(e: BaseException,
                       "limit (ulimit -f), allows: raise the limit (or use a file system that "
                       f"takes larger files), then {then}.")
         elif e.errno in FULL:
-            remedy = f"{FREE_SPACE[0].upper()}{FREE_SPACE[1:]}, then {then}."
+            advice = free_space(e.filename)
+            remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
         elif e.errno in OPEN_FILES:  # ("check the file" sent the user to a file at no fault)
             advice = too_many_open_files(e.errno)
             remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
@@ -240,6 +241,19 @@ def system_failure(e: BaseException,
                 "processes or machines with mpiexec (train; predict --split-layers: the "
                 "README's sections on them).")
     return None
+
+
+def free_space(path) -> str:
+    """What mends ``FULL`` for a file at ``path`` (a clause): ``FREE_SPACE``, or, where its file
+    system has no inode left (ENOSPC too, with space to spare: many small files), removing
+    files, which freeing space in large ones does not mend."""
+    if path is not None:
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            found = os.statvfs(os.path.dirname(os.fspath(path)) or ".")
+            if found.f_files and not found.f_ffree:  # (f_files 0: a file system without a
+                return ("remove files from that file system: it has no inode left for a new "
+                        "one (df -i shows it), whatever space it has free")  # count of them)
+    return FREE_SPACE
 
 
 # The dynamic loader's words (glibc's dlopen) for a shared library it could not map into the

@@ -65,6 +65,39 @@ def test_a_full_file_system_or_a_quota_reached_says_to_free_space(code):
         "raise the quota), then try again.")
 
 
+def test_a_file_system_with_no_inode_left_says_to_remove_files(tmp_path, monkeypatch):
+    """ENOSPC also where space is free but no inode is (many small files): freeing space in
+    large files does not mend it. Said where the file's file system has none left."""
+    from types import SimpleNamespace
+
+    from destiny.io import atomic
+
+    seen = []
+
+    def statvfs(path):
+        seen.append(path)
+        return SimpleNamespace(f_files=1000, f_ffree=0)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    out = tmp_path / "out.nc"
+    said = system_failure(OSError(errno.ENOSPC, "No space left on device", str(out)), "retry")
+    assert said.endswith("Remove files from that file system: it has no inode left for a new "
+                         "one (df -i shows it), whatever space it has free, then retry."), said
+    assert seen == [str(tmp_path)]
+
+    def no_inode(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".out.nc.x.tmp"))
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", no_inode)
+    with pytest.raises(atomic.OutputError, match=r"\(No space left on device\); remove files "
+                       r"from that file system: it has no inode left .*, or choose another path"):
+        with atomic.atomic_outputs() as outputs:
+            outputs.path(out)
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_files=1000, f_ffree=7))
+    assert "Free space on that file system" in system_failure(
+        OSError(errno.ENOSPC, "No space left on device", str(out)))
+
+
 def test_an_output_written_in_place_holds_what_was_written():
     assert system_failure(InPlaceFailure(errno.ENOSPC, "No space left on device", "m.json")
                           ).startswith("m.json: No space left on device; it is written as the "

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Callable, TextIO
 
-from destiny.errors import (FREE_SPACE, FULL, OPEN_FILES, InterruptedAfterOutputs, OutputError,
+from destiny.errors import (FULL, OPEN_FILES, InterruptedAfterOutputs, OutputError, free_space,
                             too_many_open_files)
 from destiny.io import failures
 from destiny.signals import uninterrupted
@@ -326,7 +326,7 @@ def _remedy(e: OSError, otherwise: str) -> str:
     if e.errno == errno.ENOENT:  # (check_writable found the directory: it went since)
         return ("the directory was removed (or renamed) while the command ran; create it again "
                 "(mkdir -p) and run the command again, or choose another path")
-    return f"{FREE_SPACE}, or choose another path" if e.errno in FULL else otherwise
+    return f"{free_space(e.filename)}, or choose another path" if e.errno in FULL else otherwise
 
 
 def _flock(fd: int, path, lock: str, wait: bool) -> bool | None:
