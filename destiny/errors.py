@@ -194,6 +194,7 @@ def system_failure(e: BaseException,
                 "loaded: the memory free, or the address space that a limit allows (ulimit "
                 "-v, a container's or a job's memory limit), is too small for it. Free memory "
                 f"or raise the limit, then {then}.")
+    e = open_files_exhausted(e) or e  # (a compiled module's ImportError: an OSError below)
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
@@ -283,6 +284,20 @@ def open_files_failure(e: OSError, path) -> OSError | None:
     if e.errno not in OPEN_FILES:
         return None
     return OSError(e.errno, e.strerror, os.fspath(path))
+
+
+def open_files_exhausted(e: BaseException) -> OSError | None:
+    """``e`` as an OSError where it is the limit on open files reached (``OPEN_FILES``), else
+    None: ``e`` itself, or a compiled module that could not be loaded for it (the loader's
+    ImportError, "...so: cannot open shared object file: Too many open files", as numba loads
+    its thread pool on first use), naming the module."""
+    if isinstance(e, OSError):
+        return e if e.errno in OPEN_FILES else None
+    if isinstance(e, ImportError):
+        for code in (errno.ENFILE, errno.EMFILE):  # (EMFILE's words begin ENFILE's)
+            if str(e).endswith(os.strerror(code)):
+                return OSError(code, os.strerror(code), e.path or e.name)
+    return None
 
 
 def too_many_open_files(code: int) -> str:

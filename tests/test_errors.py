@@ -131,6 +131,19 @@ def test_too_many_open_files_says_to_raise_the_limit_not_to_check_the_file(code,
     assert "Check the file" not in message
 
 
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE], ids=["EMFILE", "ENFILE"])
+def test_a_compiled_module_not_loaded_at_the_limit_on_open_files_says_so(code):
+    """numba loads its thread pool's module on first use: at the limit, the loader's
+    ImportError was a traceback."""
+    module = "numba/np/ufunc/workqueue.so"
+    failure = ImportError(f"{module}: cannot open shared object file: {os.strerror(code)}",
+                          name="numba.np.ufunc.workqueue", path=module)
+    message = system_failure(failure)
+    assert message is not None and message.startswith(f"{module}: {os.strerror(code)}; ")
+    assert "as many files open as" in message, message
+    assert system_failure(ImportError("No module named 'cupy'", name="cupy")) is None
+
+
 def _split_text(path):
     import importlib.util
     import io
