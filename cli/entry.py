@@ -14,15 +14,19 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 
 def default_ctrl_c_while_loading() -> None:
     """Give Ctrl-C its default action until the command installs its handlers: called first by
     the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
     ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept. First, a
-    thread count numba cannot load with is refused (``_refuse_unusable_thread_count``)."""
+    thread count numba cannot load with is refused (``_refuse_unusable_thread_count``), the
+    system's failures while loading are worded, and numba's warning about its lock is left out
+    (``_numbas_lock_warning_left_out``)."""
     _refuse_unusable_thread_count()
     _word_failures_of_the_system_while_loading()
+    _numbas_lock_warning_left_out()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -41,6 +45,15 @@ def _refuse_unusable_thread_count() -> None:
     sys.exit(1)
 
 
+def _numbas_lock_warning_left_out() -> None:
+    """numba warns in three lines where it cannot take its multiprocessing lock as it starts
+    its thread pool: /dev/shm missing or read-only (some containers and sandboxes), or the
+    limit on open files reached, where the command's message of that failure follows. The lock
+    keeps threads and forked processes from starting the pool at once; a command starts it
+    once, from its main thread, so the warning was noise before every run's output."""
+    warnings.filterwarnings("ignore", message="Could not obtain multiprocessing lock")
+
+
 def _word_failures_of_the_system_while_loading() -> None:
     """Where a shared library cannot be loaded for want of memory as the command's modules load
     (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), or the limit
@@ -53,10 +66,11 @@ def _word_failures_of_the_system_while_loading() -> None:
     def hook(kind, value, tb):
         if not os.environ.get("DESTINY_DEBUG"):
             try:
-                from destiny.errors import OPEN_FILES, library_not_loaded, system_failure
+                from destiny.errors import (library_not_loaded, open_files_exhausted,
+                                            system_failure)
 
                 message = (system_failure(value) if library_not_loaded(value)
-                           or getattr(value, "errno", None) in OPEN_FILES else None)
+                           or open_files_exhausted(value) else None)
             except Exception:  # noqa: BLE001 (destiny.errors itself not loaded: no memory)
                 message = None
             if message is not None:

@@ -192,6 +192,22 @@ def test_a_library_not_loaded_for_want_of_memory_as_a_command_loads_is_a_message
     assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
 
 
+def test_numbas_warning_that_it_cannot_take_its_lock_is_left_out():
+    """/dev/shm missing or read-only (some containers), or the limit on open files: numba
+    warned in three lines as it started its thread pool, before every run's output."""
+    code = ("from destiny.cli.entry import default_ctrl_c_while_loading\n"
+            "default_ctrl_c_while_loading()\n"
+            "import numba, warnings\n"
+            "from numba.core.errors import NumbaSystemWarning\n"
+            "warnings.warn(NumbaSystemWarning('Could not obtain multiprocessing lock due to OS "
+            "level error: [Errno 2] No such file or directory'))\n"
+            "warnings.warn(NumbaSystemWarning('another warning'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "multiprocessing lock" not in done.stderr and "another warning" in done.stderr
+
+
 def test_a_library_not_loaded_for_want_of_memory_in_a_command_is_a_message(tmp_path,
                                                                           monkeypatch):
     """A module loaded on first use (netCDF4, as a dataset is written) fails to load."""
