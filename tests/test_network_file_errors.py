@@ -476,6 +476,34 @@ def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path,
     assert net.read_bytes() == before
 
 
+
+def test_a_network_replaced_as_it_is_mapped_is_read_whole_from_the_file_opened(model, tmp_path,
+                                                                              monkeypatch):
+    """train --force renaming a new network over the file as predict reads it: the weights
+    are mapped by opening the path anew, which then named the new file, and predict scored
+    with the new weights beside the old biases. They are read from the file opened instead."""
+    from destiny.io import network_file
+
+    net, new = tmp_path / "gl.nc", tmp_path / "new.nc"
+    shutil.copy(model / "gl.nc", net)
+    shutil.copy(model / "gl.nc", new)
+    with netCDF4.Dataset(new, "a") as nc:  # (another run's weights, of the same layout)
+        for k in (0, 1):
+            nc.variables[f"weight{k}_weights"][:] = nc.variables[f"weight{k}_weights"][:] + 1
+    old = read_network(net)
+    offsets = network_file._hdf5_offsets
+
+    def renamed_over_first(path, names):
+        if new.exists():
+            new.replace(net)
+        return offsets(path, names)
+
+    monkeypatch.setattr(network_file, "_hdf5_offsets", renamed_over_first)
+    read = read_network(net, mmap=True)
+    for k in (0, 1):
+        np.testing.assert_array_equal(read.weights[k], old.weights[k])
+        np.testing.assert_array_equal(read.biases[k], old.biases[k])
+
 def network_skipping(tmp_path, source: str):
     """A network file of 8 -> 4 -> 8 units whose output layer skips from ``source``."""
     net = tmp_path / "skip.nc"

@@ -419,6 +419,35 @@ def exclusive_all(outputs, on_wait: Callable[[str], None] | None = None):
         yield
 
 
+@contextlib.contextmanager
+def pinned(path):
+    """Yield a test of whether ``path`` has been replaced (renamed over, removed) since the
+    block began: for readers that open an input more than once, which a run renaming a new
+    file over it meanwhile (``OutputSet.commit``) would give parts of two files. The file is
+    held open meanwhile, so that its inode number is not given to another; a path that cannot
+    be opened is never called replaced (reading it fails with its own message)."""
+    try:  # (a named pipe given as the file: not waited on for a writer)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        fd = None
+    if fd is None:
+        yield lambda: False
+        return
+    try:
+        held = os.fstat(fd)
+
+        def replaced() -> bool:
+            try:
+                now = os.stat(path)
+            except OSError:
+                return True
+            return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+        yield replaced
+    finally:
+        os.close(fd)
+
+
 class OutputSet:
     """Temporary paths for several outputs, published together by ``commit``."""
 

@@ -15,6 +15,7 @@ that refuse them, are ``network_checks.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable
 
@@ -23,6 +24,7 @@ import numpy as np
 from destiny import __version__
 from destiny.errors import (DataFormatError, NetDefError, netcdf_library_failure, netcdf_reads,
                             open_files_failure, starts_as_netcdf)
+from destiny.io import atomic
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
                                        graph_error)
@@ -212,6 +214,16 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
     ``weights=False`` leaves the weight matrices out (their sizes are still checked): a rank
     of a split network reads its blocks of them.
     """
+    # The weights are mapped by opening the path anew (_mappable): train --force renaming a
+    # new network over it meanwhile would give the new file's weights beside the old one's
+    # attributes and biases. The file held open from before the read says whether it did.
+    with atomic.pinned(path) if mmap and weights else contextlib.nullcontext() as replaced:
+        return _read_network(path, mmap=mmap, arrays=arrays, weights=weights,
+                             replaced=replaced)
+
+
+def _read_network(path, *, mmap: bool, arrays: bool | Callable[[str], bool], weights: bool,
+                  replaced: Callable[[], bool] | None) -> NetworkFile:
     import netCDF4
 
     try:
@@ -242,8 +254,8 @@ def read_network(path, *, mmap: bool = False, arrays: bool | Callable[[str], boo
                                   f"({type(e).__name__}: {e}). {DAMAGED}") from None
         n_units = {layer.name: layer.n for layer in netdef.layers}
         matrices, biases = {}, {}
-        mapped = (_mappable(nc, path, [f"weight{k}_weights" for k in range(len(pairs))])
-                  if mmap and weights else {})
+        mapped = (_mappable(nc, path, [f"weight{k}_weights" for k in range(len(pairs))],
+                            replaced) if mmap and weights else {})
         for k, (source, dest) in enumerate(pairs):
             p = f"weight{k}_"
             biases[k] = _variable(nc, path, p + "bias").astype(np.float32, copy=False)
@@ -316,20 +328,29 @@ def read_block(path, name: str, n_cols: int, rows: tuple[int, int], cols: tuple[
     return out
 
 
-def _mappable(nc, path, names: list[str]) -> dict[str, np.ndarray]:
+def _mappable(nc, path, names: list[str], replaced: Callable[[], bool] | None = None
+              ) -> dict[str, np.ndarray]:
     """Copy-on-write maps of the variables stored as plain contiguous little-endian floats.
 
     netCDF-4 files are HDF5 files; an unfiltered contiguous dataset is one run of bytes whose
     offset libhdf5 reports. Anything else (chunked, compressed, another type), or a libhdf5
-    that cannot be found, is simply read the usual way.
+    that cannot be found, is simply read the usual way. So is everything where ``replaced()``
+    says the path no longer names the file ``nc`` opened (``atomic.pinned``): the offsets and maps,
+    which open the path anew, may be another file's.
     """
     plain = [n for n in names if n in nc.variables
              and nc.variables[n].dtype == np.float32 and nc.variables[n].chunking() == "contiguous"
              and not any(v for v in (nc.variables[n].filters() or {}).values())
              and nc.variables[n].endian() in ("little", "native")]
     offsets = _hdf5_offsets(path, plain) if plain else {}
-    return {n: np.memmap(path, dtype="<f4", mode="c", offset=off, shape=(nc.variables[n].size,))
-            for n, off in offsets.items()}
+    try:
+        mapped = {n: np.memmap(path, dtype="<f4", mode="c", offset=off,
+                               shape=(nc.variables[n].size,)) for n, off in offsets.items()}
+    except (OSError, ValueError):  # (a shorter file renamed over it: past its end)
+        if replaced is None or not replaced():
+            raise
+        return {}
+    return {} if replaced is not None and replaced() else mapped
 
 
 def _unreadable_why(path) -> str:
