@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import DestinyError, NetDefError, OutputError
+from destiny.errors import DataFormatError, DestinyError, NetDefError, OutputError
 from destiny.io import atomic, failures
 from destiny.io.checkpoint import (checkpoint_epoch, checkpoint_names, checkpoint_path,
                                    latest_checkpoint, load_weights, save_network,
@@ -104,6 +104,13 @@ def fit(
             # (fail fast, before reading the data; each rank on a machine takes its own GPU)
             kernels = get_backend(backend, tf32=tf32, process=comm.local_rank,
                                   processes=comm.local_size)
+            # The dataset files are opened several times (their widths, rows and contents,
+            # then their entries): a generate-netcdf renaming a new file over one meanwhile
+            # (a cron job converting the next day's data) would train on parts of two, the
+            # rows checked in the old file and read from the new one.
+            pins = held.enter_context(contextlib.ExitStack())
+            replaced = [(path, pins.enter_context(atomic.pinned(path)))
+                        for path in (input_path, output_path)]
             pool = dataset_pool([input_path, output_path])
             # Read once: the settings text the network file stores is the definition trained.
             definition = read_netdef_json(config_path)
@@ -130,6 +137,8 @@ def fit(
                         "entries": {name: s.entries for name, s in summaries.items()},
                         "indexes": run.get("indexes", ""),
                         "contents": _contents(pool, summaries) if comm.is_root else None}
+            _check_not_replaced(replaced)
+            pins.close()  # (not held through training: a file replaced keeps its space)
             state, resumed_from, passed_over = TrainState(), None, None
             found = latest_checkpoint(network_path) if resume and comm.is_root else None
             if found is not None and restart:  # (from its attributes: rank 0 alone)
@@ -216,6 +225,16 @@ def fit(
                 raise StoppedTogetherAfterOutputs(e.signum, [str(network_path)]) from None
         return FitReport(backend=kernels.name, epochs_run=len(records), resumed_from=resumed_from,
                          records=records, written=str(network_path), not_removed=not_removed)
+
+
+def _check_not_replaced(replaced) -> None:
+    """Refuse datasets replaced while they were read (``atomic.pinned``): what was read may be
+    parts of two files."""
+    for path, was_replaced in replaced:
+        if was_replaced():
+            raise DataFormatError(path, "was replaced while train read it (by a generate-netcdf "
+                                  "writing it?), so what was read may be parts of two files; "
+                                  "nothing was trained. Run train again once that run is done.")
 
 
 def _remove_superseded(network_path, run_started: float, keep: int, epoch: int

@@ -558,6 +558,28 @@ def test_datasets_of_other_samples_are_refused(files):
     assert result.exit_code == 0, result.output
 
 
+
+def test_a_dataset_replaced_as_train_reads_it_is_refused(files, monkeypatch):
+    """A generate-netcdf renaming a new dataset file over the input as train starts (a cron
+    job converting the next day's data): train checked the old file's rows and widths, then
+    read the new one's entries, and trained on parts of two files without a word."""
+    import destiny.fit
+
+    write_dataset(files / "next.nc", random_dataset("gl_input", seed=9))
+    read = destiny.fit.read_training_datasets
+
+    def renamed_over_first(pool, net):
+        (files / "next.nc").replace(files / "gl_input.nc")
+        return read(pool, net)
+
+    monkeypatch.setattr(destiny.fit, "read_training_datasets", renamed_over_first)
+    result = run_train(files, "-e", "1")
+    assert result.exit_code == 1, result.output
+    assert (f"{files / 'gl_input.nc'}: was replaced while train read it (by a generate-netcdf "
+            "writing it?)") in result.output
+    assert "Traceback" not in result.output
+    assert not (files / "net.nc").exists()
+
 def test_a_dataset_in_both_files_is_taken_from_the_input_file(tmp_path):
     """Spec 5.1: the datasets of the input and output files form one pool; a name in both
     is taken from the first (-i)."""
