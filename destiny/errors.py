@@ -308,11 +308,23 @@ def too_many_open_files(code: int) -> str:
         return ("the system has as many files open as it allows (fs.file-max): close programs "
                 "that hold many files, or raise the system's limit")
     try:
-        limit = f", {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} now"
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (AttributeError, OSError, ValueError):  # (AttributeError: no resource module)
-        limit = ""
+        soft = hard = None
+    # A value to raise it to, above the one in force: 1024, the usual default, was the advice
+    # itself, so a process at 1024 was told to set 1024. Not above the hard limit, which only
+    # root raises (ulimit -n past it fails).
+    higher = None if soft is None else max(4 * soft, 1024)
+    if higher is not None and hard != resource.RLIM_INFINITY:
+        higher = min(higher, hard)
+    limit = "" if soft is None else f", {soft} now"
+    if higher is not None and higher <= soft:
+        return (f"this process has as many files open as its limit allows (ulimit -n{limit}), "
+                "which is also the hard limit: raise the hard limit (as root: nofile in "
+                "/etc/security/limits.conf, or LimitNOFILE= for a systemd service)")
     return (f"this process has as many files open as its limit allows (ulimit -n{limit}): "
-            "raise the limit (ulimit -n 1024, or LimitNOFILE= for a systemd service)")
+            f"raise the limit (ulimit -n {higher or 4096}, or LimitNOFILE= for a systemd "
+            "service)")
 
 
 def _out_of_gpu_memory(e: BaseException) -> bool:

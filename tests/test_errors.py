@@ -228,6 +228,22 @@ def test_a_library_not_loaded_for_want_of_memory_is_out_of_memory(failure, said)
     assert system_failure(ImportError("No module named 'netCDF4'")) is None  # (a bug's)
 
 
+@pytest.mark.parametrize("limits, advice", [
+    ((1024, 524288), "(ulimit -n, 1024 now): raise the limit (ulimit -n 4096, "),
+    ((256, 800), "(ulimit -n, 256 now): raise the limit (ulimit -n 800, "),
+    ((1024, 1024), "(ulimit -n, 1024 now), which is also the hard limit: raise the hard limit "
+                   "(as root: nofile in /etc/security/limits.conf, ")],
+    ids=["soft", "up-to-hard", "at-hard"])
+def test_the_limit_on_open_files_to_raise_to_is_above_the_one_in_force(monkeypatch, limits,
+                                                                      advice):
+    """At 1024 open files, the usual default, the advice was to run ulimit -n 1024."""
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: limits)
+    message = system_failure(OSError(errno.EMFILE, "Too many open files", "in.nc"))
+    assert advice in message, message
+
+
 def test_the_limit_on_open_files_is_said_where_no_module_can_be_loaded_any_more(monkeypatch):
     """At the limit, the resource module's own loading failed: the limit's value was left out
     just where the user needs it."""
