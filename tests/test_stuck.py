@@ -27,15 +27,17 @@ stuck.STUCK_SECONDS = 0.5
 @library_errors
 def command():
     how = os.environ["HOW"]
+    # (loaded before "ready": find_library runs ldconfig, and a signal that came before the
+    # call was acted on by its handler)
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    mutex = ctypes.create_string_buffer(64)  # (zeros: PTHREAD_MUTEX_INITIALIZER)
+    libc.pthread_mutex_lock(mutex)
     print("ready", flush=True)
     if how == "stuck":  # a call into C that never returns, the GIL released (as HDF5's loop)
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        mutex = ctypes.create_string_buffer(64)  # (zeros: PTHREAD_MUTEX_INITIALIZER)
-        libc.pthread_mutex_lock(mutex)
         libc.pthread_mutex_lock(mutex)  # (a normal mutex locked again: waits for ever)
     elif how == "held":  # Python's work, the stop signals held back for longer than the watch
         with uninterrupted():
-            end = time.monotonic() + 2
+            end = time.monotonic() + 1.2  # (the signal comes 0.1 s in)
             while time.monotonic() < end:
                 pass
     print("done", flush=True)
@@ -47,7 +49,11 @@ run_program(command, "command")
 def run_signalled(how: str, signals=(signal.SIGTERM,)) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, "-c", _PROGRAM], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=os.environ | {"HOW": how})
-    assert proc.stdout.readline() == "ready\n"
+    before = ""  # (what it wrote before "ready")
+    while (line := proc.stdout.readline()) != "ready\n":
+        if not line:
+            pytest.fail(f"ended before it was ready: {proc.communicate()[1]}")
+        before += line
     time.sleep(0.1)  # (into the call)
     for signum in signals:
         proc.send_signal(signum)
@@ -57,7 +63,8 @@ def run_signalled(how: str, signals=(signal.SIGTERM,)) -> subprocess.CompletedPr
         proc.kill()
         proc.communicate()
         pytest.fail(f"still running 30 s after {', '.join(map(str, signals))}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "ready\n" + stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, before + "ready\n" + stdout,
+                                       stderr)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
