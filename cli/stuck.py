@@ -20,9 +20,11 @@ import contextlib
 import fcntl
 import os
 import signal
+import sys
 import threading
 import time
 
+from destiny.cli.common import _hold
 from destiny.signals import STOP_SIGNALS, last_heard
 
 STUCK_SECONDS = 10.0  # far above any one call of a run that still hears signals (a product, a
@@ -87,10 +89,23 @@ def _stop_now(signum: int) -> None:
     message = (f"Error: {name} came {STUCK_SECONDS:g} s ago and could not be acted on: the "
                "command is stuck in a call into a library that does not return (HDF5 reading a "
                "damaged NetCDF file can loop for ever; a hung network file system blocks a "
-               "read), so it stopped at once. Each output is still the old file or the "
-               "complete new one; temporary files it was writing (.NAME.XXXXXXXX.tmp) are "
-               "left beside them, and the next run to the same file removes them once an hour "
-               "old. If it was reading a file, check that file (ncdump -h FILE).\n")
+               "read), so it stopped at once. Each output it replaces is still the old file or "
+               f"the complete new one{_in_place()}; temporary files it was writing "
+               "(.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same file "
+               "removes them once an hour old. If it was reading a file, check that file "
+               "(ncdump -h FILE).\n")
     with contextlib.suppress(OSError):
         os.write(2, message.encode("utf-8", "backslashreplace"))
     os._exit(128 + signum)
+
+
+def _in_place() -> str:
+    """What the outputs written in place hold (``predict -s -``, evaluate's table: a clause
+    after the others'), which "the old file or the complete new one" did not describe."""
+    atomic = sys.modules.get("destiny.io.atomic")  # (not loaded: none written; an import from
+    #                                                 here could wait on the stuck thread's)
+    try:
+        streams = atomic.streamed() if atomic is not None else []
+        return f", and {_hold(streams)}" if streams else ""
+    except Exception:  # noqa: BLE001 (the process must still end)
+        return ""

@@ -19,6 +19,7 @@ import ctypes, ctypes.util, os, time
 import click
 from destiny.cli import stuck
 from destiny.cli.common import library_errors, run_program
+from destiny.io import atomic
 from destiny.signals import uninterrupted
 
 stuck.STUCK_SECONDS = 0.5
@@ -32,8 +33,12 @@ def command():
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     mutex = ctypes.create_string_buffer(64)  # (zeros: PTHREAD_MUTEX_INITIALIZER)
     libc.pthread_mutex_lock(mutex)
+    if how == "streamed":  # (standard output written in place, then stuck)
+        out = atomic.open_stream("-")
+        out.write("a line\\n")
+        out.flush()
     print("ready", flush=True)
-    if how == "stuck":  # a call into C that never returns, the GIL released (as HDF5's loop)
+    if how in ("stuck", "streamed"):  # a call into C that never returns, the GIL released
         libc.pthread_mutex_lock(mutex)  # (a normal mutex locked again: waits for ever)
     elif how == "held":  # Python's work, the stop signals held back for longer than the watch
         with uninterrupted():
@@ -78,7 +83,19 @@ def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
     assert result.stderr.startswith(f"Error: {name} came 0.5 s ago and could not be acted on: "
                                     "the command is stuck in a call into a library that does "
                                     "not return"), result.stderr
+    assert ("Each output it replaces is still the old file or the complete new one; "
+            in result.stderr)
     assert "done" not in result.stdout
+
+
+def test_an_output_written_in_place_is_said_to_hold_what_was_written():
+    """predict -s - stuck after writing some of standard output: the message said that each
+    output was still the old file or the complete new one, which a stream is neither."""
+    result = run_signalled("streamed")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert ("Each output it replaces is still the old file or the complete new one, and "
+            "standard output holds what was written before it; temporary files") in result.stderr
+    assert "a line" in result.stdout
 
 
 def test_signals_held_back_while_python_runs_are_left_to_the_command():
