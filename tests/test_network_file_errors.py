@@ -476,7 +476,6 @@ def test_mapped_weights_are_the_weights_read_and_a_private_copy(model, tmp_path,
     assert net.read_bytes() == before
 
 
-
 def test_a_network_replaced_as_it_is_mapped_is_read_whole_from_the_file_opened(model, tmp_path,
                                                                               monkeypatch):
     """train --force renaming a new network over the file as predict reads it: the weights
@@ -503,6 +502,7 @@ def test_a_network_replaced_as_it_is_mapped_is_read_whole_from_the_file_opened(m
     for k in (0, 1):
         np.testing.assert_array_equal(read.weights[k], old.weights[k])
         np.testing.assert_array_equal(read.biases[k], old.biases[k])
+
 
 def network_skipping(tmp_path, source: str):
     """A network file of 8 -> 4 -> 8 units whose output layer skips from ``source``."""

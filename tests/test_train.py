@@ -558,7 +558,6 @@ def test_datasets_of_other_samples_are_refused(files):
     assert result.exit_code == 0, result.output
 
 
-
 def test_a_dataset_replaced_as_train_reads_it_is_refused(files, monkeypatch):
     """A generate-netcdf renaming a new dataset file over the input as train starts (a cron
     job converting the next day's data): train checked the old file's rows and widths, then
@@ -579,6 +578,7 @@ def test_a_dataset_replaced_as_train_reads_it_is_refused(files, monkeypatch):
             "writing it?)") in result.output
     assert "Traceback" not in result.output
     assert not (files / "net.nc").exists()
+
 
 def test_a_dataset_in_both_files_is_taken_from_the_input_file(tmp_path):
     """Spec 5.1: the datasets of the input and output files form one pool; a name in both
