@@ -20,15 +20,18 @@ import contextlib
 import fcntl
 import os
 import signal
-import sys
 import threading
 import time
 
 from destiny.cli.common import _hold
+from destiny.io import atomic
 from destiny.signals import STOP_SIGNALS, last_heard
 
-STUCK_SECONDS = 10.0  # far above any one call of a run that still hears signals (a product, a
-#                       read of a block of a dataset), far below a scheduler's patience
+# Far above the calls of a healthy run (a product, a read of a block of a dataset), but not
+# above all of them: a network of many GB written, or synced to a slow disk, can take one call
+# longer. Stopped then, the run leaves what a kill leaves (its outputs old or whole, and its
+# temporary files); without the watch, a stuck run never ends. Well below a user's patience.
+STUCK_SECONDS = 30.0
 # A handler that ran this long before the watch read the signal's byte acted on it: the main
 # thread may run the handler before the watch thread reads (both wait for the GIL), and two
 # signals that came together write two bytes but run the handler once.
@@ -87,13 +90,13 @@ def _stop_now(signum: int) -> None:
     end the process with the status of a death by ``signum``, as a shell reports it."""
     name = signal.Signals(signum).name
     message = (f"Error: {name} came {STUCK_SECONDS:g} s ago and could not be acted on: the "
-               "command is stuck in a call into a library that does not return (HDF5 reading a "
-               "damaged NetCDF file can loop for ever; a hung network file system blocks a "
-               "read), so it stopped at once. Each output it replaces is still the old file or "
-               f"the complete new one{_in_place()}; temporary files it was writing "
-               "(.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same file "
-               "removes them once an hour old. If it was reading a file, check that file "
-               "(ncdump -h FILE).\n")
+               f"command is in a call into a library that has not returned for {STUCK_SECONDS:g} "
+               "s (HDF5 reading a damaged NetCDF file can loop for ever; a hung network file "
+               "system blocks a read), so it stopped at once. Each output it replaces is still "
+               f"the old file or the complete new one{_in_place()}; temporary files it was "
+               "writing (.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same "
+               f"file removes them once {atomic.ABANDONED_SECONDS // 60} minutes old. If it was "
+               "reading a file, check that file (ncdump -h FILE).\n")
     with contextlib.suppress(OSError):
         os.write(2, message.encode("utf-8", "backslashreplace"))
     os._exit(128 + signum)
@@ -102,10 +105,8 @@ def _stop_now(signum: int) -> None:
 def _in_place() -> str:
     """What the outputs written in place hold (``predict -s -``, evaluate's table: a clause
     after the others'), which "the old file or the complete new one" did not describe."""
-    atomic = sys.modules.get("destiny.io.atomic")  # (not loaded: none written; an import from
-    #                                                 here could wait on the stuck thread's)
     try:
-        streams = atomic.streamed() if atomic is not None else []
+        streams = atomic.streamed()
         return f", and {_hold(streams)}" if streams else ""
     except Exception:  # noqa: BLE001 (the process must still end)
         return ""

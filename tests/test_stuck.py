@@ -81,8 +81,9 @@ def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
     assert result.returncode == 128 + signum, result.stderr
     name = signal.Signals(signum).name
     assert result.stderr.startswith(f"Error: {name} came 0.5 s ago and could not be acted on: "
-                                    "the command is stuck in a call into a library that does "
-                                    "not return"), result.stderr
+                                    "the command is in a call into a library that has not "
+                                    "returned for 0.5 s"), result.stderr
+    assert "removes them once 60 minutes old" in result.stderr
     assert ("Each output it replaces is still the old file or the complete new one; "
             in result.stderr)
     assert "done" not in result.stdout
