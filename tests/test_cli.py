@@ -1503,6 +1503,36 @@ def test_an_output_the_file_system_refuses(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_pinned_file_is_replaced_once_renamed_over_or_removed_not_once_unreadable(
+        tmp_path, monkeypatch):
+    """``atomic.pinned``: a file renamed over or removed is replaced; one that cannot be read
+    now (its permissions changed, an I/O error) is left to the reads, which say so."""
+    import errno
+
+    from destiny.io import atomic
+
+    path = tmp_path / "data.nc"
+    path.write_bytes(b"old")
+    with atomic.pinned(path) as replaced:
+        assert not replaced()
+        real_stat = os.stat
+
+        def refused(*args, **kwargs):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+        monkeypatch.setattr(atomic.os, "stat", refused)
+        assert not replaced()
+        monkeypatch.setattr(atomic.os, "stat", real_stat)
+        (tmp_path / "new").write_bytes(b"new")
+        os.replace(tmp_path / "new", path)
+        assert replaced()
+    with atomic.pinned(path) as replaced:
+        path.unlink()
+        assert replaced()
+    with atomic.pinned(tmp_path / "missing") as replaced:  # (its reads say it is missing)
+        assert not replaced()
+
+
 def test_outputs_reach_the_disk_before_they_are_renamed(tmp_path, monkeypatch):
     """Each output's data is synced before its rename, and the directory after it, so that a
     crash never publishes an empty file where the old one stood."""

@@ -439,8 +439,10 @@ def pinned(path):
         def replaced() -> bool:
             try:
                 now = os.stat(path)
-            except OSError:
+            except (FileNotFoundError, NotADirectoryError):  # (removed, or renamed away)
                 return True
+            except OSError:  # (unreadable now, an I/O error: the reads say so themselves)
+                return False
             return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
 
         yield replaced
