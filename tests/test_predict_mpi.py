@@ -63,6 +63,9 @@ FAILING = textwrap.dedent("""
         return real_done(self, *args)
 
     predict.write_records, predict.Predictor._done = write_records, _done
+    if mode == "file-size" and get_comm().rank == rank:  # (once MPI's own files are made)
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
     from destiny.cli.predict import main
     sys.argv[0] = "predict"
     main()
@@ -250,6 +253,34 @@ def test_failure_while_writing_stops_all_once(model, split):  # noqa: F811
     (line,) = errors(done)
     assert "/dev/full: No space left on device" in line, line  # (the output named)
     assert "Abort" not in done.stderr.decode()
+
+
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_failure_writing_a_file_stops_all_once(model, tmp_path, split):  # noqa: F811
+    """Rank 0's file of records fails as it is written (a full disk; here its limit on file
+    size, 4 KiB of the 54 KiB of records): every rank stops with its one message, as for a
+    stream. Closing the temporary file, as the ranks stopped, flushed its last text and failed
+    again, which replaced the error the ranks shared: rank 0 then stopped alone, through
+    MPI_Abort."""
+    done, out = predict_file_size_limited(model, tmp_path, "-k", "20", *split)
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert f"{out / 'recs'}: File too large" in line, line
+    assert "Abort" not in done.stderr.decode(), done.stderr.decode()
+    assert os.listdir(out) == []
+
+
+def predict_file_size_limited(model, tmp_path, *args):
+    """``mpiexec -n 2`` predict through the FAILING launcher, rank 0 limited to files of 4 KiB,
+    writing ``tmp_path/out/recs``: (the run, the output directory)."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run([MPIEXEC, "-n", 2, sys.executable, script,
+                *argv(model, *args, "-b", "8", "-s", out / "recs")],
+               env=dict(ENV, FAIL_RANK="0", FAIL_MODE="file-size"))
+    return done, out
 
 
 def test_ranks_write_stdout(model):  # noqa: F811

@@ -587,11 +587,27 @@ def text_output(path):
         yield sys.stdout
         return
     if is_stream(path):
-        with open_stream(path) as f:
+        with _closed_after(open_stream(path)) as f:
             yield f
         return
-    with atomic_outputs() as outputs, outputs.open(path) as f:
+    with atomic_outputs() as outputs, _closed_after(outputs.open(path)) as f:
         yield f
+
+
+@contextlib.contextmanager
+def _closed_after(f: TextIO):
+    """``f``, closed after the block. Where the block failed, a failure of the close (it
+    flushes the text still buffered: the same full disk again) is passed over, so that the
+    block's own exception is the one raised: under mpiexec, the ``ParallelError`` that every
+    rank raised alike on rank 0's full disk had been replaced on rank 0 alone by the close's
+    failure, and rank 0 stopped the job through MPI_Abort."""
+    try:
+        yield f
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            f.close()
+        raise
+    f.close()
 
 
 def _has_descriptor(stream) -> bool:
