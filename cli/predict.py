@@ -198,14 +198,19 @@ def _check_read_once(input_path, filter_path) -> None:
 @contextlib.contextmanager
 def _records_out(output_path: str, comm) -> Iterator[TextIO | None]:
     """Where the records go, on rank 0 only: ``atomic.text_output`` (stdout, a file renamed
-    into place at the end, or a device or pipe written in place)."""
+    into place at the end, or a device or pipe written in place); the other MPI ranks send
+    their records to rank 0, and get None."""
     from destiny.io import atomic
+    from destiny.parallel import all_or_none
 
-    if not comm.is_root:
-        yield None  # the other MPI ranks send their records to rank 0
-    else:
-        with atomic.text_output(output_path) as out:
-            yield out
+    with contextlib.ExitStack() as output:
+        yield output.enter_context(atomic.text_output(output_path)) if comm.is_root else None
+        # Once every record is written, rank 0 writes the text still buffered and puts the
+        # file in place, after the other ranks are done: its failure there (a full disk; the
+        # whole output of a small input is written only then) reaches them as theirs, instead
+        # of stopping the job through MPI_Abort.
+        with all_or_none(comm):
+            output.close()
 
 
 def main():

@@ -270,6 +270,18 @@ def test_failure_writing_a_file_stops_all_once(model, tmp_path, split):  # noqa:
     assert os.listdir(out) == []
 
 
+def test_failure_putting_a_file_in_place_stops_all_once(model, tmp_path):  # noqa: F811
+    """The records of a small input (6.6 KiB here, over rank 0's limit of 4 KiB) are written
+    only as the file is closed, after every rank is done: the failure there is shared, one
+    message, rather than rank 0 stopping the job through MPI_Abort."""
+    done, out = predict_file_size_limited(model, tmp_path, "-k", "2")
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert f"{out / 'recs'}: File too large" in line, line
+    assert "Abort" not in done.stderr.decode(), done.stderr.decode()
+    assert os.listdir(out) == []
+
+
 def predict_file_size_limited(model, tmp_path, *args):
     """``mpiexec -n 2`` predict through the FAILING launcher, rank 0 limited to files of 4 KiB,
     writing ``tmp_path/out/recs``: (the run, the output directory)."""
