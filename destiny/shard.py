@@ -114,11 +114,14 @@ class Gathered:
         self.comm, self.key, self.part = comm, key, part
         self.shape = part.shape
         self.size = part.shape[0] * part.shape[1]
+        self.in_step = True  # False once a collective of ``rows`` failed here (write_gathered)
 
     def rows(self, r0: int, r1: int) -> np.ndarray:
+        self.in_step = False
         self.comm.bcast((self.key, r0, r1))
-        return _join(self.comm.gather((self.part.cols, self.part.piece(r0, r1))), r1 - r0,
-                     self.shape[1])
+        pieces = self.comm.gather((self.part.cols, self.part.piece(r0, r1)))
+        self.in_step = True
+        return _join(pieces, r1 - r0, self.shape[1])
 
 
 def _join(pieces, n_rows: int, n_cols: int) -> np.ndarray:
@@ -142,16 +145,24 @@ def write_gathered(comm: Comm, parts: dict, write: Callable[[dict], None]) -> No
     """Rank 0 calls ``write({key: Gathered})``; the other ranks send it their parts meanwhile.
 
     ``parts`` maps a key to this rank's ``Part``. A failure on rank 0 (say, a full disk)
-    raises the same ``ParallelError`` on every rank once the others have been released.
+    raises the same ``ParallelError`` on every rank once the others have been released. One
+    inside a collective of ``Gathered.rows`` (out of memory receiving the pieces) is raised on
+    rank 0 alone, as it is: the others may still wait in that collective, which no later one
+    matches (the job hung), so only stopping the job ends them (the command line's
+    ``Comm.abort``).
     """
     failure = None
     if comm.is_root:
+        gathered = {key: Gathered(comm, key, part) for key, part in parts.items()}
         try:
-            write({key: Gathered(comm, key, part) for key, part in parts.items()})
+            write(gathered)
         except Exception as e:  # noqa: BLE001 - the waiting ranks must hear of it
+            if not all(g.in_step for g in gathered.values()):
+                raise
             failure = failure_message(comm, e)
         finally:
-            comm.bcast(None)
+            if all(g.in_step for g in gathered.values()):
+                comm.bcast(None)
     else:
         while (request := comm.bcast(None)) is not None:
             key, r0, r1 = request

@@ -606,3 +606,46 @@ def test_column_collectives_on_other_numbers_of_ranks(tmp_path, ranks):
     done = run_ranks(ranks, script)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "all ranks ok\n"
+
+
+# Rank 0 writing a network file runs out of memory inside a collective, receiving the pieces
+# of a matrix (mpi4py allocates the buffer for them once it knows their sizes): rank 1 is in
+# the same gather, sending a piece too large to leave without rank 0 receiving it.
+GATHER_FAILS_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from destiny import shard
+    from destiny.parallel import get_comm
+
+    comm = get_comm()
+    r = comm.rank
+    W = np.ones((512, 1024), dtype=np.float32)  # (2 MiB a rank: sent only once received)
+    part = shard.Part(W, (512 * r, 512 * (r + 1)), (0, 1024), (1024, 1024))
+    if r == 0:
+        def gather(obj):
+            raise MemoryError("simulated")
+        comm.gather = gather
+
+    def write(gathered):
+        gathered["W"].rows(0, 1024)
+
+    try:
+        shard.write_gathered(comm, {"W": part}, write)
+    except BaseException as e:
+        print(f"rank {r}: {type(e).__name__}: {e}", flush=True)
+        comm.abort(3)
+""")
+
+
+@needs_mpiexec
+def test_rank_0_failing_inside_a_collective_as_it_writes_a_network_stops_alone(tmp_path):
+    """A failure inside one of write_gathered's collectives leaves the ranks out of step:
+    rank 0 released the others with its end of the file and waited for them to agree on its
+    failure while rank 1 waited in the gather it had left, and the job hung (train under
+    mpiexec, rank 0 out of memory as it wrote a checkpoint). It is raised on rank 0 as it is,
+    for the command line to stop the job with its message (MPI_Abort)."""
+    script = tmp_path / "gather_fails.py"
+    script.write_text(GATHER_FAILS_SCRIPT)
+    done = run_ranks(2, script)
+    assert done.returncode != 0
+    assert done.stdout == "rank 0: MemoryError: simulated\n", done.stdout + done.stderr
