@@ -331,8 +331,8 @@ def run_program(command: click.Command, name: str):
     """Run a click command as one process's program. A command stopped by a signal says so,
     cleans up, then dies by that signal (exit status 128 + its number: 130 for Ctrl-C, 143 for
     SIGTERM), so that the shell script, make or scheduler that ran it stops too instead of
-    taking it for an ordinary failure it may go past. One stuck in a call into C that never
-    returns, where no handler can run, ends STUCK_SECONDS after the signal (cli/stuck.py)."""
+    taking it for an ordinary failure it may go past. One stuck in a call into C that does not
+    return, where no handler can run, ends STUCK_SECONDS after the signal (cli/stuck.py)."""
     from destiny.cli import stuck
 
     _diagnostics_outlive_their_reader()
@@ -398,9 +398,11 @@ def _die_by(signum: int):
 
 
 def _run_ranks(command: click.Command, name: str, comm):
-    from destiny.parallel import ParallelError, StoppedTogether
+    from destiny.cli import stuck
+    from destiny.parallel import ParallelError, StoppedTogether, waiting_in_collective
 
     _diagnostics_outlive_their_reader()
+    stuck.watch(waiting_in_collective, who=f"rank {comm.rank} of {comm.size}: ")
     ctx, stop = _parse_ranks(command, name, comm)
     if stop is not None:
         code, text = stop

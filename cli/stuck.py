@@ -10,8 +10,9 @@ signal through Python's wakeup descriptor (written by the C-level handler, whate
 thread is doing) and, where no Python handler has run within STUCK_SECONDS (``signals.heard``),
 says so and ends the process.
 
-One process only: under mpiexec a rank waiting in a collective for a slower rank is also in a
-C call, and its signal is acted on once the ranks meet (parallel.py), not a reason to kill it.
+Under mpiexec a rank waiting in a collective for a slower rank is in a C call too, and its
+signal is acted on once the ranks meet (parallel.py): the time it waits there is not counted
+(``waiting``). A rank stuck elsewhere ends, and mpiexec then ends the others.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from typing import Callable
 
 from destiny.cli.common import _hold
 from destiny.io import atomic
@@ -38,9 +40,11 @@ STUCK_SECONDS = 30.0
 _HEARD_BEFORE_S = 1.0
 
 
-def watch() -> None:
+def watch(waiting: Callable[[], bool] = lambda: False, who: str = "") -> None:
     """Start the watch, from the main thread, for the rest of the process: nothing is done if
-    a wakeup descriptor is already in use (an embedding's event loop)."""
+    a wakeup descriptor is already in use (an embedding's event loop). While ``waiting()``
+    (an MPI rank in a collective), the time does not count; ``who`` begins the message (an
+    MPI rank's "rank 1 of 2: ")."""
     read_end, write_end = (_above_standard(fd) for fd in os.pipe())
     os.set_blocking(write_end, False)  # (the C handler must never wait on a full pipe)
     try:
@@ -53,7 +57,7 @@ def watch() -> None:
         os.close(read_end)
         os.close(write_end)
         return
-    threading.Thread(target=_watch, args=(read_end,), name="destiny-stuck-watch",
+    threading.Thread(target=_watch, args=(read_end, waiting, who), name="destiny-stuck-watch",
                      daemon=True).start()
 
 
@@ -67,7 +71,7 @@ def _above_standard(fd: int) -> int:
     return moved
 
 
-def _watch(read_end: int) -> None:
+def _watch(read_end: int, waiting: Callable[[], bool], who: str) -> None:
     while True:
         try:
             arrived = os.read(read_end, 64)
@@ -78,21 +82,24 @@ def _watch(read_end: int) -> None:
         signum = next((s for s in arrived if s in STOP_SIGNALS), None)
         if signum is None:
             continue
-        came = time.monotonic()
+        came = counted_from = time.monotonic()
         while last_heard() < came - _HEARD_BEFORE_S:
-            if time.monotonic() - came >= STUCK_SECONDS:
-                _stop_now(signum)
+            now = time.monotonic()
+            if waiting():
+                counted_from = now
+            elif now - counted_from >= STUCK_SECONDS:
+                _stop_now(signum, who)
             time.sleep(0.05)
 
 
-def _stop_now(signum: int) -> None:
+def _stop_now(signum: int, who: str) -> None:
     """Say why, straight to the descriptor (the main thread may hold sys.stderr's lock), and
     end the process with the status of a death by ``signum``, as a shell reports it."""
     name = signal.Signals(signum).name
-    message = (f"Error: {name} came {STUCK_SECONDS:g} s ago and could not be acted on: the "
-               f"command is in a call into a library that has not returned for {STUCK_SECONDS:g} "
-               "s (HDF5 reading a damaged NetCDF file can loop for ever; a hung network file "
-               "system blocks a read), so it stopped at once. Each output it replaces is still "
+    message = (f"Error: {who}{name} could not be acted on for {STUCK_SECONDS:g} s: the command "
+               "is in a call into a library that has not returned (HDF5 reading a damaged "
+               "NetCDF file can loop for ever; a hung network file system blocks a read), so it "
+               "stopped at once. Each output it replaces is still "
                f"the old file or the complete new one{_in_place()}; temporary files it was "
                "writing (.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same "
                f"file removes them once {atomic.ABANDONED_SECONDS // 60} minutes old. If it was "

@@ -144,6 +144,27 @@ class Comm:
 # Seconds a failing rank waits between writing its message and aborting the job (MPIComm.abort).
 ABORT_GRACE_S = 0.5
 
+_waiting = 0  # how many MPI collectives this process is in (one thread calls them)
+
+
+def waiting_in_collective() -> bool:
+    """Whether this process is inside an MPI collective now, waiting for the other ranks:
+    there for as long as the slowest of them takes, which is not stuck (cli/stuck.py)."""
+    return _waiting > 0
+
+
+def _collective(method):
+    @functools.wraps(method)
+    def marked(*args, **kwargs):
+        global _waiting
+        _waiting += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _waiting -= 1
+
+    return marked
+
 
 class MPIComm(Comm):
     """Ranks of ``MPI.COMM_WORLD``; objects travel pickled, arrays as buffers."""
@@ -158,15 +179,19 @@ class MPIComm(Comm):
         self.local_rank, self.local_size = host.Get_rank(), host.Get_size()
         host.Free()
 
+    @_collective
     def bcast(self, obj):
         return self._world.bcast(obj, root=0)
 
+    @_collective
     def gather(self, obj) -> list | None:
         return self._world.gather(obj, root=0)
 
+    @_collective
     def allgather(self, obj) -> list:
         return self._world.allgather(obj)
 
+    @_collective
     def allreduce_sum(self, x):
         import numpy as np
         from mpi4py import MPI
@@ -178,6 +203,7 @@ class MPIComm(Comm):
         self._world.Allreduce(send, out, op=MPI.SUM)
         return out
 
+    @_collective
     def allreduce_max(self, x: int) -> int:
         from mpi4py import MPI
 
@@ -194,6 +220,7 @@ class MPIComm(Comm):
 
         return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
 
+    @_collective
     def allgather_columns(self, local, counts: list[int]):
         import numpy as np
 
@@ -204,6 +231,7 @@ class MPIComm(Comm):
         self._world.Allgatherv(send, (full_t, [c * B for c in counts]))
         return np.ascontiguousarray(full_t.T)
 
+    @_collective
     def reduce_scatter_columns(self, full, counts: list[int]):
         import numpy as np
 
@@ -213,6 +241,7 @@ class MPIComm(Comm):
         self._world.Reduce_scatter(send, mine, [c * B for c in counts])
         return mine.T
 
+    @_collective
     def barrier(self) -> None:
         self._world.Barrier()
 

@@ -80,9 +80,9 @@ def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
     result = run_signalled("stuck", (signum,))
     assert result.returncode == 128 + signum, result.stderr
     name = signal.Signals(signum).name
-    assert result.stderr.startswith(f"Error: {name} came 0.5 s ago and could not be acted on: "
-                                    "the command is in a call into a library that has not "
-                                    "returned for 0.5 s"), result.stderr
+    assert result.stderr.startswith(f"Error: {name} could not be acted on for 0.5 s: the "
+                                    "command is in a call into a library that has not "
+                                    "returned"), result.stderr
     assert "removes them once 60 minutes old" in result.stderr
     assert ("Each output it replaces is still the old file or the complete new one; "
             in result.stderr)
@@ -107,3 +107,57 @@ def test_signals_held_back_while_python_runs_are_left_to_the_command():
     assert result.returncode == -signal.SIGTERM, result.stderr
     assert result.stderr.startswith("Error: interrupted; no output was replaced"), result.stderr
 
+
+
+_RANKS = """
+import ctypes, ctypes.util
+import click
+from destiny.cli import stuck
+from destiny.cli.common import library_errors, run_command
+from destiny.parallel import get_comm
+
+stuck.STUCK_SECONDS = 0.5
+
+@click.command()
+@library_errors
+def command():
+    comm = get_comm()
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    mutex = ctypes.create_string_buffer(64)
+    libc.pthread_mutex_lock(mutex)
+    print(f"ready {comm.rank}", flush=True)
+    if comm.rank == 1:  # stuck in C, never joining rank 0's collective
+        libc.pthread_mutex_lock(mutex)
+    comm.barrier()
+
+run_command(command, "command")
+"""
+
+
+def test_under_mpiexec_the_rank_stuck_in_c_ends_and_the_one_waiting_for_it_does_not(tmp_path):
+    """Rank 1 stuck in a call into C, rank 0 waiting for it in a collective (a C call too):
+    SIGTERM to mpiexec reaches both, and neither handler can run. The stuck rank ends, saying
+    which it is, and mpiexec ends the job; the time rank 0 waits in the collective is not
+    counted, so it says nothing of its own."""
+    from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
+
+    if needs_mpiexec.args[0]:
+        pytest.skip(needs_mpiexec.kwargs["reason"])
+    script = tmp_path / "ranks.py"
+    script.write_text(_RANKS)
+    proc = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=rank_env())
+    ready = {proc.stdout.readline(), proc.stdout.readline()}
+    assert ready == {"ready 0\n", "ready 1\n"}, (ready, proc.poll())
+    time.sleep(0.3)  # (into the calls)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the job still ran 60 s after SIGTERM")
+    assert proc.returncode != 0
+    assert "Error: rank 1 of 2: SIGTERM could not be acted on for 0.5 s" in stderr, stderr
+    assert "rank 0 of 2: SIGTERM could not" not in stderr, stderr
