@@ -208,27 +208,6 @@ def test_numbas_warning_that_it_cannot_take_its_lock_is_left_out():
     assert "multiprocessing lock" not in done.stderr and "another warning" in done.stderr
 
 
-def test_a_library_not_loaded_for_want_of_memory_in_a_command_is_a_message(tmp_path,
-                                                                          monkeypatch):
-    """A module loaded on first use (netCDF4, as a dataset is written) fails to load."""
-    import destiny.generate
-    from destiny.cli.generate_netcdf import generate_netcdf
-
-    def not_loaded(*_, **__):
-        raise ImportError("libbz2.so.1.0.6: failed to map segment from shared object")
-
-    monkeypatch.setattr(destiny.generate, "write_dataset", not_loaded)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith("Error: out of memory (libbz2.so.1.0.6: failed to map "
-                                    "segment from shared object); no output was replaced"), \
-        result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
-
-
 @pytest.mark.parametrize("failure, expected", [
     (OSError(28, "No space left on device"),
      "Error: {out}: No space left on device; no output was replaced (each is put in place only "
@@ -237,7 +216,11 @@ def test_a_library_not_loaded_for_want_of_memory_in_a_command_is_a_message(tmp_p
     (RuntimeError("NetCDF: HDF error"), "Error: {out}: the NetCDF library failed (NetCDF: HDF "
                                         "error); no output was replaced"),
     (KeyboardInterrupt(), "Error: interrupted; no output was replaced"),
-], ids=["disk-full", "io-error", "netcdf", "interrupt"])
+    # (netCDF4's libraries load on first use, as a dataset is written: ulimit -v too small)
+    (ImportError("libbz2.so.1.0.6: failed to map segment from shared object"),
+     "Error: out of memory (libbz2.so.1.0.6: failed to map segment from shared object); no "
+     "output was replaced"),
+], ids=["disk-full", "io-error", "netcdf", "interrupt", "library-not-loaded"])
 def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatch, failure,
                                                             expected):
     """A full disk, an I/O error, netCDF's own failure or Ctrl-C (or SIGTERM) part-way: one
@@ -1429,8 +1412,8 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
         "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
         "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
     assert result.exit_code == 1, result.output
-    first = "f"  # (the indexes are written before the dataset; locks in their names' order)
-    assert result.output.startswith(f"Error: {tmp_path / first}: cannot create "), result.output
+    # (f: the indexes are written before the dataset, and the locks taken in their names' order)
+    assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create "), result.output
     assert "(No space left on device); free space on that file system (or raise the quota), " \
            "or choose another path." in result.output, result.output
     assert "permission" not in result.output
