@@ -18,6 +18,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMANDS = sorted(cli.commands)
 
 
+def generate_in(tmp_path, *flags, text="s1\ta:b\n"):
+    """generate-netcdf, in-process, of ``text`` (written to in.txt) into out.nc, f and s, all
+    in ``tmp_path``, with ``flags`` (-c, -m, -q)."""
+    from destiny.cli.generate_netcdf import generate_netcdf
+
+    (tmp_path / "in.txt").write_text(text)
+    return CliRunner().invoke(generate_netcdf, [
+        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
+        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), *flags])
+
+
 def test_group_lists_the_commands():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
@@ -228,17 +239,13 @@ def test_failures_of_the_system_and_interrupts_are_messages(tmp_path, monkeypatc
     names no file: the message names the output being written (it said "No space left on
     device" alone), as the user gave it, not its temporary file."""
     import destiny.generate
-    from destiny.cli.generate_netcdf import generate_netcdf
 
     def fail(path, *_, **__):
         pathlib.Path(path).write_bytes(b"\x89HDF")  # (part of it written)
         raise failure
 
     monkeypatch.setattr(destiny.generate, "write_dataset", fail)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(expected.format(out=tmp_path / "out.nc")), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
@@ -252,7 +259,6 @@ def test_destiny_debug_lets_every_failure_through_as_it_is(tmp_path, monkeypatch
     """DESTINY_DEBUG=1: the failure itself (its traceback), not the one-paragraph message; an
     interrupt is click's own 'Aborted!'. The outputs are still not put in place."""
     import destiny.generate
-    from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.errors import DataFormatError, InterruptedAfterOutputs
 
     failure = {"DataFormatError": DataFormatError("in.txt", "bad", line=1),
@@ -264,10 +270,7 @@ def test_destiny_debug_lets_every_failure_through_as_it_is(tmp_path, monkeypatch
 
     monkeypatch.setattr(destiny.generate, "write_dataset", fail)
     monkeypatch.setenv("DESTINY_DEBUG", "1")
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    result = generate_in(tmp_path, "-c")
     if isinstance(failure, KeyboardInterrupt):
         assert (result.exit_code, result.output) == (1, "\nAborted!\n"), result.output
     else:
@@ -1337,7 +1340,6 @@ def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
     fails (the first may fit in part): full, the message says so; else (not full, or a write
     failing otherwise) the error stays, naming the output."""
     import destiny.generate
-    from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import failures
 
     def create(path, *_, **__):  # as netCDF4.Dataset(path, "w") where HDF5 cannot create it
@@ -1350,11 +1352,8 @@ def test_netcdf_unable_to_create_a_file_on_a_full_file_system_says_it_is_full(
             failure=(5, "Input/output error") if system == "io-error" else
             (28, "No space left on device")))
     full = system in ("full", "nearly-full")
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
     out = tmp_path / "out.nc"
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(out), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(
         f"Error: {out}: No space left on device; no output was replaced (each is put in place "
@@ -1393,8 +1392,6 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
     import errno
     import tempfile
 
-    from destiny.cli.generate_netcdf import generate_netcdf
-
     def full(*_, **__):
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -1407,10 +1404,7 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
         monkeypatch.setattr(tempfile, "mkstemp", full)
     else:
         monkeypatch.setattr(os, "open", lock_full)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     # (f: the indexes are written before the dataset, and the locks taken in their names' order)
     assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create "), result.output
@@ -1426,8 +1420,6 @@ def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_p
     as the lock file is created: neither the directory's permissions nor another path help."""
     import errno
 
-    from destiny.cli.generate_netcdf import generate_netcdf
-
     real_open = os.open
 
     def lock_fails(path, *args, **kwargs):
@@ -1436,10 +1428,7 @@ def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_p
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", lock_fails)
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
-    result = CliRunner().invoke(generate_netcdf, [
-        "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-        "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c"])
+    result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
         result.output
@@ -1660,17 +1649,13 @@ def test_a_run_killed_between_generate_netcdfs_renames_leaves_the_old_dataset_to
     place first: the old dataset stays, still numbered by indexes that only grew, and the
     next run converts again. The dataset first had left a new dataset beside an index
     without its new entries, which make took as up to date."""
-    from destiny.cli.generate_netcdf import generate_netcdf
     from destiny.io import atomic
     from destiny.io.dataset import dataset_summaries, read_dataset
     from destiny.io.index import read_index
     from destiny.predict import check_trained_index
 
     def generate(text, *flags):
-        (tmp_path / "in.txt").write_text(text)
-        return CliRunner().invoke(generate_netcdf, [
-            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-q", *flags])
+        return generate_in(tmp_path, "-q", *flags, text=text)
 
     assert generate("s1\ta:b\n", "-c").exit_code == 0
     old = (tmp_path / "out.nc").read_bytes()
@@ -1873,14 +1858,9 @@ def generate_under_sigterm(tmp_path):
     whose stand-in sends SIGTERM; the SIGTERM handler it had is restored after."""
     import signal
 
-    from destiny.cli.generate_netcdf import generate_netcdf
-
-    (tmp_path / "in.txt").write_text("s1\ta:b\n")
     before = signal.getsignal(signal.SIGTERM)
     try:
-        return CliRunner().invoke(generate_netcdf, [
-            "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.nc"), "-d", "gl_input",
-            "-f", str(tmp_path / "f"), "-s", str(tmp_path / "s"), "-c", "-q"])
+        return generate_in(tmp_path, "-c", "-q")
     finally:
         signal.signal(signal.SIGTERM, before)
 
