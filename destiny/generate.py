@@ -190,17 +190,15 @@ def _convert(files, output, dataset_name, feature_index, sample_index, *, create
     with atomic.atomic_outputs() as out:
         if create or report.new_features:
             write_index(out.path(feature_index), feature_labels, feature_values)
+            report.written.append(str(feature_index))
         if new_samples:
             write_index(out.path(sample_index), *grown)
+            report.written.append(str(sample_index))
         write_dataset(out.path(output), dataset,
                       index=(len(feature_labels),
                              index_digest(feature_labels, feature_values, len(feature_labels))),
                       rows=rows_digest([records.labels[i] for i in order.tolist()]))
-    report.written.append(str(output))
-    if create or report.new_features:
-        report.written.append(str(feature_index))
-    if new_samples:
-        report.written.append(str(sample_index))
+        report.written.insert(0, str(output))  # (the dataset named first in the note)
     # An index output left as it was takes the dataset's time, for make: a rule that lists it
     # as a target of the text would otherwise run again on every make (it stayed older than
     # the text), and a rule of the other dataset that reads it must still see it no newer
