@@ -118,10 +118,17 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                     (output_index, "output index (-o)"), (input_path, "input text (-r)"),
                     (filter_path, "filter file (-f)")))
                 held.enter_context(atomic.exclusive(output_path, "recommendations file (-s)"))
+            # Under mpiexec every process holds the network file open before any reads it:
+            # the block's end is where they meet (_check_one_network).
+            network_replaced = (held.enter_context(atomic.pinned(network_path))
+                                if comm.size > 1 else None)
+        with all_or_none(comm):
             predictor = Predictor(network_path, input_index, output_index, dataset=dataset,
                                   layer=layer, backend=backend, tf32=tf32,
                                   comm=comm if split_layers else None,
                                   job=comm)  # (each rank on a machine: its own GPU)
+            if network_replaced is not None:
+                _check_one_network(network_path, network_replaced)
         if split_layers and comm.size == 1 and not quiet:
             note(NAME, "--split-layers has nothing to split without mpiexec: this one process "
                        "holds every layer")
@@ -180,6 +187,22 @@ class _Progress(contextlib.AbstractContextManager):
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _check_one_network(network_path, replaced) -> None:
+    """Refuse a network file replaced while the processes read it (``atomic.pinned``, taken
+    by every process before any read): a ``train --force`` renaming a new network over it (a
+    cron job's retraining) gave processes that read it later the new network, and those
+    before it the old one, so one output held lines of two networks; a process of
+    --split-layers, which reads its blocks of the weights by the path after the rest, scored
+    with parts of both. One process alone reads one file whole (``read_network``)."""
+    from destiny.errors import DataFormatError
+
+    if replaced():
+        raise DataFormatError(network_path, "was replaced while predict read it (by a train "
+                              "writing it?), so the processes may have read parts of two "
+                              "networks; nothing was predicted. Run predict again once that "
+                              "run is done.")
 
 
 def _check_read_once(input_path, filter_path) -> None:

@@ -524,3 +524,56 @@ def test_rank_zero_alone_shows_progress_counting_every_ranks_records(model, tmp_
     assert sorted(p.name for p in tmp_path.glob("bar*")) == ["bar.py", "bar0"]
     made, updates = json.loads((tmp_path / "bar0").read_text())
     assert made == [300, "predict", "sample"] and updates == [32] * 9 + [12]
+
+
+# A test-only launcher: rank REPLACE_RANK renames the network NEW over the -n file once it has
+# read the network's attributes (as it reads the indices), as a train --force may at any moment.
+REPLACING = textwrap.dedent("""
+    import os, sys
+    from destiny import predict
+    from destiny.parallel import get_comm
+
+    real, calls = predict.read_index, []
+
+    def read_index(path):
+        calls.append(1)
+        if get_comm().rank == int(os.environ["REPLACE_RANK"]) and len(calls) == 1:
+            os.replace(os.environ["NEW"], os.environ["NETWORK"])
+        return real(path)
+
+    predict.read_index = read_index
+    from destiny.cli.predict import main
+    sys.argv[0] = "predict"
+    main()
+""")
+
+
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_a_network_replaced_as_the_ranks_read_it_is_refused(model, tmp_path, split):  # noqa: F811
+    """A train --force renaming a new network over -n as the ranks read it: a rank reading
+    later took the new network and one before it the old (lines of two networks in one
+    output), and a rank of --split-layers read its blocks of the weights from the new file
+    beside the old file's biases, with exit 0."""
+    import shutil
+
+    import netCDF4
+
+    net, new = tmp_path / "gl.nc", tmp_path / "new.nc"
+    shutil.copy(model / "gl.nc", net)
+    shutil.copy(model / "gl.nc", new)
+    with netCDF4.Dataset(new, "a") as nc:  # (another run's weights, of the same layout)
+        for k in (0, 1):
+            nc.variables[f"weight{k}_weights"][:] = nc.variables[f"weight{k}_weights"][:] + 1
+    script = tmp_path / "replacing.py"
+    script.write_text(REPLACING)
+    out = tmp_path / "out" / "recs.txt"
+    out.parent.mkdir()
+    env = dict(ENV, REPLACE_RANK="1", NEW=str(new), NETWORK=str(net))
+    done = run([MPIEXEC, "-n", 2, sys.executable, script,
+                *argv(model, *split, "-s", out)[2:], "-n", net], env=env)
+    assert done.returncode == 1, done.stderr.decode()
+    (line,) = errors(done)
+    assert line.endswith(f"{net}: was replaced while predict read it (by a train writing it?), "
+                         "so the processes may have read parts of two networks; nothing was "
+                         "predicted. Run predict again once that run is done."), line
+    assert os.listdir(out.parent) == []
