@@ -20,11 +20,13 @@ if __name__ == "__main__":
 
     default_ctrl_c_while_loading()
 
+import contextlib  # noqa: E402
+
 import click  # noqa: E402
 
 from destiny.cli.common import library_errors, run_program  # noqa: E402
 from destiny.cli.options import FiniteRange, path_given, stdin_for_dash  # noqa: E402
-from destiny.io.atomic import check_outputs, is_stream, text_output  # noqa: E402
+from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output  # noqa: E402
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
 from destiny.wording import counted  # noqa: E402
 
@@ -44,10 +46,15 @@ from destiny.wording import counted  # noqa: E402
 def main(ratings, output, fmt, value, min_rating):
     """Convert the MovieLens ratings file RATINGS to DSSTNE text."""
     options = {"fmt": fmt, "value": value, "min_rating": min_rating}
-    if not is_stream(output):  # (stdout, a pipe: written in place)
-        check_outputs([(output, "converted ratings (-o)")], inputs=[(ratings, "ratings file")])
-    with text_output(output) as out:
-        report = convert_ratings(ratings, out, **options)
+    with contextlib.ExitStack() as held:
+        if not is_stream(output):  # (stdout, a pipe: written in place, unlocked)
+            check_outputs([(output, "converted ratings (-o)")],
+                          inputs=[(ratings, "ratings file")])
+            # (as the commands' outputs: an overlapping run fails at once, and the temporary
+            # files of killed runs are removed)
+            held.enter_context(exclusive(output, "converted ratings file (-o)"))
+        with text_output(output) as out:
+            report = convert_ratings(ratings, out, **options)
     skipped = ""
     if min_rating is not None:
         skipped = f", {report.skipped_below_min} below --min-rating left out"

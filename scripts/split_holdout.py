@@ -37,7 +37,7 @@ from destiny.errors import DataFormatError, open_files_failure  # noqa: E402
 from destiny.holdout import held_out_count  # noqa: E402
 from destiny.io.text import bom_line_error, ratings_hint, record_line_error  # noqa: E402
 from destiny.io.textscan import BOM, check_text_start  # noqa: E402
-from destiny.io.atomic import atomic_outputs, check_outputs  # noqa: E402
+from destiny.io.atomic import atomic_outputs, check_outputs, exclusive_all  # noqa: E402
 from destiny.io.ratings import DECIMAL  # noqa: E402
 from destiny.wording import counted  # noqa: E402
 
@@ -70,7 +70,9 @@ def main(text, train_path, heldout_path, fraction, seed):
     stdin)."""
     outputs = [(train_path, "training part (--train)"), (heldout_path, "held-out part (--heldout)")]
     check_outputs(outputs, [(text, "input text")])
-    with atomic_outputs() as out, out.open(train_path) as train, \
+    # Locked as the commands' outputs are: two overlapping runs (cron) would each put a pair
+    # in place, one's training part beside the other's held-out part, which may overlap it.
+    with exclusive_all(outputs), atomic_outputs() as out, out.open(train_path) as train, \
             out.open(heldout_path) as heldout:  # (each names its own failure: a full disk)
         kept, held = split_text(text, train, heldout, fraction, seed)
     click.echo(f"split_holdout: {counted(kept, 'feature')} to {train_path}, {held:,} to "

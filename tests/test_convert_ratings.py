@@ -479,3 +479,19 @@ def test_an_empty_output_path_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "Invalid value for '-o' / '--output': is an empty path" in \
         result.stderr, result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]
+
+
+def test_an_output_another_run_is_writing_is_refused(tmp_path):
+    """As the commands' outputs: an overlapping run (cron) fails at once instead of replacing
+    the other's file as it finishes."""
+    from destiny.io.atomic import exclusive, lock_path
+
+    (tmp_path / "r.csv").write_text(HEADER + "1,10,4.0,100\n")
+    out = tmp_path / "out.txt"
+    with exclusive(out, "output"):
+        done = run_script(tmp_path / "r.csv", "-o", out)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (f"Error: {out}: another run is writing this converted "
+                           f"ratings file (-o) now (it holds {lock_path(out)}); wait for it to "
+                           "finish, or choose another path.\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]

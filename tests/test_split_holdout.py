@@ -298,3 +298,20 @@ def test_an_empty_output_path_is_a_usage_error(flag):
     assert result.exit_code == 2 and f"Invalid value for '{flag}': is an empty path" in \
         result.stderr, result.output
     assert sorted(os.listdir()) == ["in.txt"]
+
+
+@pytest.mark.parametrize("flag", ["--train", "--heldout"])
+def test_an_output_another_run_is_writing_is_refused(flag):
+    """Two overlapping runs (cron) each put a pair in place: one's training part could be left
+    beside the other's held-out part, which may overlap it. Each output is locked as the
+    commands' are."""
+    from destiny.io.atomic import exclusive, lock_path
+
+    write("in.txt", GOOD)
+    path = {"--train": "t.txt", "--heldout": "h.txt"}[flag]
+    with exclusive(path, "output"):
+        result = run("in.txt", "--train", "t.txt", "--heldout", "h.txt")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {path}: another run is writing this "), result.output
+    assert f"(it holds {lock_path(path)})" in result.output
+    assert sorted(os.listdir()) == ["in.txt"]
