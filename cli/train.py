@@ -169,7 +169,13 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         progress.close()
         if not e.system:
             raise
-        # (a full disk, as one process's message below says it)
+        # (a full disk, as one process's message below says it) What it says of the outputs
+        # is put right here, not given as kept= as below: the rank that failed worded it (for
+        # its own file system's inodes, its own limit on open files: it may run on another
+        # machine) and the ranks got it as text (FailureText), but only rank 0, which alone
+        # writes the network file, can tell what that file is left as. Telling the failing
+        # rank would take train's words down through fit, save_network, write_gathered and
+        # all_or_none, worded before any failure.
         message = str(e).replace(NOTHING_REPLACED, _not_written(network_path))
         if progress.checkpoint is not None:
             message += (" To go on from this run's newest checkpoint instead, "
