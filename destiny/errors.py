@@ -180,14 +180,18 @@ def netcdf_reads(path, damaged: str):
                               f"{damaged}") from None
 
 
-def system_failure(e: BaseException,
-                   then: str = "run the command again, or write the outputs elsewhere", *,
-                   network: bool = True, kept: str = NOTHING_REPLACED) -> str | None:
+def system_failure(e: BaseException, then: str | None = None, *, network: bool = True,
+                   kept: str = NOTHING_REPLACED) -> str | None:
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
     own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
-    ``then`` is what to do once the cause is mended; ``network``: the command holds a network
-    (train, predict), whose size is then the advice on memory; ``kept``: what the outputs are
-    left as, where a file being replaced failed (train has put files in place before)."""
+    ``then`` is what to do once the cause is mended (by default, run the command again, or
+    write the outputs elsewhere; at the limit on open files, run it again); ``network``: the
+    command holds a network (train, predict), whose size is then the advice on memory;
+    ``kept``: what the outputs are left as, where a file being replaced failed (train has put
+    files in place before)."""
+    # (another file system does not raise the limit on open files, which is the process's)
+    again = then or "run the command again"
+    then = then or "run the command again, or write the outputs elsewhere"
     loading = library_not_loaded(e)
     if loading is not None:  # (an ImportError, or llvmlite's OSError without a strerror)
         return (f"out of memory ({loading}); {kept}. A library the command needs could not be "
@@ -208,7 +212,7 @@ def system_failure(e: BaseException,
             remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
         elif e.errno in OPEN_FILES:  # ("check the file" sent the user to a file at no fault)
             advice = too_many_open_files(e.errno)
-            remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
+            remedy = f"{advice[0].upper()}{advice[1:]}, then {again}."
         else:
             remedy = f"Check the file and the file system, then {then}."
         kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
