@@ -15,8 +15,8 @@ import traceback
 
 import click
 
-from destiny.errors import (NOTHING_REPLACED, DestinyError, InterruptedAfterOutputs,
-                            system_failure)
+from destiny.errors import (NO_OTHER_REPLACED, NOTHING_REPLACED, DestinyError,
+                            InterruptedAfterOutputs, system_failure)
 from destiny.signals import STOP_SIGNALS, heard
 from destiny.wording import readable
 
@@ -67,8 +67,11 @@ def library_errors(fn):
                 raise
             raise click.ClickException(_on_interrupt()) from None
         except Exception as e:  # the system's failures (anything else: None, its traceback)
-            # (the advice on memory is the network's size only where there is one)
-            message = system_failure(e, network=fn.__name__ in ("train", "predict"))
+            # (the advice on memory is the network's size only where there is one; outputs
+            # put in place before it are complete: evaluate's --json-out file, its table
+            # failing on standard output after it)
+            message = system_failure(e, network=fn.__name__ in ("train", "predict"),
+                                     complete=atomic.put_in_place())
             if os.environ.get("DESTINY_DEBUG") or message is None:
                 raise
             raise click.ClickException(message) from None
@@ -299,8 +302,7 @@ def _kept_on_interrupt() -> str:
     streams = atomic.streamed()
     if not streams:
         return NOTHING_REPLACED
-    return (f"{_hold(streams)}, and no other output was replaced (each is put in place only "
-            "once complete)")
+    return f"{_hold(streams)}, and {NO_OTHER_REPLACED}"
 
 
 def _hold(streams: list[str]) -> str:

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Sequence
 
 try:  # (loaded now: at the limit on open files, its own loading would fail)
     import resource
@@ -102,6 +103,8 @@ class InPlaceFailure(OSError):
 # Outputs are written to temporary files and renamed into place once complete (io/atomic.py),
 # so a command stopped part-way leaves every output as it was.
 NOTHING_REPLACED = "no output was replaced (each is put in place only once complete)"
+# The same, once some were put in place (complete) before the command failed or was stopped.
+NO_OTHER_REPLACED = "no other output was replaced (each is put in place only once complete)"
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
@@ -181,17 +184,27 @@ def netcdf_reads(path, damaged: str):
 
 
 def system_failure(e: BaseException, then: str | None = None, *, network: bool = True,
-                   kept: str = NOTHING_REPLACED) -> str | None:
+                   kept: str | None = None, complete: Sequence[str] = ()) -> str | None:
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
     own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
     ``then`` is what to do once the cause is mended (by default, run the command again, or
     write the outputs elsewhere; at the limit on open files, run it again); ``network``: the
     command holds a network (train, predict), whose size is then the advice on memory;
     ``kept``: what the outputs are left as, where a file being replaced failed (train has put
-    files in place before)."""
+    files in place before); by default, that none was. ``complete``: the outputs put in place
+    before the failure (evaluate's --json-out file, before its table failed on standard
+    output), which the message says are complete."""
     # (another file system does not raise the limit on open files, which is the process's)
     again = then or "run the command again"
     then = then or "run the command again, or write the outputs elsewhere"
+    # ("no output was replaced" was false for them, or nothing was said of them at all)
+    done = "" if not complete else (
+        f"{', '.join(complete)} {'was' if len(complete) == 1 else 'were'} put in place before "
+        f"the failure and {'is' if len(complete) == 1 else 'are'} complete")
+    if kept is None:
+        kept = NO_OTHER_REPLACED if complete else NOTHING_REPLACED
+    in_place_kept = done and f"; {done}"  # (after what the output that failed holds)
+    kept = f"{done}; {kept}" if done else kept
     loading = library_not_loaded(e)
     if loading is not None:  # (an ImportError, or llvmlite's OSError without a strerror)
         return (f"out of memory ({loading}); {kept}. A library the command needs could not be "
@@ -215,9 +228,9 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
             remedy = f"{advice[0].upper()}{advice[1:]}, then {again}."
         else:
             remedy = f"Check the file and the file system, then {then}."
-        kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
-                "and holds what was written before the failure" if isinstance(e, InPlaceFailure)
-                else kept)
+        if isinstance(e, InPlaceFailure):
+            kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
+                    f"and holds what was written before the failure{in_place_kept}")
         return f"{where}{e.strerror}; {kept}. {remedy}"
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
@@ -237,9 +250,9 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
                     "processes (nvidia-smi lists them).")
         if not network:
             # (the inputs are files, or sizes asked for: synthetic_data.py's --users)
-            return (f"{what}; {NOTHING_REPLACED}. Check that the inputs and flags are the ones "
-                    "meant (not a binary file read as text, nor sizes larger than intended), "
-                    "then free memory or run on a machine with more.")
+            return (f"{what}; {kept}. Check that the inputs and flags are the ones meant (not "
+                    "a binary file read as text, nor sizes larger than intended), then free "
+                    "memory or run on a machine with more.")
         return (f"{what}. The network's weights (in training, with their gradients and "
                 "optimizer state), the data and a batch must fit in this machine's memory: use "
                 "smaller layers or a smaller batch (-b), or split the layers over several "

@@ -107,6 +107,20 @@ def test_an_output_written_in_place_holds_what_was_written():
         "Input/output error; the output is written as the command goes")
 
 
+def test_outputs_put_in_place_before_the_failure_are_complete():
+    """evaluate's --json-out file, put in place before its table failed on standard output:
+    "no output was replaced" was false, and a stream's failure said nothing of it."""
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert system_failure(full, complete=["m.json"]).startswith(
+        "No space left on device; m.json was put in place before the failure and is complete; "
+        "no other output was replaced (each is put in place only once complete). Free space")
+    assert system_failure(InPlaceFailure(errno.EIO, "Input/output error", "standard output"),
+                          complete=["a.nc", "b"]).startswith(
+        "standard output: Input/output error; it is written as the command goes, and holds "
+        "what was written before the failure; a.nc, b were put in place before the failure and "
+        "are complete. Check the file")
+
+
 @pytest.mark.parametrize("failure", [
     OSError("a bug's own OSError"),  # (no strerror: not the system's)
     BrokenPipeError(errno.EPIPE, "Broken pipe"),  # (stdout's reader left: no failure to word)

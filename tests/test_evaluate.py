@@ -546,6 +546,29 @@ def test_a_second_run_to_the_same_json_out_stops(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["held.txt", "m.json", "recs.txt", "train.txt"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_table_failing_on_standard_output_says_the_json_out_file_is_complete():
+    """The --json-out file is put in place before the table is written: standard output then
+    failing (a full disk) left it complete, which the message did not say (a cron job's user
+    would not know whether to trust it). A process, for its own standard output."""
+    import pathlib
+    import subprocess
+    import sys
+
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [str(pathlib.Path(sys.executable).parent / "evaluate"), "-r", "recs.txt", "-t",
+             "held.txt", "-k", "2", "--json-out", "m.json", "-q"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(
+        "Error: standard output: No space left on device; it is written as the command goes, "
+        "and holds what was written before the failure; m.json was put in place before the "
+        "failure and is complete. "), done.stderr
+    with open("m.json") as f:
+        same(json.load(f), MODEL)
+
+
 @pytest.mark.parametrize("k", ["0", "-3", "x"])
 def test_bad_k_is_a_usage_error(k):
     result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", k])
