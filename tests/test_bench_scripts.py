@@ -135,6 +135,7 @@ def test_profile_steps_waits_differ_only_in_when_the_host_waits(monkeypatch, cap
     net.init_optimizer(opt)
     events = []
     read = DeviceError.__float__
+
     def counted(self):
         events.append("read")
         return read(self)

@@ -210,7 +210,6 @@ def test_launcher_reports_the_drivers_error(stand_ins, monkeypatch):
         fast[1, 32](_FakeArray((2,), np.float32, 0x10), 1)
 
 
-
 def test_launcher_compiles_a_signature_for_each_argument_type(stand_ins):
     """The compiled kernel is looked up by the types of every argument: another scalar or
     array type anywhere in the list is another signature, packed by its own layout."""
@@ -300,6 +299,7 @@ def test_only_arrays_that_fit_a_staging_slot_take_one(monkeypatch):
     assert dense._slot(dense._Staging.SLOT_BYTES + 1) is None
     assert dense._slot(1) == 1
 
+
 def staging_with_stand_ins(monkeypatch, slots):
     """cuda/dense.py's ``_Staging`` on stand-ins for numba.cuda, and the log of its events."""
     from destiny.kernels.cuda import dense
@@ -388,7 +388,6 @@ def test_a_download_holds_its_slot_until_its_get(monkeypatch):
     assert log == [("wait", held)] and not staging.held[held]
 
 
-
 _POOL_CHECK = """
 import os, sys, types
 
@@ -441,6 +440,7 @@ def test_numbas_allocations_come_from_cupys_pool_only_where_that_is_safe():
     done = subprocess.run([sys.executable, "-c", _POOL_CHECK], env=env, capture_output=True,
                           text=True, cwd=pathlib.Path(__file__).parents[1])
     assert done.stdout == "ok\n", done.stderr
+
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts the simulator's launches")
 def test_a_training_step_launches_only_what_the_launcher_takes_and_makes_no_arrays():

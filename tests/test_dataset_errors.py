@@ -103,6 +103,7 @@ NETDEF = {"ErrorFunction": "ScaledMarginalCrossEntropy",
                      {"Name": "Output", "Kind": "Output", "N": "auto", "DataSet": "gl_output",
                       "Activation": "Sigmoid"}]}
 
+
 @pytest.mark.parametrize("attrs, fragment", [c[1:] for c in SUMMARY_CASES[:1]],
                          ids=[c[0] for c in SUMMARY_CASES[:1]])
 def test_train_refuses_damaged_destiny_attributes(tmp_path, attrs, fragment):
@@ -196,6 +197,7 @@ CASES = [
     ("no-index-variable", dict(variables={"sparseIndex0": (None, INDICES)}),
      "lacks the variable 'sparseIndex0'; the dataset is incomplete"),
 ]
+
 
 @pytest.mark.parametrize("kwargs, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_read_dataset_refuses(tmp_path, kwargs, fragment):

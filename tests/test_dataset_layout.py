@@ -499,7 +499,6 @@ def test_contents_digest_tells_any_change_and_only_a_change(tmp_path):
     assert len({base} | {digest(f"o{i}.nc", ds) for i, ds in enumerate(others)}) == 5
 
 
-
 def test_contents_digest_is_the_same_under_numpy_1s_printing(tmp_path):
     """numpy 1 (and numpy 2's legacy printing) write np.uint32(3) as '3': a checkpoint's
     digest of unchanged data must not change with them (--resume would call it changed)."""

@@ -91,7 +91,6 @@ def test_table_output():
     assert len(lines) == 2
 
 
-
 def test_the_tables_columns_keep_their_widths_and_grow_to_fit_a_long_k():
     """The usual layout, character for character; a k of 14 digits ran the headers together
     (precision@99999999999999recall@...): each column grows to its header, a space before
@@ -473,7 +472,6 @@ def test_standard_input_given_twice_is_a_usage_error(args, flags):
     result = CliRunner().invoke(evaluate, args, input=RECS)
     assert result.exit_code == 2, result.output
     assert f"{flags} are both '-', but standard input can be read only once" in result.stderr
-
 
 
 def test_one_input_read_from_standard_input_scores_as_its_file():

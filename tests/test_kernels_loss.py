@@ -392,6 +392,7 @@ def test_a_softmax_output_of_one_at_a_zero_target_costs_min_error(backend):
     assert results[backend][0] == pytest.approx(results["reference"][0], rel=1e-6)
     np.testing.assert_allclose(results[backend][1], results["reference"][1], rtol=1e-6)
 
+
 @pytest.mark.parametrize("err_fn, act", [
     (codes.CROSS_ENTROPY, codes.TANH), (codes.SMCE, codes.RELU), (codes.DSMCE, codes.SOFTMAX),
     (codes.CROSS_ENTROPY, codes.LINEAR), (codes.L2, 8), (9, codes.SIGMOID),

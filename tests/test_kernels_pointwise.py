@@ -75,6 +75,7 @@ def test_softmax_of_far_negative_or_positive_rows(backend):
     BACKENDS[backend].activation_forward(a, a, codes.SOFTMAX, SLOPE, ALPHA, LAM)
     np.testing.assert_allclose(a, np.tile(shifted / shifted.sum(), (2, 1)), rtol=1e-6)
 
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_backward_matches_finite_differences(backend, act):

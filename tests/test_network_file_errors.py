@@ -672,7 +672,6 @@ def test_a_newer_format_checkpoint_is_not_judged_another_run(checkpoints, tmp_pa
     assert "other settings" not in result.output
 
 
-
 def test_every_network_and_layer_attribute_survives_a_write_and_read(tmp_path):
     """A definition whose every field differs from its default and from the others (values
     exact in float32), written and read back: the same definition, weights and biases, and

@@ -108,7 +108,6 @@ def test_signals_held_back_while_python_runs_are_left_to_the_command():
     assert result.stderr.startswith("Error: interrupted; no output was replaced"), result.stderr
 
 
-
 _RANKS = """
 import ctypes, ctypes.util
 import click

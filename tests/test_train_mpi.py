@@ -220,7 +220,6 @@ def test_resume_on_other_ranks(data, single, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc3.nc"]  # rank 0 removed the rest
 
 
-
 @pytest.mark.parametrize("state, message", [
     ("destiny_bias_state0_0", "the optimizer state 'destiny_bias_state0_0' holds 3 values; the "
                               "layer 'H1' it is for has 37 units."),
@@ -244,6 +243,7 @@ def test_resume_refuses_optimizer_state_of_another_size(data, tmp_path, state, m
     assert line.startswith(f"Error: {tmp_path / 'gl.nc2.nc'}: {message}"), line
     assert "Traceback" not in done.stderr.decode() and "Abort" not in done.stderr.decode()
     assert not (tmp_path / "gl.nc").exists()
+
 
 # Each rank's fit with --resume (a checkpoint found) and with --resume-or-restart (the same
 # file passed over): rank 0 alone looks for the checkpoint and judges it, and every rank must
