@@ -27,8 +27,32 @@ def default_ctrl_c_while_loading() -> None:
     _refuse_unusable_thread_count()
     _word_failures_of_the_system_while_loading()
     _numbas_lock_warning_left_out()
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    from destiny.launcher import launched_by_mpi
+
+    if launched_by_mpi():
+        _a_rank_stopped_while_loading_exits_with_the_status()
+    elif signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _a_rank_stopped_while_loading_exits_with_the_status() -> None:
+    """Under an MPI launcher, a stop signal that comes while the command loads ends the
+    rank with exit status 128 + the signal, as the command's own handlers end it a moment
+    later, instead of by the signal's default action: MPICH's mpiexec reported ranks killed so
+    with its BAD TERMINATION banner on stdout and exit status 15 or 2 (the signal's number),
+    where a scheduler's SIGTERM (Slurm's scancel) or a Ctrl-C half a second later gave 143 or
+    130. The handler is Python's, so a C call that never returns would delay it (the same
+    calls as the stuck watch's, which is not running yet); loading makes none such. An
+    ignored signal stays ignored."""
+    from destiny.signals import STOP_SIGNALS
+
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(signum, _exit_with_the_status)
+
+
+def _exit_with_the_status(signum, frame) -> None:
+    os._exit(128 + signum)  # (nothing written yet to flush, nor to clean up)
 
 
 def _refuse_unusable_thread_count() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
 import sys
 import time
@@ -22,13 +21,8 @@ import traceback
 from typing import Callable, Iterator
 
 from destiny.errors import DestinyError, InterruptedAfterOutputs, system_failure
+from destiny.launcher import launched_by_mpi, launcher_size
 from destiny.signals import HeldSignals, held_back
-
-# Set by the launchers: MPICH's hydra (PMI_*, HYDI_CONTROL_FD, MPI_LOCALNRANKS), Open MPI's
-# mpirun (OMPI_COMM_WORLD_SIZE) and PMIx launchers such as Slurm's srun --mpi=pmix (PMIX_RANK).
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
-                  "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 class ParallelError(DestinyError):
@@ -256,11 +250,6 @@ class MPIComm(Comm):
         self._world.Abort(code)
 
 
-def launched_by_mpi(environ=os.environ) -> bool:
-    """Whether an MPI launcher (mpiexec, mpirun, srun) started this process."""
-    return any(name in environ for name in _LAUNCHER_VARS)
-
-
 @functools.cache
 def get_comm() -> Comm:
     """The job's Comm: MPI ranks under a launcher with more than one process, else one process.
@@ -271,7 +260,7 @@ def get_comm() -> Comm:
     """
     if not launched_by_mpi():
         return Comm()
-    expected = _launcher_size()
+    expected = launcher_size()
     try:
         from mpi4py import MPI
     except ImportError:
@@ -289,14 +278,6 @@ def get_comm() -> Comm:
             f"{MPI.Get_library_version().splitlines()[0].strip()}); run the mpiexec installed "
             "beside this Python (the 'mpich' package).")
     return MPIComm(world) if world.Get_size() > 1 else Comm()
-
-
-def _launcher_size() -> int:
-    for name in _SIZE_VARS:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0  # unknown
 
 
 class FailureText(str):

@@ -649,3 +649,49 @@ def test_rank_0_failing_inside_a_collective_as_it_writes_a_network_stops_alone(t
     done = run_ranks(2, script)
     assert done.returncode != 0
     assert done.stdout == "rank 0: MemoryError: simulated\n", done.stdout + done.stderr
+
+
+LOADING = ("from destiny.cli.entry import default_ctrl_c_while_loading\n"
+           "default_ctrl_c_while_loading()\n"
+           "import time\n"
+           "print('loading', flush=True)\n"
+           "time.sleep(60)  # (a command's modules loading: numba, up to half a second)\n")
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_as_the_ranks_load_ends_the_job_with_its_status(tmp_path, signum):
+    """A scheduler's SIGTERM or a Ctrl-C to mpiexec as the ranks load their command, before its
+    handlers: the ranks died by it, and MPICH reported that as exit status 15 or 2 (the
+    signal's number) with its BAD TERMINATION banner, where the same signal a moment later
+    gave 143 or 130."""
+    script = tmp_path / "loading.py"
+    script.write_text(LOADING)
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
+                           env=rank_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert [job.stdout.readline() for _ in range(2)] == ["loading\n"] * 2
+        job.send_signal(signum)
+        out, err = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signum, out + err
+    assert "BAD TERMINATION" not in out + err
+
+
+def test_a_stop_signal_ignored_as_a_rank_loads_stays_ignored(monkeypatch):
+    """As without a launcher: nohup's SIGHUP, a background job's SIGINT."""
+    from destiny.cli.entry import default_ctrl_c_while_loading
+
+    monkeypatch.setenv("PMI_RANK", "0")
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        default_ctrl_c_while_loading()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
