@@ -216,6 +216,7 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
             return None
         where = f"{e.filename}: " if e.filename else ""
+        said = e.strerror
         if e.errno == errno.EFBIG:
             remedy = ("The file is larger than the file system, or the process's file size "
                       "limit (ulimit -f), allows: raise the limit (or use a file system that "
@@ -226,12 +227,19 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
         elif e.errno in OPEN_FILES:  # ("check the file" sent the user to a file at no fault)
             advice = too_many_open_files(e.errno)
             remedy = f"{advice[0].upper()}{advice[1:]}, then {again}."
+        elif e.errno == errno.ENOMEM:  # (a map refused: llvmlite's executable memory as numba
+            # compiles, under ulimit -v; its guess at SELinux, which refuses with EACCES or
+            # EPERM, is left out: ENOMEM is memory)
+            said = said.split(". ")[0].rstrip(".")
+            remedy = ("The memory free, or the address space that a limit allows (ulimit -v, a "
+                      "container's or a job's memory limit), is too small: free memory or raise "
+                      f"the limit, then {again}.")
         else:
             remedy = f"Check the file and the file system, then {then}."
         if isinstance(e, InPlaceFailure):
             kept = (f"{'it' if e.filename else 'the output'} is written as the command goes, "
                     f"and holds what was written before the failure{in_place_kept}")
-        return f"{where}{e.strerror}; {kept}. {remedy}"
+        return f"{where}{said}; {kept}. {remedy}"
     if isinstance(e, RuntimeError) and str(e).startswith("NetCDF:"):  # "NetCDF: HDF error"
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {kept}. While writing, "

@@ -149,6 +149,23 @@ def test_too_many_open_files_says_to_raise_the_limit_not_to_check_the_file(code,
     assert system_failure(failure, "retry").endswith(", then retry.")  # (a caller's own)
 
 
+@pytest.mark.parametrize("failure,said", [
+    (OSError(errno.ENOMEM, "cannot allocate executable memory. This may be due to security "
+             "restrictions on your system, such as SELinux or similar mechanisms."),
+     "cannot allocate executable memory"),
+    (OSError(errno.ENOMEM, os.strerror(errno.ENOMEM), "gl.nc"),
+     f"gl.nc: {os.strerror(errno.ENOMEM)}")], ids=["llvmlite", "map"])
+def test_a_map_refused_for_want_of_memory_says_so(failure, said):
+    """llvmlite's OSError as numba first compiles under ulimit -v (generate-netcdf at 400 MB,
+    one run in three) said to check the file and the file system, after llvmlite's guess at
+    SELinux; a map of a file refused (ENOMEM) said the same."""
+    message = system_failure(failure)
+    assert message == (f"{said}; {NOTHING_REPLACED}. The memory free, or the address space "
+                       "that a limit allows (ulimit -v, a container's or a job's memory limit), "
+                       "is too small: free memory or raise the limit, then run the command "
+                       "again."), message
+
+
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE], ids=["EMFILE", "ENFILE"])
 def test_a_compiled_module_not_loaded_at_the_limit_on_open_files_says_so(code):
     """numba loads its thread pool's module on first use: at the limit, the loader's
