@@ -10,6 +10,9 @@ signal through Python's wakeup descriptor (written by the C-level handler, whate
 thread is doing) and, where no Python handler has run within STUCK_SECONDS (``signals.heard``),
 says so and ends the process.
 
+The message names the file the command was reading or writing where the call was one on a
+file (``errors.file_in_use``).
+
 Under mpiexec a rank waiting in a collective for a slower rank is in a C call too, and its
 signal is acted on once the ranks meet (parallel.py): the time it waits there is not counted
 (``waiting``). A rank stuck elsewhere ends, and mpiexec then ends the others.
@@ -20,14 +23,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import signal
 import threading
 import time
 from typing import Callable
 
 from destiny.cli.common import _hold
+from destiny.errors import file_in_use
 from destiny.io import atomic
 from destiny.signals import STOP_SIGNALS, last_heard
+from destiny.wording import readable
 
 # Far above the calls of a healthy run (a product, a read of a block of a dataset), but not
 # above all of them: a network of many GB written, or synced to a slow disk, can take one call
@@ -98,12 +104,14 @@ def _stop_now(signum: int, who: str) -> None:
     name = signal.Signals(signum).name
     message = (f"Error: {who}{name} could not be acted on for {STUCK_SECONDS:g} s: the command "
                "is in a call into a library that has not returned (HDF5 reading a damaged "
-               "NetCDF file can loop for ever; a hung network file system blocks a read), so it "
-               "stopped at once. Each output it replaces is still "
+               "NetCDF file can loop for ever; a hung network file system blocks a read or a "
+               "write), so it stopped at once. Each output it replaces is still "
                f"the old file or the complete new one{_in_place()}; temporary files it was "
                "writing (.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same "
-               f"file removes them once {atomic.ABANDONED_SECONDS // 60} minutes old. If it was "
-               "reading a file, check that file (ncdump -h FILE).\n")
+               f"file removes them once {atomic.ABANDONED_SECONDS // 60} minutes old. "
+               f"{_the_file()}\n")
+    with contextlib.suppress(Exception):  # (the process must still end)
+        message = readable(message)  # (a file name's bytes that are not UTF-8 as \xff)
     with contextlib.suppress(OSError):
         os.write(2, message.encode("utf-8", "backslashreplace"))
     os._exit(128 + signum)
@@ -117,3 +125,20 @@ def _in_place() -> str:
         return f", and {_hold(streams)}" if streams else ""
     except Exception:  # noqa: BLE001 (the process must still end)
         return ""
+
+
+def _the_file() -> str:
+    """What to check: the file the command was reading or writing (``errors.file_in_use``),
+    the output a temporary file is written for named, not that file."""
+    unknown = "If it was reading a file, check that file (ncdump -h FILE)."
+    try:
+        found = file_in_use()
+        if found is None:
+            return unknown
+        doing, path = found[0], os.fsdecode(found[1])
+        if doing == "writing":
+            return (f"It was writing {atomic.output_of(path) or path}: check the file system "
+                    "it is written to (a hung network mount, a failing disk).")
+        return f"It was reading {path}: check that file (ncdump -h {shlex.quote(path)})."
+    except Exception:  # noqa: BLE001 (the process must still end)
+        return unknown

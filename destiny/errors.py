@@ -166,6 +166,32 @@ def netcdf_library_failure(e: BaseException) -> bool:
             and isinstance(e.args[0], str) and e.args[0].startswith("NetCDF:"))
 
 
+# The file the main thread is in a call into a library for, as ("reading" or "writing", the
+# path as given), or None: a call that never returns (HDF5 looping on a damaged file, a hung
+# network file system) is ended by the stuck-command watch (cli/stuck.py), whose message then
+# names the file. The watch's thread reads it while the main thread is blocked; one assignment
+# on the way in and one on the way out, atomic in Python, so no lock is needed, and a read
+# pays two assignments. Only the main thread reads and writes NetCDF files.
+_in_file: tuple[str, object] | None = None
+
+
+def file_in_use() -> tuple[str, object] | None:
+    """("reading" or "writing", path) of the file the command is in a library call for
+    (``netcdf_reads``, ``in_file``), or None."""
+    return _in_file
+
+
+@contextlib.contextmanager
+def in_file(path, doing: str):
+    """Within the block, ``file_in_use`` is (``doing``, ``path``): "reading" or "writing"."""
+    global _in_file
+    outer, _in_file = _in_file, (doing, path)
+    try:
+        yield
+    finally:
+        _in_file = outer
+
+
 @contextlib.contextmanager
 def netcdf_reads(path, damaged: str):
     """Raise the NetCDF library's failure to read the file ``path`` within the block (as it
@@ -173,7 +199,9 @@ def netcdf_reads(path, damaged: str):
     HDF5 cannot decode) as a ``DataFormatError`` naming the file, ``damaged`` ending the
     message (what to do). It was a traceback (AttributeError), or, as a RuntimeError, worded
     as a full disk while writing. ``damaged`` follows the library's words: "; the file is
-    damaged; ..." or ". The ..."."""
+    damaged; ..." or ". The ...". Within the block, ``file_in_use`` names ``path``."""
+    global _in_file
+    outer, _in_file = _in_file, ("reading", path)  # (``in_file``'s, without a second frame)
     try:
         yield
     except (RuntimeError, AttributeError) as e:
@@ -181,6 +209,8 @@ def netcdf_reads(path, damaged: str):
             raise
         raise DataFormatError(path, f"the NetCDF library failed to read it ({e.args[0]})"
                               f"{damaged}") from None
+    finally:
+        _in_file = outer
 
 
 def system_failure(e: BaseException, then: str | None = None, *, network: bool = True,

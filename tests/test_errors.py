@@ -8,7 +8,8 @@ import os
 import pytest
 
 from destiny.errors import (NOTHING_REPLACED, DataFormatError, DestinyError, InPlaceFailure,
-                            netcdf_text_error, starts_as_netcdf, system_failure)
+                            file_in_use, in_file, netcdf_reads, netcdf_text_error,
+                            starts_as_netcdf, system_failure)
 
 NOT_UTF8 = os.fsdecode(b"in\xff.txt")  # as Python holds such a file name: 'in\udcff.txt'
 
@@ -48,6 +49,21 @@ def test_a_named_pipe_is_not_read_to_tell_whether_it_is_netcdf(tmp_path):
     finally:
         os.close(fd)
     assert not starts_as_netcdf(tmp_path / "missing.nc")
+
+
+def test_the_file_in_use_is_the_innermost_and_is_forgotten_as_its_block_ends():
+    """What the stuck-command watch names (cli/stuck.py): the file read or written within
+    the block, the outer one again after an inner block, none after, also after a failure
+    (a damaged file raised as a DataFormatError)."""
+    assert file_in_use() is None
+    with netcdf_reads("in.nc", "."):
+        assert file_in_use() == ("reading", "in.nc")
+        with in_file("out.nc", "writing"):
+            assert file_in_use() == ("writing", "out.nc")
+        assert file_in_use() == ("reading", "in.nc")
+    with pytest.raises(DataFormatError), netcdf_reads("in.nc", "."):
+        raise RuntimeError("NetCDF: HDF error")
+    assert file_in_use() is None
 
 
 def test_a_failure_of_the_system_names_its_file_when_it_has_one():

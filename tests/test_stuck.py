@@ -6,6 +6,7 @@ delay cut to half a second, and signals it once it says it is ready.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +38,21 @@ def command():
         out = atomic.open_stream("-")
         out.write("a line\\n")
         out.flush()
+    if how in ("reading", "writing"):  # the library stuck in its open of FILE (HDF5 looping
+        import netCDF4                  # on a damaged file, a hung network file system)
+        import numpy as np
+        from destiny.io.dataset import SparseDataset, read_dataset, write_dataset
+
+        def stuck_in_open(*args, **kwargs):
+            print("ready", flush=True)
+            libc.pthread_mutex_lock(mutex)
+
+        netCDF4.Dataset = stuck_in_open
+        if how == "reading":
+            read_dataset(os.environ["FILE"])
+        with atomic.atomic_outputs() as out:
+            write_dataset(out.path(os.environ["FILE"]), SparseDataset(
+                "x", 128, np.array([0, 1]), np.array([0], dtype=np.int32)))
     print("ready", flush=True)
     if how in ("stuck", "streamed"):  # a call into C that never returns, the GIL released
         libc.pthread_mutex_lock(mutex)  # (a normal mutex locked again: waits for ever)
@@ -51,9 +67,11 @@ run_program(command, "command")
 """
 
 
-def run_signalled(how: str, signals=(signal.SIGTERM,)) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen([sys.executable, "-c", _PROGRAM], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=os.environ | {"HOW": how})
+def run_signalled(how: str, signals=(signal.SIGTERM,), program: str = _PROGRAM, args=(), **env
+                  ) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([sys.executable, "-c", program, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"HOW": how} | env)
     before = ""  # (what it wrote before "ready")
     while (line := proc.stdout.readline()) != "ready\n":
         if not line:
@@ -86,7 +104,34 @@ def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
     assert "removes them once 60 minutes old" in result.stderr
     assert ("Each output it replaces is still the old file or the complete new one; "
             in result.stderr)
+    assert result.stderr.endswith(" 60 minutes old. If it was reading a file, check that file "
+                                  "(ncdump -h FILE).\n"), result.stderr
     assert "done" not in result.stdout
+
+
+def test_the_message_names_the_file_being_read(tmp_path):
+    """HDF5 stuck reading a dataset (a damaged file it loops on): the message said "if it was
+    reading a file, check that file (ncdump -h FILE)", naming none. It names the one
+    ``netcdf_reads`` was reading, in a command that can be pasted (quoted: a space), a byte
+    of the name that is not UTF-8 shown as \\xff."""
+    path = tmp_path / "in put\udcff.nc"
+    result = run_signalled("reading", FILE=str(path))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    shown = str(path).replace("\udcff", "\\xff")
+    assert result.stderr.endswith(f" 60 minutes old. It was reading {shown}: check that file "
+                                  f"(ncdump -h '{shown}').\n"), result.stderr
+
+
+def test_the_message_names_the_output_being_written(tmp_path):
+    """A dataset's write stuck (a hung network mount): the output is named as given, not by
+    the temporary file the library writes in its place, and the file system is what to
+    check."""
+    path = tmp_path / "out.nc"
+    result = run_signalled("writing", FILE=str(path))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr.endswith(f" 60 minutes old. It was writing {path}: check the file "
+                                  "system it is written to (a hung network mount, a failing "
+                                  "disk).\n"), result.stderr
 
 
 def test_an_output_written_in_place_is_said_to_hold_what_was_written():
@@ -108,11 +153,84 @@ def test_signals_held_back_while_python_runs_are_left_to_the_command():
     assert result.stderr.startswith("Error: interrupted; no output was replaced"), result.stderr
 
 
+_TRAIN = """
+import ctypes, ctypes.util, os
+import netCDF4
+from destiny.cli import stuck
+from destiny.cli.common import run_program
+from destiny.cli.train import train
+from destiny.io import atomic
+
+stuck.STUCK_SECONDS = 0.5
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+mutex = ctypes.create_string_buffer(64)
+libc.pthread_mutex_lock(mutex)
+how, stuck_on = os.environ["HOW"], os.environ["STUCK"]
+
+
+def stuck_here():  # a call into C that never returns, the GIL released
+    print("ready", flush=True)
+    libc.pthread_mutex_lock(mutex)
+
+
+open_netcdf, sync = netCDF4.Dataset, atomic._sync
+
+
+def opened(path, *args, **kwargs):  # the library stuck writing the output, or reading it
+    if ((how == "writing" and atomic.output_of(path) == stuck_on)
+            or (how == "reading" and path == stuck_on)):
+        stuck_here()
+    return open_netcdf(path, *args, **kwargs)
+
+
+def synced(path, directory=False):  # its sync to the disk, or its directory's once in place
+    if ((how == "syncing" and not directory and atomic.output_of(path) == stuck_on)
+            or (how == "synced" and directory and atomic.put_in_place() == [stuck_on])):
+        stuck_here()
+    return sync(path, directory)
+
+
+netCDF4.Dataset, atomic._sync = opened, synced
+run_program(train, "train")
+"""
+
+
+@pytest.mark.parametrize("how, stuck_on", [
+    ("writing", "net.nc1.nc"),  # (the first checkpoint)
+    ("writing", "net.nc2.nc"),
+    ("syncing", "net.nc2.nc"),
+    ("synced", "net.nc2.nc"),
+    ("reading", "net.nc1.nc"),  # (--keep-checkpoints 1 judging it)
+    ("synced", "net.nc")])
+def test_train_stuck_names_the_file_it_was_writing_or_reading(tmp_path, how, stuck_on):
+    """train stuck writing a checkpoint or the network (its file, the file's sync to the disk,
+    its directory's once in place), or reading a checkpoint: the message names that file."""
+    from destiny.io.dataset import SparseDataset, write_dataset
+    from tests.test_train import random_dataset, small_netdef
+
+    ds = random_dataset("x")
+    for name in ("gl_input", "gl_output"):
+        write_dataset(tmp_path / f"{name}.nc", SparseDataset(name, ds.width, ds.indptr,
+                                                             ds.indices))
+    (tmp_path / "net.json").write_text(json.dumps(small_netdef()))
+    args = ["-c", str(tmp_path / "net.json"), "-i", str(tmp_path / "gl_input.nc"),
+            "-o", str(tmp_path / "gl_output.nc"), "-n", str(tmp_path / "net.nc"), "-b", "64",
+            "-e", "3", "--checkpoint-every", "1", "--keep-checkpoints", "1", "--backend", "cpu",
+            "-q"]
+    result = run_signalled(how, program=_TRAIN, args=args, STUCK=str(tmp_path / stuck_on))
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr.startswith("Error: SIGTERM could not be acted on"), result.stderr
+    path = tmp_path / stuck_on
+    assert (f" It was reading {path}: check that file (ncdump -h {path})." if how == "reading"
+            else f" It was writing {path}: check the file system") in result.stderr, result.stderr
+
+
 _RANKS = """
 import ctypes, ctypes.util
 import click
 from destiny.cli import stuck
 from destiny.cli.common import library_errors, run_command
+from destiny.errors import netcdf_reads
 from destiny.parallel import get_comm
 
 stuck.STUCK_SECONDS = 0.5
@@ -125,8 +243,9 @@ def command():
     mutex = ctypes.create_string_buffer(64)
     libc.pthread_mutex_lock(mutex)
     print(f"ready {comm.rank}", flush=True)
-    if comm.rank == 1:  # stuck in C, never joining rank 0's collective
-        libc.pthread_mutex_lock(mutex)
+    if comm.rank == 1:  # stuck in C reading a file, never joining rank 0's collective
+        with netcdf_reads("ranks.nc", "."):
+            libc.pthread_mutex_lock(mutex)
     comm.barrier()
 
 run_command(command, "command")
@@ -137,7 +256,7 @@ def test_under_mpiexec_the_rank_stuck_in_c_ends_and_the_one_waiting_for_it_does_
     """Rank 1 stuck in a call into C, rank 0 waiting for it in a collective (a C call too):
     SIGTERM to mpiexec reaches both, and neither handler can run. The stuck rank ends, saying
     which it is, and mpiexec ends the job; the time rank 0 waits in the collective is not
-    counted, so it says nothing of its own."""
+    counted, so it says nothing of its own. The stuck rank names the file it was reading."""
     from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
     if needs_mpiexec.args[0]:
@@ -159,4 +278,5 @@ def test_under_mpiexec_the_rank_stuck_in_c_ends_and_the_one_waiting_for_it_does_
         pytest.fail("the job still ran 60 s after SIGTERM")
     assert proc.returncode != 0
     assert "Error: rank 1 of 2: SIGTERM could not be acted on for 0.5 s" in stderr, stderr
+    assert ("It was reading ranks.nc: check that file (ncdump -h ranks.nc).\n") in stderr, stderr
     assert "rank 0 of 2: SIGTERM could not" not in stderr, stderr

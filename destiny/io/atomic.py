@@ -19,7 +19,7 @@ import time
 from typing import Callable, TextIO
 
 from destiny.errors import (FULL, OPEN_FILES, InterruptedAfterOutputs, OutputError, free_space,
-                            too_many_open_files)
+                            in_file, too_many_open_files)
 from destiny.io import failures
 from destiny.signals import uninterrupted
 from destiny.wording import quoted
@@ -124,6 +124,17 @@ _put_in_place: list[str] = []
 def put_in_place() -> list[str]:
     """The outputs that the latest commit put in place (empty before any)."""
     return list(_put_in_place)
+
+
+# The temporary files of the outputs being written (``OutputSet.path``), each to the output it
+# is written for, as the caller named it: the stuck-command watch (cli/stuck.py) names the
+# output whose temporary file a write never returned from (``errors.file_in_use``).
+_temporaries: dict[str, str] = {}
+
+
+def output_of(path) -> str | None:
+    """The output (as the caller named it) whose temporary file is ``path``, or None."""
+    return _temporaries.get(path)
 
 
 def open_stream(path) -> TextIO:
@@ -474,6 +485,7 @@ class OutputSet:
                                   ) from None
             os.close(fd)
             self._pending.append((tmp, os.path.join(directory, name), final))  # (a link's)
+            _temporaries[tmp] = final
         return tmp
 
     def open(self, final) -> TextIO:
@@ -502,7 +514,8 @@ class OutputSet:
         # cut, a rename without it may publish an empty or partial file (ext4 without
         # auto_da_alloc, xfs), where the old one stood.
         for tmp, _, _ in self._pending:
-            _sync(tmp)
+            with in_file(tmp, "writing"):  # (a large file to a slow or hung file system)
+                _sync(tmp)
         with _stops_held(given):  # an interrupt between two renames would publish some
             for tmp, final, _ in self._pending:
                 try:
@@ -513,16 +526,25 @@ class OutputSet:
                                       f"({e.strerror}); it is left as it was. Check the file "
                                       "and its directory, or choose another path.") from None
             _put_in_place[:] = given  # (with the renames: no interrupt between them)
-            for directory in dict.fromkeys(os.path.dirname(f) for _, f, _ in self._pending):
-                _sync(directory or ".", directory=True)  # (the renames themselves)
-            self._pending.clear()
+            directories: dict[str, str] = {}  # (each to the first output put in it)
+            for _, final, named in self._pending:
+                directories.setdefault(os.path.dirname(final), named)
+            for directory, named in directories.items():
+                with in_file(named, "writing"):  # (its entry in the directory)
+                    _sync(directory or ".", directory=True)  # (the renames themselves)
+            self._forget()
 
     def discard(self) -> None:
         for tmp, _, _ in self._pending:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        self._pending.clear()
+        self._forget()
         self._opened.clear()
+
+    def _forget(self) -> None:
+        for tmp, _, _ in self._pending:
+            _temporaries.pop(tmp, None)
+        self._pending.clear()
 
 
 def _sync(path: str, directory: bool = False) -> None:

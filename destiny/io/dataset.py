@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from destiny.errors import DataFormatError, DestinyError, netcdf_reads, open_files_failure
+from destiny.errors import (DataFormatError, DestinyError, in_file, netcdf_reads,
+                            open_files_failure)
 from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
@@ -100,7 +101,7 @@ def write_dataset(path, ds: SparseDataset, index: tuple[int, str] | None = None,
         # DSSTNE's loader refuses both (spec 2.4); netCDF would make a 0 dimension unlimited.
         raise DataFormatError(path, "the dataset would have no examples or no entries, which "
                               "DSSTNE's loader refuses; check the input.")
-    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+    with in_file(path, "writing"), netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         nc.setncattr("datasets", np.uint32(1))
         set_attribute(nc, "name0", ds.name)
         nc.setncattr("attributes0", np.uint32(SPARSE | (BOOLEAN if ds.indicator else 0)

@@ -22,8 +22,8 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import (DataFormatError, NetDefError, netcdf_library_failure, netcdf_reads,
-                            open_files_failure, starts_as_netcdf)
+from destiny.errors import (DataFormatError, NetDefError, in_file, netcdf_library_failure,
+                            netcdf_reads, open_files_failure, starts_as_netcdf)
 from destiny.io import atomic
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
@@ -55,7 +55,7 @@ def write_network(path, netdef: NetworkDef, weights: dict[int, np.ndarray],
     """
     import netCDF4
 
-    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+    with in_file(path, "writing"), netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
         for key, value in _network_attributes(netdef):
             set_attribute(nc, key, value)
         layers = netdef.layers
@@ -294,7 +294,7 @@ def destiny_attributes(path) -> dict | None:
     import netCDF4
 
     try:
-        with netCDF4.Dataset(path, "r") as nc:
+        with in_file(path, "reading"), netCDF4.Dataset(path, "r") as nc:
             return {k[len("destiny_"):]: nc.getncattr(k) for k in nc.ncattrs()
                     if k.startswith("destiny_")}
     except OSError:  # (missing, not NetCDF, damaged)
