@@ -11,7 +11,8 @@ thread is doing) and, where no Python handler has run within STUCK_SECONDS (``si
 says so and ends the process.
 
 The message names the file the command was reading or writing where the call was one on a
-file (``errors.file_in_use``).
+file (``errors.file_in_use``), and ends with what the command adds (``advising``: train's way
+to go on from its newest checkpoint).
 
 Under mpiexec a rank waiting in a collective for a slower rank is in a C call too, and its
 signal is acted on once the ranks meet (parallel.py): the time it waits there is not counted
@@ -44,6 +45,8 @@ STUCK_SECONDS = 30.0
 # thread may run the handler before the watch thread reads (both wait for the GIL), and two
 # signals that came together write two bytes but run the handler once.
 _HEARD_BEFORE_S = 1.0
+# What the command running adds to the message (``advising``), or None.
+_advice: Callable[[], str | None] | None = None
 
 
 def watch(waiting: Callable[[], bool] = lambda: False, who: str = "") -> None:
@@ -65,6 +68,20 @@ def watch(waiting: Callable[[], bool] = lambda: False, who: str = "") -> None:
         return
     threading.Thread(target=_watch, args=(read_end, waiting, who), name="destiny-stuck-watch",
                      daemon=True).start()
+
+
+@contextlib.contextmanager
+def advising(advice: Callable[[], str | None]):
+    """Within the block, the message ends with ``advice()``, a sentence, where it gives one
+    (train: how to go on from its newest checkpoint). It runs in the watch's thread while the
+    main thread is stuck: it must neither touch the file system, which may be what hangs,
+    nor take a lock the main thread may hold."""
+    global _advice
+    outer, _advice = _advice, advice
+    try:
+        yield
+    finally:
+        _advice = outer
 
 
 def _above_standard(fd: int) -> int:
@@ -109,7 +126,7 @@ def _stop_now(signum: int, who: str) -> None:
                f"the old file or the complete new one{_in_place()}; temporary files it was "
                "writing (.NAME.XXXXXXXX.tmp) are left beside them, and the next run to the same "
                f"file removes them once {atomic.ABANDONED_SECONDS // 60} minutes old. "
-               f"{_the_file()}\n")
+               f"{_the_file()}{_advised()}\n")
     with contextlib.suppress(Exception):  # (the process must still end)
         message = readable(message)  # (a file name's bytes that are not UTF-8 as \xff)
     with contextlib.suppress(OSError):
@@ -142,3 +159,12 @@ def _the_file() -> str:
         return f"It was reading {path}: check that file (ncdump -h {shlex.quote(path)})."
     except Exception:  # noqa: BLE001 (the process must still end)
         return unknown
+
+
+def _advised() -> str:
+    """The command's advice (``advising``) after a space, or nothing."""
+    try:
+        said = _advice() if _advice is not None else None
+        return f" {said}" if said else ""
+    except Exception:  # noqa: BLE001 (the process must still end)
+        return ""

@@ -97,6 +97,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     Example:
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
+    from destiny.cli import stuck
     from destiny.fit import fit
     from destiny.io import atomic
     from destiny.io.checkpoint import checkpoint_epoch
@@ -139,14 +140,19 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                        "afresh (the files passed over stay until this run's checkpoints of "
                        "the same epochs replace them)")
 
+    def when_stuck():  # (the watch's thread, as it ends a run stuck in a call into C)
+        return _when_stuck(network_path, progress.checkpoint, atomic.put_in_place(), cfg.epochs)
+
     try:
-        report = fit(config_path=config_path, input_path=input_path, output_path=output_path,
-                     network_path=network_path, cfg=cfg, backend=backend, tf32=tf32,
-                     checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints,
-                     resume=resume or restart, restart=restart, force=force,
-                     metrics_path=metrics_path, initial_network=initial_network,
-                     on_start=progress.start, on_batch=progress.batch, on_epoch=progress.epoch,
-                     on_checkpoint=progress.checkpointed, on_restart=restarted, comm=comm)
+        with stuck.advising(when_stuck):
+            report = fit(config_path=config_path, input_path=input_path,
+                         output_path=output_path, network_path=network_path, cfg=cfg,
+                         backend=backend, tf32=tf32, checkpoint_every=checkpoint_every,
+                         keep_checkpoints=keep_checkpoints, resume=resume or restart,
+                         restart=restart, force=force, metrics_path=metrics_path,
+                         initial_network=initial_network, on_start=progress.start,
+                         on_batch=progress.batch, on_epoch=progress.epoch,
+                         on_checkpoint=progress.checkpointed, on_restart=restarted, comm=comm)
     except KeyboardInterrupt as e:  # Ctrl-C: say what is kept and how to go on
         progress.close()
         # Just as files were put in place, or just after (atomic.put_in_place: the network's
@@ -231,6 +237,24 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
     return (f"interrupted before the first checkpoint; {network_path} was not written. Run "
             "the command again to start afresh (--checkpoint-every sets how often checkpoints "
             "are written).")
+
+
+def _when_stuck(network_path, ours: tuple[str, int] | None, put: list[str], epochs: int
+                ) -> str | None:
+    """How to go on, as an interrupt says it (``_interrupted``), where the run is ended stuck
+    in a call into C (cli/stuck.py): from this run's newest checkpoint ``ours``, or from one
+    that the latest commit put in place (``put``) before the run heard of it (the sync of its
+    directory never returned); nothing before the first, nor once the network itself is in
+    place (the message says each output is the old file or the complete new one). From the
+    names alone, as ``checkpoint_path`` writes them: the file system may be what hangs."""
+    network_path = os.fspath(network_path)
+    for path in put:
+        if path == network_path:
+            return None
+        epoch = path[len(network_path):-len(".nc")] if path.startswith(network_path) else ""
+        if path.endswith(".nc") and epoch.isascii() and epoch.isdigit():
+            ours = (path, int(epoch))
+    return None if ours is None else f"To go on, {_go_on(network_path, ours, epochs)}."
 
 
 def _not_written(network_path) -> str:

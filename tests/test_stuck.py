@@ -195,16 +195,20 @@ run_program(train, "train")
 """
 
 
-@pytest.mark.parametrize("how, stuck_on", [
-    ("writing", "net.nc1.nc"),  # (the first checkpoint)
-    ("writing", "net.nc2.nc"),
-    ("syncing", "net.nc2.nc"),
-    ("synced", "net.nc2.nc"),
-    ("reading", "net.nc1.nc"),  # (--keep-checkpoints 1 judging it)
-    ("synced", "net.nc")])
-def test_train_stuck_names_the_file_it_was_writing_or_reading(tmp_path, how, stuck_on):
+@pytest.mark.parametrize("how, stuck_on, newest", [
+    ("writing", "net.nc1.nc", None),  # (the first checkpoint)
+    ("writing", "net.nc2.nc", ("net.nc1.nc", 1)),
+    ("syncing", "net.nc2.nc", ("net.nc1.nc", 1)),
+    ("synced", "net.nc2.nc", ("net.nc2.nc", 2)),  # (in place before the run heard of it)
+    ("reading", "net.nc1.nc", ("net.nc2.nc", 2)),  # (--keep-checkpoints 1 judging it)
+    ("synced", "net.nc", None)])  # (the trained network in place: complete)
+def test_train_stuck_names_its_file_and_how_to_go_on_from_its_newest_checkpoint(
+        tmp_path, how, stuck_on, newest):
     """train stuck writing a checkpoint or the network (its file, the file's sync to the disk,
-    its directory's once in place), or reading a checkpoint: the message names that file."""
+    its directory's once in place), or reading a checkpoint: the message names that file. It
+    gave no word of the checkpoints written, which an interrupt names to go on from: it ends
+    with the same advice where this run has one, the one just put in place counted, and
+    says nothing of resuming before the first, nor once the network is in place."""
     from destiny.io.dataset import SparseDataset, write_dataset
     from tests.test_train import random_dataset, small_netdef
 
@@ -223,6 +227,13 @@ def test_train_stuck_names_the_file_it_was_writing_or_reading(tmp_path, how, stu
     path = tmp_path / stuck_on
     assert (f" It was reading {path}: check that file (ncdump -h {path})." if how == "reading"
             else f" It was writing {path}: check the file system") in result.stderr, result.stderr
+    if newest is None:
+        assert "resume" not in result.stderr and "To go on" not in result.stderr, result.stderr
+    else:
+        assert result.stderr.endswith(
+            " To go on, run the same command with --resume to continue from "
+            f"{tmp_path / newest[0]} (epoch {newest[1]}), the newest checkpoint.\n"
+        ), result.stderr
 
 
 _RANKS = """
