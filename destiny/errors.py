@@ -218,13 +218,14 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
     """The message for a failure of the system (a full disk, a quota, an I/O error, netCDF's
     own failure, memory), or None if ``e`` is none of them (a bug: its traceback is wanted).
     ``then`` is what to do once the cause is mended (by default, run the command again, or
-    write the outputs elsewhere; at the limit on open files, run it again); ``network``: the
-    command holds a network (train, predict), whose size is then the advice on memory;
+    write the outputs elsewhere; for memory or the limit on open files, run it again);
+    ``network``: the command holds a network (train, predict), whose size is then the advice
+    on memory;
     ``kept``: what the outputs are left as, where a file being replaced failed (train has put
     files in place before); by default, that none was. ``complete``: the outputs put in place
     before the failure (evaluate's --json-out file, before its table failed on standard
     output), which the message says are complete."""
-    # (another file system does not raise the limit on open files, which is the process's)
+    # (another file system mends neither memory nor the limit on open files, the process's)
     again = then or "run the command again"
     then = then or "run the command again, or write the outputs elsewhere"
     # ("no output was replaced" was false for them, or nothing was said of them at all)
@@ -240,7 +241,7 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
         return (f"out of memory ({loading}); {kept}. A library the command needs could not be "
                 "loaded: the memory free, or the address space that a limit allows (ulimit "
                 "-v, a container's or a job's memory limit), is too small for it. Free memory "
-                f"or raise the limit, then {then}.")
+                f"or raise the limit, then {again}.")
     e = open_files_exhausted(e) or e  # (a compiled module's ImportError: an OSError below)
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)

@@ -276,6 +276,7 @@ def test_a_library_not_loaded_for_want_of_memory_is_out_of_memory(failure, said)
     assert message.startswith(f"out of memory ({said}); {NOTHING_REPLACED}. A library the "
                               "command needs could not be loaded"), message
     assert "(ulimit -v, " in message
+    assert message.endswith("then run the command again.")  # (another file system: no help)
     assert system_failure(ImportError("No module named 'netCDF4'")) is None  # (a bug's)
 
 
