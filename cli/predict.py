@@ -72,7 +72,7 @@ def _check_format(ctx, param, fmt: str) -> str:
 @click.option("-p", "--format", "score_format", default="4.3f", show_default=True,
               metavar="FMT", callback=_check_format,
               help="printf conversion for scores, as DSSTNE's -p.")
-@click.option("-l", "--layer", default="Output", show_default=True,
+@click.option("-l", "--layer", metavar="LAYER", default="Output", show_default=True,
               help="Output layer to read.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True, help="Where to score: auto takes the GPU when numba.cuda finds "

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -48,6 +50,41 @@ def test_every_command_has_help_with_an_example(name):
 def test_every_command_is_in_the_readme(name):
     readme = (ROOT / "README.md").read_text()
     assert f"### `{name}`" in readme
+
+
+# A flag in the first cell of a README table row, as `-k, --k` (100) or `-o, --output FILE.nc`:
+# the flags, a metavar or the choices (`indicator\|analog`), and a default in parentheses.
+README_FLAG = re.compile(r"`(-[^`]*)`(?: \(`?([^`)]*)`?\))?")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_readme_flag_table_matches_the_help(name):
+    """Each option of the command is in its README table, under the metavar and default its
+    --help shows (the table had no train -d, and predict's -l was LAYER there, TEXT in the
+    help), and the table names no flag the command lacks."""
+    section = (ROOT / "README.md").read_text().split(f"### `{name}`")[1].split("\n### ")[0]
+    options = {opt: p for p in cli.commands[name].params if isinstance(p, click.Option)
+               for opt in p.opts + p.secondary_opts}
+    tabled = set()
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        for span, default in README_FLAG.findall(row.split(" | ")[0]):
+            *flags, last = span.replace("\\|", "|").split(", ")
+            last, _, metavar = last.partition(" ")
+            flags = [f for f in flags + [last] for f in f.split("/")]
+            params = {options.get(f) for f in flags}
+            assert None not in params and len(params) == 1, (name, span)
+            param = params.pop()
+            tabled.add(param.name)
+            if metavar:
+                shown = ("|".join(param.type.choices) if isinstance(param.type, click.Choice)
+                         else param.metavar)
+                assert metavar == shown, (name, span, shown)
+            if default:
+                assert default == str(param.default), (name, span, param.default)
+    untabled = {p.opts[0] for p in options.values() if p.name not in tabled}
+    assert not untabled, (name, untabled)
 
 
 @pytest.mark.parametrize("name", COMMANDS)
