@@ -86,7 +86,8 @@ _SEEKED = "a NetCDF file is read by seeking within it, and train opens it more t
               help="Ignored, as in DSSTNE (accepted so that its command lines run).")
 @click.option("-q", "--quiet", is_flag=True,
               help="Nothing on stderr but errors: no progress, settings, per-epoch lines, "
-                   "summary or notes.")
+                   "summary or notes (but one naming checkpoints --keep-checkpoints could not "
+                   "remove).")
 @library_errors
 def train(config_path, input_path, output_path, network_path, batch, epochs, alpha, lam, lam1,
           mu, mu1, optimizer, seed, shuffle, backend, tf32, checkpoint_every, keep_checkpoints,

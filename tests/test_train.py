@@ -1242,6 +1242,8 @@ def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, mo
     assert result.exit_code == 0, result.output
     assert (f"--keep-checkpoints could not remove {refused} (Permission denied); remove them "
             "by hand") in result.output
+    assert "notes (but one naming checkpoints --keep-checkpoints could not remove)" in " ".join(
+        CliRunner().invoke(train, ["-h"]).output.split())  # (-q's help, as the README says)
     assert sorted(p.name for p in files.iterdir() if p.name.startswith("net.nc")) == [
         "net.nc", "net.nc1.nc", "net.nc2.nc", "net.nc6.nc"]
     assert (files / "net.nc1.nc").read_bytes() == b"damaged"
