@@ -248,13 +248,18 @@ def _when_stuck(network_path, ours: tuple[str, int] | None, put: list[str], epoc
     directory never returned); nothing before the first, nor once the network itself is in
     place (the message says each output is the old file or the complete new one). From the
     names alone, as ``checkpoint_path`` writes them: the file system may be what hangs."""
+    import re
+
+    from destiny.io.checkpoint import checkpoint_names
+
     network_path = os.fspath(network_path)
+    names, beside = checkpoint_names(network_path), os.path.dirname(network_path)
     for path in put:
         if path == network_path:
             return None
-        epoch = path[len(network_path):-len(".nc")] if path.startswith(network_path) else ""
-        if path.endswith(".nc") and epoch.isascii() and epoch.isdigit():
-            ours = (path, int(epoch))
+        found = re.fullmatch(names, os.path.basename(path))
+        if found is not None and os.path.dirname(path) == beside:  # (spelt as it was written)
+            ours = (path, int(found.group(1)))
     return None if ours is None else f"To go on, {_go_on(network_path, ours, epochs)}."
 
 
