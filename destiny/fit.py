@@ -157,7 +157,8 @@ def fit(
         run["run_started"] = comm.bcast(time.time() if comm.is_root else None)
         if found is not None:
             resumed_from, _ = found
-            state, started = _resume(net, resumed_from, settings, cfg.epochs, comm)
+            state, started = _resume(net, resumed_from, settings, cfg.epochs, comm,
+                                     flag="--resume-or-restart" if restart else "--resume")
             if started is not None:
                 run["run_started"] = started
             if on_checkpoint is not None:
@@ -265,26 +266,30 @@ def _input_counts(net: Network, name: str, ds, comm: Comm) -> np.ndarray:
     return np.concatenate(comm.allgather(counts))
 
 
-def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm
-            ) -> tuple[TrainState, float | None]:
+def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm, *,
+            flag: str = "--resume") -> tuple[TrainState, float | None]:
     """Load the checkpoint ``path`` into ``net`` (each rank its part), once it is known to be
     of this run (``settings``) and to leave epochs to train before ``epochs``; with the time
-    its run started (None from earlier versions)."""
+    its run started (None from earlier versions). ``flag`` is the one given, which the
+    messages name: ``--resume``, or ``--resume-or-restart`` (a damaged file is not passed
+    over: it is no other run's)."""
     with all_or_none(comm):
         # (judged from its attributes as --resume-or-restart judges it, before its weights are
-        # loaded: loading a checkpoint of another definition would only say its layers differ)
-        judged = _judged(destiny_attributes(path), settings, epochs)
+        # loaded: loading a checkpoint of another definition would only say its layers differ;
+        # under --resume-or-restart, rank 0 passed over a file judged so, unless it was
+        # replaced since)
+        judged = _judged(destiny_attributes(path), settings, epochs, flag=flag)
         if judged is not None:
             reason, remedy = judged
-            raise DestinyError(f"{path}: --resume takes the newest checkpoint, and this file is "
-                               f"{reason}; {remedy}, or start afresh without --resume "
-                               "(--resume-or-restart does so by itself).")
+            afresh = (" (--resume-or-restart does so by itself)" if flag == "--resume" else "")
+            raise DestinyError(f"{path}: {flag} takes the newest checkpoint, and this file is "
+                               f"{reason}; {remedy}, or start afresh without {flag}{afresh}.")
         try:
             extras = load_weights(net, path)
         except DestinyError as e:
             raise DestinyError(
-                f"{e} --resume takes the newest checkpoint, {path}: if it is damaged or not a "
-                "checkpoint of this run, move it away and --resume continues from the one "
+                f"{e} {flag} takes the newest checkpoint, {path}: if it is damaged or not a "
+                f"checkpoint of this run, move it away and {flag} continues from the one "
                 "before.") from None
     started = extras.get("run_started")
     return (TrainState(epoch=int(extras["epoch"]), updates=int(extras["updates"])),
@@ -506,20 +511,21 @@ _NOT_A_CHECKPOINT = ("not a checkpoint Destiny's train wrote (it records no run 
                      "trained or initial network, or one of DSSTNE's, named like a checkpoint)")
 
 
-def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] | None:
+def _judged(attrs: dict | None, settings: dict, epochs: int, *, flag: str = "--resume"
+            ) -> tuple[str, str] | None:
     """Why the newest checkpoint, of ``destiny_`` attributes ``attrs``, is not one this run
     (``settings``, ``-e epochs``) resumes from: (reason, remedy), or None where it is.
 
-    The reason follows "is": ``--resume`` refuses with it and the remedy (``_resume``),
-    ``--resume-or-restart`` passes over the file with it (``fit``). None too where nothing
-    can be told (attributes not read, settings that do not parse, a later format's settings):
-    loading the file then says it is damaged, or to upgrade Destiny, and neither flag passes
-    over it (a damaged file is not another run).
+    The reason follows "is": ``--resume`` refuses with it and the remedy (``_resume``; the
+    remedy names ``flag``, the one given), ``--resume-or-restart`` passes over the file with
+    it (``fit``). None too where nothing can be told (attributes not read, settings that do
+    not parse, a later format's settings): loading the file then says it is damaged, or to
+    upgrade Destiny, and neither flag passes over it (a damaged file is not another run).
     """
     if attrs is None:
         return None
     if "settings" not in attrs:
-        return _NOT_A_CHECKPOINT, "move it away and --resume continues from the one before"
+        return _NOT_A_CHECKPOINT, f"move it away and {flag} continues from the one before"
     try:
         if int(attrs.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
             return None  # (read_network refuses a later layout before reading anything)

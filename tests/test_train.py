@@ -1721,6 +1721,33 @@ def test_resume_tells_data_changed_in_place_from_the_same_data_written_again(fil
     assert "--resume-or-restart trains afresh" in result.output
 
 
+def test_a_checkpoint_replaced_as_resume_or_restart_judged_it_is_refused_naming_the_flag(
+        files, monkeypatch):
+    """Rank 0 judges the newest checkpoint before each rank loads it, judging it again: a file
+    replaced between the two (here, as if) is refused, naming --resume-or-restart, the flag
+    given, in the refusal and its remedy (both said --resume)."""
+    import destiny.fit
+
+    args = ("-b", "64", "--checkpoint-every", "1")
+    assert run_train(files, "-e", "1", *args, "--initial-network",
+                     str(files / "init.nc")).exit_code == 0
+    shutil.copy(files / "init.nc", files / "net.nc2.nc")  # no run's checkpoint
+    judged, calls = destiny.fit._judged, []
+
+    def passed_the_first_time(*a, **k):
+        calls.append(a)
+        return None if len(calls) == 1 else judged(*a, **k)
+
+    monkeypatch.setattr(destiny.fit, "_judged", passed_the_first_time)
+    result = run_train(files, "-e", "3", *args, "--force", "--resume-or-restart")
+    assert result.exit_code == 1 and len(calls) == 2, result.output
+    assert (f"{files / 'net.nc2.nc'}: --resume-or-restart takes the newest checkpoint, and this "
+            "file is not a checkpoint Destiny's train wrote") in result.output
+    assert ("move it away and --resume-or-restart continues from the one before, or start "
+            "afresh without --resume-or-restart.") in result.output
+    assert "--resume " not in result.output
+
+
 def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     """A make rule or cron job that passes --resume-or-restart every time: it resumes its own
     interrupted run, and where --resume would refuse the newest checkpoint (new data, or a run
@@ -1762,8 +1789,13 @@ def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     (files / "net.nc4.nc").unlink()
     assert run_train(files, "-e", "3", *args).exit_code == 0
     (files / "net.nc3.nc").write_bytes(b"damaged")  # not another run: said, not passed over
-    result = run_train(files, "-e", "4", *args)
-    assert result.exit_code == 1 and "--resume takes the newest checkpoint" in result.output
+    result = run_train(files, "-e", "4", *args)  # (naming the flag given, not --resume)
+    assert result.exit_code == 1 and (f"--resume-or-restart takes the newest checkpoint, "
+                                      f"{files / 'net.nc3.nc'}: if it is damaged or not a "
+                                      "checkpoint of this run, move it away and "
+                                      "--resume-or-restart continues from the one before."
+                                      ) in result.output
+    assert "--resume " not in result.output
     (files / "net.nc3.nc").unlink()
     assert run_train(files, "-e", "2", *args, "-q").output == ""  # (a restart; -q: no note)
 

@@ -262,7 +262,7 @@ DECIDED = textwrap.dedent("""
     class Stopped(Exception):
         pass
 
-    def resume(net, path, settings, epochs, comm):
+    def resume(net, path, settings, epochs, comm, **flag):
         raise Stopped(f"resumed from {path}")
 
     def start(net, data, state):
