@@ -46,7 +46,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
 
     \b
     Example:
-      evaluate -r recs -t held_out.txt -k 10 --popularity train.txt
+      evaluate -r recs -t heldout.txt -k 10 --popularity train.txt
     """
     from destiny.evaluate import evaluate as run
     from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output

@@ -47,6 +47,19 @@ def test_every_command_has_help_with_an_example(name):
 
 
 @pytest.mark.parametrize("name", COMMANDS)
+def test_every_commands_example_is_a_command_line_of_the_readme(name):
+    """The help's example, its continued lines joined, is one the README gives, file names
+    and all (evaluate's named held_out.txt, where the README and make demo write heldout.txt),
+    spaces aside."""
+    help_text = CliRunner().invoke(cli, [name, "-h"]).output
+    example = help_text.split("Example:\n", 1)[1].split("\n\n", 1)[0]
+    example = " ".join(example.replace("\\\n", " ").split())
+    readme = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    assert example.startswith(f"{name} ")
+    assert example in {" ".join(line.split()) for line in readme.splitlines()}, example
+
+
+@pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_is_in_the_readme(name):
     readme = (ROOT / "README.md").read_text()
     assert f"### `{name}`" in readme
