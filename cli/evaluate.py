@@ -83,7 +83,11 @@ def _check_one_stdin(recs_path, held_out_path, train_path) -> None:
 
 def _check_not_the_same(recs_path, held_out_path) -> None:
     """The recommendations given as the held-out file as well (`-r recs -t recs`) parse as
-    DSSTNE text, their scores as values, and score 1.0 everywhere without a word."""
+    DSSTNE text, their scores as values, and score 1.0 everywhere without a word. Refused
+    as every command refuses paths that are one file (``atomic.check_distinct``: an output
+    over an input), exit status 1: the file system tells, through links, not the flags."""
+    from destiny.errors import DestinyError
+
     if "/dev/stdin" in (recs_path, held_out_path):  # ('-': _check_one_stdin's)
         return
     try:
@@ -92,7 +96,7 @@ def _check_not_the_same(recs_path, held_out_path) -> None:
     except OSError:  # (gone since: the readers say so, naming the file)
         return
     if same:
-        raise click.UsageError(
+        raise DestinyError(
             f"-r and -t name the same file ({recs_path}): -t wants the held-out interactions, "
             "DSSTNE text of the items hidden from training (scripts/split_holdout.py's "
             "--heldout), not predict's recommendations, which scored against themselves score "

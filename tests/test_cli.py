@@ -2349,3 +2349,42 @@ def test_under_mpiexec_a_signal_as_the_command_finishes_is_said_once(tmp_path):
     assert done.returncode == 128 + 15, done.stderr
     assert done.stderr == ("command: SIGTERM came as the command finished, after its work was "
                            "complete: its outputs are whole.\n")
+
+
+# Two paths that are one file, in each command and script: an output over an input or over
+# another output, and evaluate's -t naming its -r file. Each argv runs in an empty directory
+# holding in.txt (and, for train, net.json and in.nc, as empty files: the check comes first).
+COLLISIONS = [
+    (["generate-netcdf", "-i", "in.txt", "-o", "out.nc", "-d", "gl_input", "-f", "idx", "-s",
+      "idx", "-c"], "given as both the feature index (-f) and the sample index (-s)"),
+    (["train", "-c", "net.json", "-i", "in.nc", "-o", "in.nc", "-n", "in.nc"],
+     "the network file (-n) would replace the input dataset file (-i)"),
+    (["predict", "-n", "net.nc", "-i", "fi", "-o", "fo", "-r", "in.txt", "-s", "in.txt"],
+     "the recommendations file (-s) would replace the input text (-r)"),
+    (["evaluate", "-r", "in.txt", "-t", "in.txt"], "-r and -t name the same file (in.txt)"),
+    (["evaluate", "-r", "in.txt", "-t", "held.txt", "--json-out", "held.txt"],
+     "the JSON output (--json-out) would replace the held-out items (-t)"),
+    (["scripts/split_holdout.py", "in.txt", "--train", "t.txt", "--heldout", "t.txt"],
+     "given as both the training part (--train) and the held-out part (--heldout)"),
+    (["scripts/convert_ratings.py", "in.txt", "-o", "in.txt"],
+     "the converted ratings (-o) would replace the ratings file"),
+]
+
+
+@pytest.mark.parametrize("argv, message", COLLISIONS)
+def test_paths_that_are_one_file_exit_1_in_every_command(tmp_path, argv, message):
+    """The README: bad usage (unknown or conflicting flags) exits 2, bad input 1. Whether two
+    paths are one file is the file system's to tell (through links, ./, hard links), and
+    every command's outputs are checked so (atomic.check_distinct: exit status 1); evaluate's
+    -t naming its -r file was a usage error (2), the one collision that exited otherwise."""
+    for name in ("in.txt", "held.txt", "net.json", "in.nc"):
+        (tmp_path / name).write_text("u1\ta,1:\n")
+    bin_dir = pathlib.Path(sys.executable).parent
+    exe = ([sys.executable, str(ROOT / argv[0])] if argv[0].startswith("scripts/")
+           else [str(bin_dir / argv[0])])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    done = subprocess.run([*exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert message in " ".join(done.stderr.split()), done.stderr
+    assert "Usage:" not in done.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written

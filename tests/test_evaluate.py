@@ -257,14 +257,15 @@ def test_a_model_that_never_hits_is_pointed_out_once_it_has_lines():
     assert "is a held-out item" not in invoke(["-r", "recs.txt", "-t", "held.txt"]).stderr
 
 
-def test_the_recommendations_given_as_the_held_out_file_are_a_usage_error(tmp_path):
+def test_the_recommendations_given_as_the_held_out_file_are_refused(tmp_path):
     """`-r recs -t recs` read the recommendations as DSSTNE text (scores as values) and scored
-    1.0 everywhere without a word; so through a link to the same file."""
+    1.0 everywhere without a word; so through a link to the same file. Exit status 1, as
+    every command's paths that are one file (test_cli's)."""
     os.link("recs.txt", "hard.txt")
     os.symlink(tmp_path / "recs.txt", "soft.txt")
     for held in ("recs.txt", "hard.txt", "soft.txt", str(tmp_path / "recs.txt")):
         result = invoke(["-r", "recs.txt", "-t", held, "-k", "2"])
-        assert result.exit_code == 2, held
+        assert result.exit_code == 1, held
         assert "-r and -t name the same file (recs.txt): -t wants the held-out " in result.stderr
         assert "split_holdout.py" in result.stderr and result.stdout == ""
 
