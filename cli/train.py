@@ -130,6 +130,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     if keep_checkpoints and not checkpoint_every and not quiet:
         note(NAME, "--keep-checkpoints has nothing to keep: --checkpoint-every 0 writes no "
                    "checkpoints")
+    flag = "--resume-or-restart" if restart else "--resume" if resume else None  # (fit's)
     progress = _Progress(cfg, quiet, comm.size, resume=resume or restart,
                          network_path=network_path,
                          checkpoints=(checkpoint_every, keep_checkpoints))
@@ -142,7 +143,8 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
                        "the same epochs replace them)")
 
     def when_stuck():  # (the watch's thread, as it ends a run stuck in a call into C)
-        return _when_stuck(network_path, progress.checkpoint, atomic.put_in_place(), cfg.epochs)
+        return _when_stuck(network_path, progress.checkpoint, atomic.put_in_place(), cfg.epochs,
+                           flag)
 
     try:
         with stuck.advising(when_stuck):
@@ -171,7 +173,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
             if epoch is not None:
                 progress.checkpointed(path, epoch)
         raise click.ClickException(_interrupted(network_path, progress.checkpoint,
-                                                checkpoint_every, cfg.epochs)) from None
+                                                checkpoint_every, cfg.epochs, flag)) from None
     except ParallelError as e:  # under mpiexec: shared by the ranks
         progress.close()
         if not e.system:
@@ -185,8 +187,11 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         # all_or_none, worded before any failure.
         message = str(e).replace(NOTHING_REPLACED, _not_written(network_path))
         if progress.checkpoint is not None:
-            message += (" To go on from this run's newest checkpoint instead, "
-                        f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.")
+            # ("instead" of running the command again, as the rank's message says, which
+            # starts afresh; not so where the run's flag resumes: that goes on from it too)
+            again = flag is not None and progress.checkpoint[1] < cfg.epochs
+            message += (f" To go on from this run's newest checkpoint{'' if again else ' instead'}"
+                        f", {_go_on(network_path, progress.checkpoint, cfg.epochs, flag)}.")
         raise click.ClickException(message) from None
     except OutputError as e:  # a checkpoint's or the network's file could not be begun or put
         progress.close()  # in place (no inode left, its directory removed meanwhile)
@@ -195,7 +200,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         # (as for a full disk below: its message said what to mend, not what the run leaves)
         raise click.ClickException(
             f"{e} {_not_written(network_path)}; to go on from this run's newest checkpoint, "
-            f"{_go_on(network_path, progress.checkpoint, cfg.epochs)}.") from None
+            f"{_go_on(network_path, progress.checkpoint, cfg.epochs, flag)}.") from None
     except (OSError, RuntimeError) as e:  # a full disk while writing a checkpoint, ...
         progress.close()
         if os.environ.get("DESTINY_DEBUG"):
@@ -204,7 +209,7 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         # have been written before.
         failure = system_failure(e, kept=_not_written(network_path), **(
             {} if progress.checkpoint is None else
-            {"then": _go_on(network_path, progress.checkpoint, cfg.epochs)}))
+            {"then": _go_on(network_path, progress.checkpoint, cfg.epochs, flag)}))
         if failure is None:
             raise
         raise click.ClickException(failure) from None
@@ -218,20 +223,29 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         note(NAME, f"--keep-checkpoints could not remove {failed}; remove them by hand")
 
 
-def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int) -> str:
+def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs: int,
+                 flag: str | None = None) -> str:
     """What Ctrl-C leaves and how to go on: ``ours`` is this run's newest checkpoint (the
-    one it resumed from or wrote last)."""
+    one it resumed from or wrote last); ``flag``, the run's --resume or --resume-or-restart
+    (None: neither), with which the same command run again goes on from a checkpoint."""
     from destiny.io.checkpoint import latest_checkpoint
 
     lost = f"interrupted; {_not_written(network_path)}."
     if ours is not None:
-        return f"{lost} To go on, {_go_on(network_path, ours, epochs)}."
+        return f"{lost} To go on, {_go_on(network_path, ours, epochs, flag)}."
     newest = latest_checkpoint(network_path)
-    if newest is not None:
-        return (f"{lost} This run wrote no checkpoint yet. The newest checkpoint, {newest[0]} "
-                f"(epoch {newest[1]}), is an earlier run's: --resume continues from it if that "
-                "run had these settings and data; otherwise run the command again to start "
-                "afresh.")
+    if newest is not None:  # (a run given a flag, stopped before it resumed, or passed over)
+        earlier = (f"{lost} This run wrote no checkpoint yet. The newest checkpoint, "
+                   f"{newest[0]} (epoch {newest[1]}), is an earlier run's: ")
+        if flag is None:
+            return (f"{earlier}--resume continues from it if that run had these settings and "
+                    "data; otherwise run the command again to start afresh.")
+        if flag == "--resume":  # (which refuses it otherwise)
+            return (f"{earlier}the same command run again continues from it (its --resume) if "
+                    "that run had these settings and data; otherwise run it without --resume "
+                    "to start afresh.")
+        return (f"{earlier}the same command run again continues from it (its {flag}) if that "
+                "run had these settings and data, and starts afresh otherwise.")
     if every <= 0:
         return (f"{lost} --checkpoint-every 0 writes no checkpoints: run the command again to "
                 "start afresh.")
@@ -240,8 +254,8 @@ def _interrupted(network_path, ours: tuple[str, int] | None, every: int, epochs:
             "are written).")
 
 
-def _when_stuck(network_path, ours: tuple[str, int] | None, put: list[str], epochs: int
-                ) -> str | None:
+def _when_stuck(network_path, ours: tuple[str, int] | None, put: list[str], epochs: int,
+                flag: str | None = None) -> str | None:
     """How to go on, as an interrupt says it (``_interrupted``), where the run is ended stuck
     in a call into C (cli/stuck.py): from this run's newest checkpoint ``ours``, or from one
     that the latest commit put in place (``put``) before the run heard of it (the sync of its
@@ -260,7 +274,7 @@ def _when_stuck(network_path, ours: tuple[str, int] | None, put: list[str], epoc
         found = re.fullmatch(names, os.path.basename(path))
         if found is not None and os.path.dirname(path) == beside:  # (spelt as it was written)
             ours = (path, int(found.group(1)))
-    return None if ours is None else f"To go on, {_go_on(network_path, ours, epochs)}."
+    return None if ours is None else f"To go on, {_go_on(network_path, ours, epochs, flag)}."
 
 
 def _not_written(network_path) -> str:
@@ -270,15 +284,19 @@ def _not_written(network_path) -> str:
     return f"{network_path} was not written{kept}"
 
 
-def _go_on(network_path, ours: tuple[str, int], epochs: int) -> str:
+def _go_on(network_path, ours: tuple[str, int], epochs: int, flag: str | None = None) -> str:
     """How to go on from this run's newest checkpoint ``ours`` (a clause): --resume takes the
-    checkpoint written last, which it is; one of the last epoch is the trained network
-    already."""
+    checkpoint written last, which it is, so a run given it (``flag``, or --resume-or-restart)
+    goes on as the same command run again; one of the last epoch is the trained network
+    already (which --resume refuses, and --resume-or-restart passes over to train afresh)."""
     path, epoch = ours
     if epoch >= epochs:
         return (f"use {path}, the checkpoint of the last epoch ({epoch}): it is the trained "
                 f"network (with the optimizer's state, which predict ignores), so copy it to "
                 f"{network_path}")
+    if flag is not None:
+        return (f"run the same command again to continue from {path} (epoch {epoch}), the "
+                f"newest checkpoint, which its {flag} takes")
     return (f"run the same command with --resume to continue from {path} (epoch {epoch}), the "
             "newest checkpoint")
 

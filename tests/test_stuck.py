@@ -195,20 +195,22 @@ run_program(train, "train")
 """
 
 
-@pytest.mark.parametrize("how, stuck_on, newest", [
-    ("writing", "net.nc1.nc", None),  # (the first checkpoint)
-    ("writing", "net.nc2.nc", ("net.nc1.nc", 1)),
-    ("syncing", "net.nc2.nc", ("net.nc1.nc", 1)),
-    ("synced", "net.nc2.nc", ("net.nc2.nc", 2)),  # (in place before the run heard of it)
-    ("reading", "net.nc1.nc", ("net.nc2.nc", 2)),  # (--keep-checkpoints 1 judging it)
-    ("synced", "net.nc", None)])  # (the trained network in place: complete)
+@pytest.mark.parametrize("how, stuck_on, newest, flag", [
+    ("writing", "net.nc1.nc", None, None),  # (the first checkpoint)
+    ("writing", "net.nc2.nc", ("net.nc1.nc", 1), None),
+    ("writing", "net.nc2.nc", ("net.nc1.nc", 1), "--resume-or-restart"),
+    ("syncing", "net.nc2.nc", ("net.nc1.nc", 1), None),
+    ("synced", "net.nc2.nc", ("net.nc2.nc", 2), None),  # (in place before the run heard of it)
+    ("reading", "net.nc1.nc", ("net.nc2.nc", 2), None),  # (--keep-checkpoints 1 judging it)
+    ("synced", "net.nc", None, None)])  # (the trained network in place: complete)
 def test_train_stuck_names_its_file_and_how_to_go_on_from_its_newest_checkpoint(
-        tmp_path, how, stuck_on, newest):
+        tmp_path, how, stuck_on, newest, flag):
     """train stuck writing a checkpoint or the network (its file, the file's sync to the disk,
     its directory's once in place), or reading a checkpoint: the message names that file. It
     gave no word of the checkpoints written, which an interrupt names to go on from: it ends
     with the same advice where this run has one, the one just put in place counted, and
-    says nothing of resuming before the first, nor once the network is in place."""
+    says nothing of resuming before the first, nor once the network is in place. A run given
+    --resume-or-restart goes on as the same command run again (not "with --resume")."""
     from destiny.io.dataset import SparseDataset, write_dataset
     from tests.test_train import random_dataset, small_netdef
 
@@ -220,7 +222,7 @@ def test_train_stuck_names_its_file_and_how_to_go_on_from_its_newest_checkpoint(
     args = ["-c", str(tmp_path / "net.json"), "-i", str(tmp_path / "gl_input.nc"),
             "-o", str(tmp_path / "gl_output.nc"), "-n", str(tmp_path / "net.nc"), "-b", "64",
             "-e", "3", "--checkpoint-every", "1", "--keep-checkpoints", "1", "--backend", "cpu",
-            "-q"]
+            "-q", *([flag] if flag else [])]
     result = run_signalled(how, program=_TRAIN, args=args, STUCK=str(tmp_path / stuck_on))
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert result.stderr.startswith("Error: SIGTERM could not be acted on"), result.stderr
@@ -229,11 +231,16 @@ def test_train_stuck_names_its_file_and_how_to_go_on_from_its_newest_checkpoint(
             else f" It was writing {path}: check the file system") in result.stderr, result.stderr
     if newest is None:
         assert "resume" not in result.stderr and "To go on" not in result.stderr, result.stderr
-    else:
+    elif flag is None:
         assert result.stderr.endswith(
             " To go on, run the same command with --resume to continue from "
             f"{tmp_path / newest[0]} (epoch {newest[1]}), the newest checkpoint.\n"
         ), result.stderr
+    else:
+        assert result.stderr.endswith(
+            " To go on, run the same command again to continue from "
+            f"{tmp_path / newest[0]} (epoch {newest[1]}), the newest checkpoint, which its "
+            f"{flag} takes.\n"), result.stderr
 
 
 _RANKS = """

@@ -1049,6 +1049,10 @@ def test_a_finished_run_continues_from_its_last_checkpoint(files):
 
 
 def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
+    """What an interrupt leaves and how to go on; with an earlier run's checkpoint, as the run
+    was given --resume or --resume-or-restart (stopped before it resumed, or having passed the
+    checkpoint over): the same command run again is the advice (it said to run the same
+    command with --resume, which it had, or which --resume-or-restart would not need)."""
     import destiny.fit
 
     def interrupted(**_):
@@ -1065,6 +1069,17 @@ def test_ctrl_c_says_what_is_kept_and_how_to_go_on(files, monkeypatch):
     assert (f"interrupted; {files / 'net.nc'} was not written. This run wrote no checkpoint "
             f"yet. The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier "
             "run's: --resume continues from it if that run had these settings") in result.output
+    result = run_train(files, "--resume")
+    assert (f"The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier run's: "
+            "the same command run again continues from it (its --resume) if that run had "
+            "these settings and data; otherwise run it without --resume to start afresh."
+            ) in result.output, result.output
+    result = run_train(files, "--resume-or-restart")
+    assert (f"The newest checkpoint, {files / 'net.nc20.nc'} (epoch 20), is an earlier run's: "
+            "the same command run again continues from it (its --resume-or-restart) if that "
+            "run had these settings and data, and starts afresh otherwise."
+            ) in result.output, result.output
+    assert "--resume " not in result.output
     for epoch in (10, 20):
         (files / f"net.nc{epoch}.nc").unlink()
     result = run_train(files, "--checkpoint-every", "0")
@@ -1255,22 +1270,28 @@ def test_keep_checkpoints_passes_over_what_is_not_this_runs_checkpoint(files, mo
     assert superseded_checkpoints(files / "net.nc", started, 1, 6) == [refused]
 
 
-def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch):
+@pytest.mark.parametrize("flag, then", [
+    ((), "run the same command with --resume to continue from {files}/net.nc2.nc (epoch 2), "
+         "the newest checkpoint."),
+    (("--resume-or-restart",), "run the same command again to continue from {files}/net.nc2.nc "
+                               "(epoch 2), the newest checkpoint, which its --resume-or-restart "
+                               "takes.")], ids=["plain", "resume-or-restart"])
+def test_a_full_disk_names_the_checkpoint_to_resume_from(files, monkeypatch, flag, then):
     """The disk filling up while the epoch-4 checkpoint is written: the message names that
     checkpoint (a write's failure names no file: it said "No space left on device" alone)
-    and the epoch-2 checkpoint to --resume from, not only "run the command again". With
+    and the epoch-2 checkpoint to --resume from, not only "run the command again" (which is
+    the advice of a run given --resume-or-restart, which takes it: not to add --resume). With
     --keep-checkpoints 1 too: the epoch-2 one is removed only once the next is in place."""
     import destiny.io.checkpoint
 
     real = disk_full_writing(monkeypatch, "net.nc4.nc")
     result = run_train(files, "-b", "64", "-e", "6", "--checkpoint-every", "2",
-                       "--keep-checkpoints", "1")
+                       "--keep-checkpoints", "1", *flag)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert (f"Error: {files / 'net.nc4.nc'}: No space left on device; {files / 'net.nc'} was "
             "not written.") in result.output
-    assert ("Free space on that file system (or raise the quota), then run the same command "
-            f"with --resume to continue from {files / 'net.nc2.nc'} (epoch 2), the newest "
-            "checkpoint.") in result.output
+    assert ("Free space on that file system (or raise the quota), then "
+            f"{then.format(files=files)}") in result.output, result.output
     assert not [p for p in files.iterdir() if p.name.startswith(".net.nc4.nc.")]
     assert (files / "net.nc2.nc").is_file()
     monkeypatch.setattr(destiny.io.checkpoint, "write_network", real)
@@ -1508,7 +1529,8 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
     checkpoint, which --resume takes, even where an earlier run left one of a later epoch (4)
     and the files' times say otherwise (a copy sets them in its own order): --resume goes on
     with the run started last (it used to take epoch 4, another run's). A resumed run that
-    finished no epoch since names the checkpoint it resumed from."""
+    finished no epoch since names the checkpoint it resumed from, as the same command run again
+    goes on from (it said to run it with --resume, which it had, or --resume-or-restart)."""
     import destiny.fit
 
     real = destiny.fit.train_epochs
@@ -1536,9 +1558,13 @@ def test_ctrl_c_names_this_runs_checkpoint_not_an_earlier_runs(files, monkeypatc
     assert (f"{files / 'net.nc2.nc'}: --resume takes the newest checkpoint, and this file is at "
             "epoch 2 already, and -e 2 asks for no more; give a larger -e") in result.output
     monkeypatch.setattr(destiny.fit, "train_epochs", stop_at_once)
-    result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", "--resume",
-                       "--force")
-    assert result.exit_code == 1 and this_run in result.output
+    for flag in ("--resume", "--resume-or-restart"):
+        result = run_train(files, "-b", "64", "-e", "5", "--checkpoint-every", "2", flag,
+                           "--force")
+        assert result.exit_code == 1 and (
+            f"To go on, run the same command again to continue from {files / 'net.nc2.nc'} "
+            f"(epoch 2), the newest checkpoint, which its {flag} takes.") in result.output, \
+            result.output
 
 
 def test_a_second_run_writing_the_same_network_stops_at_once(files):
