@@ -52,7 +52,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
     from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output
 
     _check_one_stdin(recs_path, held_out_path, train_path)
-    _check_not_the_same(recs_path, held_out_path)
+    _check_not_the_same(recs_path, held_out_path, train_path)
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         if json_out is not None and not is_stream(json_out):  # (/dev/stdout, a pipe: in place)
             what = "JSON output (--json-out)"
@@ -81,26 +81,44 @@ def _check_one_stdin(recs_path, held_out_path, train_path) -> None:
                                "be read only once; write all but one of them to a file.")
 
 
-def _check_not_the_same(recs_path, held_out_path) -> None:
+# --popularity's file given as another (the one a user meant to compare is the training part)
+_POPULARITY_WANTS = ("--popularity wants the training interactions, DSSTNE text of the items "
+                     "the model was trained on (scripts/split_holdout.py's --train), not")
+
+
+def _check_not_the_same(recs_path, held_out_path, train_path=None) -> None:
     """The recommendations given as the held-out file as well (`-r recs -t recs`) parse as
-    DSSTNE text, their scores as values, and score 1.0 everywhere without a word. Refused
+    DSSTNE text, their scores as values, and score 1.0 everywhere without a word; the
+    held-out file given as --popularity's training file leaves each user's held-out items
+    out of their baseline list (as items they have), which scores 0.0 everywhere, and the
+    recommendations given so rank the items recommended most: baselines of nothing. Refused
     as every command refuses paths that are one file (``atomic.check_distinct``: an output
     over an input), exit status 1: the file system tells, through links, not the flags."""
     from destiny.errors import DestinyError
 
-    if "/dev/stdin" in (recs_path, held_out_path):  # ('-': _check_one_stdin's)
-        return
-    try:
-        same = (os.path.isfile(recs_path) and os.path.isfile(held_out_path)
-                and os.path.samefile(recs_path, held_out_path))
-    except OSError:  # (gone since: the readers say so, naming the file)
-        return
-    if same:
-        raise DestinyError(
-            f"-r and -t name the same file ({recs_path}): -t wants the held-out interactions, "
-            "DSSTNE text of the items hidden from training (scripts/split_holdout.py's "
-            "--heldout), not predict's recommendations, which scored against themselves score "
-            "1.0 everywhere. Give the held-out file with -t.")
+    pairs = (
+        ("-r", recs_path, "-t", held_out_path,
+         "-t wants the held-out interactions, DSSTNE text of the items hidden from training "
+         "(scripts/split_holdout.py's --heldout), not predict's recommendations, which scored "
+         "against themselves score 1.0 everywhere. Give the held-out file with -t."),
+        ("-t", held_out_path, "--popularity", train_path,
+         f"{_POPULARITY_WANTS} the held-out ones, which the baseline would leave out of each "
+         "user's list as items the user has already, scoring 0.0 everywhere. Give the "
+         "training file with --popularity."),
+        ("-r", recs_path, "--popularity", train_path,
+         f"{_POPULARITY_WANTS} predict's recommendations, which would make the baseline the "
+         "items recommended most, leaving out of each user's list those recommended to them. "
+         "Give the training file with --popularity."))
+    for flag, path, other_flag, other, why in pairs:
+        if path is None or other is None or "/dev/stdin" in (path, other):  # ('-': one only,
+            continue  # _check_one_stdin's)
+        try:
+            same = (os.path.isfile(path) and os.path.isfile(other)
+                    and os.path.samefile(path, other))
+        except OSError:  # (gone since: the readers say so, naming the file)
+            continue
+        if same:
+            raise DestinyError(f"{flag} and {other_flag} name the same file ({path}): {why}")
 
 
 # A held-out item at every rank for every user is no model's score: below this many users it

@@ -2352,8 +2352,9 @@ def test_under_mpiexec_a_signal_as_the_command_finishes_is_said_once(tmp_path):
 
 
 # Two paths that are one file, in each command and script: an output over an input or over
-# another output, and evaluate's -t naming its -r file. Each argv runs in an empty directory
-# holding in.txt (and, for train, net.json and in.nc, as empty files: the check comes first).
+# another output, and evaluate's -t naming its -r file (or --popularity naming either). Each
+# argv runs in an empty directory holding in.txt (and, for train, net.json and in.nc, as empty
+# files: the check comes first).
 COLLISIONS = [
     (["generate-netcdf", "-i", "in.txt", "-o", "out.nc", "-d", "gl_input", "-f", "idx", "-s",
       "idx", "-c"], "given as both the feature index (-f) and the sample index (-s)"),
@@ -2362,6 +2363,8 @@ COLLISIONS = [
     (["predict", "-n", "net.nc", "-i", "fi", "-o", "fo", "-r", "in.txt", "-s", "in.txt"],
      "the recommendations file (-s) would replace the input text (-r)"),
     (["evaluate", "-r", "in.txt", "-t", "in.txt"], "-r and -t name the same file (in.txt)"),
+    (["evaluate", "-r", "in.txt", "-t", "held.txt", "--popularity", "held.txt"],
+     "-t and --popularity name the same file (held.txt)"),
     (["evaluate", "-r", "in.txt", "-t", "held.txt", "--json-out", "held.txt"],
      "the JSON output (--json-out) would replace the held-out items (-t)"),
     (["scripts/split_holdout.py", "in.txt", "--train", "t.txt", "--heldout", "t.txt"],

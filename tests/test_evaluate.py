@@ -270,6 +270,31 @@ def test_the_recommendations_given_as_the_held_out_file_are_refused(tmp_path):
         assert "split_holdout.py" in result.stderr and result.stdout == ""
 
 
+@pytest.mark.parametrize("flag, path, why", [
+    ("-t", "held.txt", "not the held-out ones, which the baseline would leave out of each "
+                       "user's list as items the user has already, scoring 0.0 everywhere"),
+    ("-r", "recs.txt", "not predict's recommendations, which would make the baseline the items "
+                       "recommended most")])
+def test_the_held_out_or_recommendations_file_given_as_popularity_is_refused(tmp_path, flag,
+                                                                              path, why):
+    """`--popularity held.txt` (the -t file) left each user's held-out items out of their
+    baseline list, as items they have, and scored 0.0 everywhere without a word; `--popularity
+    recs.txt` (the -r file) ranked the items recommended most. Both are refused, through a
+    link too, exit status 1, as -r and -t naming one file."""
+    write("held.txt", "u1\tb,5:d\nu2\tc\nu3\ta\n")  # (each readable as training text)
+    write("recs.txt", "u1\ta,0.900:b,0.800:c,0.700\nu2\tb,0.4\nu3\td,0.5\n")
+    os.symlink(tmp_path / path, "soft.txt")
+    for given in (path, "soft.txt"):
+        result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", given])
+        assert result.exit_code == 1, (given, result.stdout)
+        assert (f"Error: {flag} and --popularity name the same file ({path}): --popularity "
+                "wants the training interactions, DSSTNE text of the items the model was "
+                "trained on (scripts/split_holdout.py's --train), "
+                f"{why}") in result.stderr, result.stderr
+        assert "Give the training file with --popularity." in result.stderr
+        assert result.stdout == ""
+
+
 def test_the_recommendations_on_standard_input_are_not_compared_with_t():
     """'-' is no file to compare: standard input redirected from the -t file is scored."""
     import pathlib
