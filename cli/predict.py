@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from typing import Iterator, TextIO
@@ -104,13 +105,15 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
     """
     from destiny.io import atomic
     from destiny.parallel import all_or_none, get_comm
-    from destiny.predict import Predictor, predict_file
+    from destiny.predict import MULTIPLY_PARSES_AGAIN, Predictor, predict_file
 
     comm = get_comm()
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
             if comm.size > 1:
                 _check_read_once(input_path, filter_path)
+            elif filter_mode == "multiply":  # (known from the flags alone: a usage error)
+                _check_parsed_once(input_path, filter_path, MULTIPLY_PARSES_AGAIN, usage=True)
             # (stdout, a device or a pipe is written in place: nothing to check or lock)
             if not atomic.is_stream(output_path) and comm.is_root:
                 atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
@@ -129,6 +132,10 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
                                   job=comm)  # (each rank on a machine: its own GPU)
             if network_replaced is not None:
                 _check_one_network(network_path, network_replaced)
+            if comm.size == 1:  # (before either is read)
+                why = predictor.input_parsed_again(values=filter_mode == "multiply")
+                if why is not None:
+                    _check_parsed_once(input_path, filter_path, why)
         if split_layers and comm.size == 1 and not quiet:
             note(NAME, "--split-layers has nothing to split without mpiexec: this one process "
                        "holds every layer")
@@ -216,6 +223,33 @@ def _check_read_once(input_path, filter_path) -> None:
             raise DestinyError(f"{path}: under mpiexec every process reads {flag} in full, but "
                                "standard input or a pipe can be read only once; write it to a "
                                f"file and give that with {flag}.")
+
+
+def _check_parsed_once(input_path, filter_path, why: str, *, usage: bool = False) -> None:
+    """`-r - -f -` (the same stream for both) is one read of standard input, the filter being
+    the input's own parse (``Predictor.read_filter``); where the filter is parsed apart from
+    it (``why``), the second read found the stream drained, and filtered nothing without a
+    word (from a terminal, it waited for more). A usage error where the flags alone tell
+    (``usage``); a file (standard input redirected from one) is opened again, and read whole."""
+    import stat
+
+    from destiny.errors import DestinyError
+    from destiny.io import atomic
+
+    if filter_path is None or not atomic.same_file(input_path, filter_path):
+        return
+    try:
+        mode = os.stat(input_path).st_mode
+    except OSError:  # (the reader says so, naming the file)
+        return
+    fd = atomic.descriptor(input_path)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+            or stat.S_ISCHR(mode) and fd is not None and os.isatty(fd)):
+        return
+    message = (f"{input_path}: -r and -f both read it, but standard input or a pipe can be "
+               f"read only once, and the filter is parsed apart from the input here: {why}; "
+               "write it to a file and give that with -r and -f.")
+    raise click.UsageError(message) if usage else DestinyError(message)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,10 @@ from destiny.wording import quoted
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+# Why a filter that is the input file itself is parsed again with --filter-mode multiply
+# (``Predictor.input_parsed_again``), which the flags alone tell (cli/predict.py).
+MULTIPLY_PARSES_AGAIN = ("--filter-mode multiply reads the filter's values, which the input's "
+                         "parse does not keep")
 
 
 def score_batches(net: Network, indptr, indices, *, batch_size: int = 1024,
@@ -331,8 +335,8 @@ class Predictor:
         entries, row for row (its labels are unique), and the file is not parsed again; its
         values are then zeros.
         """
-        if (not values and input_path is not None and self.indices_alike
-                and not self.features_left_out and same_file(path, input_path)):
+        if (input_path is not None and self.input_parsed_again(values=values) is None
+                and same_file(path, input_path)):
             return records.indptr, records.indices, np.zeros(len(records.indices), np.float32)
         # (a filter with no records filters nothing, as in DSSTNE: a cron job's list of the
         # day's purchases may be empty, as a file or as an empty directory of parts)
@@ -351,6 +355,20 @@ class Predictor:
         lengths[hit] = filt.indptr[chosen[hit] + 1] - starts[hit]
         indptr, take = gather_ranges(starts, lengths)
         return indptr, filt.indices[take], filt.values[take]
+
+    def input_parsed_again(self, *, values: bool) -> str | None:
+        """Why a filter that is the input file itself is parsed again (``read_filter``), or
+        None where it is the input's own parse: a clause, for the refusal of a stream (standard
+        input, a pipe), which can be read only once."""
+        if values:
+            return MULTIPLY_PARSES_AGAIN
+        if not self.indices_alike:
+            return ("the input and output indices map the features otherwise (the filter's "
+                    "items are the output's)")
+        if self.features_left_out:
+            return ("the input's features that no training example had are left out of it, "
+                    "where the filter still removes those items")
+        return None
 
     def recommend(self, records: Records, k: int, *, filter_csr=None, multiply: bool = False,
                   batch_size: int = 1024) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:

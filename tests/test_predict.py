@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import sys
 
@@ -753,6 +754,59 @@ def test_the_input_given_again_as_the_filter_is_not_parsed_again(model, tmp_path
     predictor.indices_alike = False
     predictor.read_filter(text, records, input_path=text, values=False)
     assert len(parses) == 3
+
+
+def test_standard_input_as_both_samples_and_filter_is_read_once_or_refused(model, tmp_path):
+    """`predict -r - -f -` reads standard input once, the filter being the input's own parse
+    (``-r X -f X``'s). Where the filter is parsed apart from the input (--filter-mode
+    multiply, input features left out as untrained, indices that map otherwise), the second
+    read found the pipe drained and filtered nothing without a word (from a terminal it
+    waited for more): refused before anything is read or written, a usage error where the
+    flags alone tell. Standard input redirected from a file is opened again, as a file."""
+    import pathlib
+    import subprocess
+
+    text = model / "ratings.txt"
+    args = [str(pathlib.Path(sys.executable).parent / "predict"), "-n", str(model / "gl.nc"),
+            "-k", "5", "-q", "-s", "-"]
+
+    def piped(*more, indices=(model / "features_input", model / "features_output"),
+              stdin=None):
+        return subprocess.run([*args, "-i", str(indices[0]), "-o", str(indices[1]), *more],
+                              capture_output=True,
+                              timeout=300, **({"stdin": stdin} if stdin else
+                                              {"input": text.read_bytes()}))
+
+    def from_file(*more):
+        done = piped("-r", str(text), "-f", str(text), *more)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout
+
+    done = piped("-r", "-", "-f", "-")
+    assert done.returncode == 0 and done.stdout == from_file(), done.stderr.decode()
+    done = piped("-r", "-", "-f", "-", "--filter-mode", "multiply")
+    assert done.returncode == 2 and done.stdout == b"", done.stderr.decode()
+    said = " ".join(done.stderr.decode().split())
+    assert ("Error: /dev/stdin: -r and -f both read it, but standard input or a pipe can be "
+            "read only once, and the filter is parsed apart from the input here: "
+            "--filter-mode multiply reads the filter's values, which the input's parse does "
+            "not keep; write it to a file and give that with -r and -f.") in said, said
+    with open(text, "rb") as redirected:  # (`< ratings.txt`: read as a file, twice)
+        done = piped("-r", "-", "-f", "-", "--filter-mode", "multiply", stdin=redirected)
+    assert done.returncode == 0
+    assert done.stdout == from_file("--filter-mode", "multiply"), done.stderr.decode()
+    lines = (model / "features_input").read_text().splitlines(keepends=True)
+    grown = tmp_path / "grown"  # (a feature added since training: left out of the input)
+    grown.write_text("".join(lines) + f"new-a\t{len(lines)}\n")
+    for indices, why in (((grown, grown), b"the input's features that no training example had "
+                                          b"are left out of it"),
+                         ((grown, model / "features_output"), b"the input and output indices "
+                                                              b"map the features otherwise")):
+        done = piped("-r", "-", "-f", "-", "-s", str(tmp_path / "recs"), indices=indices)
+        assert done.returncode == 1, done.stderr.decode()
+        assert b"the filter is parsed apart from the input here: " + why in done.stderr, \
+            done.stderr.decode()
+        assert os.listdir(tmp_path) == ["grown"]
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 5])
