@@ -123,3 +123,19 @@ def model(tmp_path_factory):
         output_path=d / "gl_output.nc", network_path=d / "gl.nc",
         cfg=train_config(batch=64, epochs=3), checkpoint_every=0)
     return d
+
+
+def network_and_another(model, d) -> tuple[pathlib.Path, pathlib.Path]:
+    """Copies of ``model``'s network in ``d``: gl.nc, and new.nc with another run's weights of
+    the same layout, for a train --force renaming it over gl.nc as a reader reads that."""
+    import shutil
+
+    import netCDF4
+
+    net, new = d / "gl.nc", d / "new.nc"
+    shutil.copy(model / "gl.nc", net)
+    shutil.copy(model / "gl.nc", new)
+    with netCDF4.Dataset(new, "a") as nc:
+        for k in (0, 1):
+            nc.variables[f"weight{k}_weights"][:] = nc.variables[f"weight{k}_weights"][:] + 1
+    return net, new

@@ -483,12 +483,9 @@ def test_a_network_replaced_as_it_is_mapped_is_read_whole_from_the_file_opened(m
     with the new weights beside the old biases. They are read from the file opened instead."""
     from destiny.io import network_file
 
-    net, new = tmp_path / "gl.nc", tmp_path / "new.nc"
-    shutil.copy(model / "gl.nc", net)
-    shutil.copy(model / "gl.nc", new)
-    with netCDF4.Dataset(new, "a") as nc:  # (another run's weights, of the same layout)
-        for k in (0, 1):
-            nc.variables[f"weight{k}_weights"][:] = nc.variables[f"weight{k}_weights"][:] + 1
+    from tests.conftest import network_and_another
+
+    net, new = network_and_another(model, tmp_path)
     old = read_network(net)
     offsets = network_file._hdf5_offsets
 

@@ -554,16 +554,9 @@ def test_a_network_replaced_as_the_ranks_read_it_is_refused(model, tmp_path, spl
     later took the new network and one before it the old (lines of two networks in one
     output), and a rank of --split-layers read its blocks of the weights from the new file
     beside the old file's biases, with exit 0."""
-    import shutil
+    from tests.conftest import network_and_another
 
-    import netCDF4
-
-    net, new = tmp_path / "gl.nc", tmp_path / "new.nc"
-    shutil.copy(model / "gl.nc", net)
-    shutil.copy(model / "gl.nc", new)
-    with netCDF4.Dataset(new, "a") as nc:  # (another run's weights, of the same layout)
-        for k in (0, 1):
-            nc.variables[f"weight{k}_weights"][:] = nc.variables[f"weight{k}_weights"][:] + 1
+    net, new = network_and_another(model, tmp_path)
     script = tmp_path / "replacing.py"
     script.write_text(REPLACING)
     out = tmp_path / "out" / "recs.txt"
