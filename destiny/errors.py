@@ -108,6 +108,7 @@ NO_OTHER_REPLACED = "no other output was replaced (each is put in place only onc
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
+STANDARD_OUTPUT = "standard output"  # (how messages name '-' as an output)
 # Too many files open: the process's limit (ulimit -n) or the system's table is reached. No
 # file is at fault, whichever one was being opened (an input, a lock, a module numba loads).
 OPEN_FILES = {errno.EMFILE, errno.ENFILE}
@@ -306,7 +307,11 @@ def free_space(path) -> str:
     files, which freeing space in large ones does not mend."""
     if path is not None:
         with contextlib.suppress(OSError, TypeError, ValueError):
-            found = os.statvfs(os.path.dirname(os.fspath(path)) or ".")
+            # (standard output is the file system of descriptor 1, not of the current
+            # directory; a file there already, through its links: /dev/stdout's)
+            found = (os.fstatvfs(1) if path == STANDARD_OUTPUT else os.statvfs(path)
+                     if os.path.exists(path) else
+                     os.statvfs(os.path.dirname(os.fspath(path)) or "."))
             if found.f_files and not found.f_ffree:  # (f_files 0: a file system without a
                 return ("remove files from that file system: it has no inode left for a new "
                         "one (df -i shows it), whatever space it has free")  # count of them)

@@ -81,6 +81,23 @@ def test_a_full_file_system_or_a_quota_reached_says_to_free_space(code):
         "raise the quota), then try again.")
 
 
+def test_standard_output_full_is_judged_on_its_own_file_system(tmp_path, monkeypatch):
+    """Standard output on a full disk (`> out.txt`) was judged on the current directory's
+    file system (its name, "standard output", is no path), and /dev/stdout on /dev's."""
+    from types import SimpleNamespace
+
+    full = SimpleNamespace(f_files=1000, f_ffree=0)
+    spare = SimpleNamespace(f_files=1000, f_ffree=500)
+    monkeypatch.setattr(os, "fstatvfs", lambda fd: full if fd == 1 else spare)
+    monkeypatch.setattr(os, "statvfs", lambda path: spare)
+    monkeypatch.chdir(tmp_path)
+    said = system_failure(OSError(errno.ENOSPC, "No space left on device", "standard output"))
+    assert "it has no inode left" in said, said
+    monkeypatch.setattr(os, "statvfs", lambda path: full if path == "/dev/stdout" else spare)
+    said = system_failure(OSError(errno.ENOSPC, "No space left on device", "/dev/stdout"))
+    assert "it has no inode left" in said, said
+
+
 def test_a_file_system_with_no_inode_left_says_to_remove_files(tmp_path, monkeypatch):
     """ENOSPC also where space is free but no inode is (many small files): freeing space in
     large files does not mend it. Said where the file's file system has none left."""

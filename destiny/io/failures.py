@@ -17,12 +17,12 @@ import io
 import os
 from typing import TextIO
 
-from destiny.errors import FULL, InPlaceFailure, NetCDFFailure
+from destiny.errors import FULL, STANDARD_OUTPUT, InPlaceFailure, NetCDFFailure
 
 
 def output_name(path) -> str:
     """How a message names output ``path``: '-' is standard output."""
-    return "standard output" if path == "-" else str(path)
+    return STANDARD_OUTPUT if path == "-" else str(path)
 
 
 def named(e: BaseException, name: str, temporary=None) -> BaseException | None:
