@@ -175,10 +175,12 @@ def run_command(command: click.Command, name: str):
     rank together (``StoppedTogether``), and anything else stops the whole job with
     ``Comm.abort``.
     """
+    from destiny.cli.entry import default_action_as_mpi_starts
     from destiny.parallel import get_comm
 
     try:
-        comm = get_comm()
+        with default_action_as_mpi_starts():  # (MPI_Init: in C, waiting for the other ranks)
+            comm = get_comm()
     except DestinyError as e:
         click.echo(f"Error: {e}", err=True)
         sys.exit(1)

@@ -10,6 +10,7 @@ command installs its own handlers when it starts (``library_errors``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -41,9 +42,9 @@ def _a_rank_stopped_while_loading_exits_with_the_status() -> None:
     later, instead of by the signal's default action: MPICH's mpiexec reported ranks killed so
     with its BAD TERMINATION banner on stdout and exit status 15 or 2 (the signal's number),
     where a scheduler's SIGTERM (Slurm's scancel) or a Ctrl-C half a second later gave 143 or
-    130. The handler is Python's, so a C call that never returns would delay it (the same
-    calls as the stuck watch's, which is not running yet); loading makes none such. An
-    ignored signal stays ignored."""
+    130. The handler is Python's, so a call into C delays it: MPI's start in the rank waits
+    there for every rank to begin it, and is left to the signal's default action
+    (``default_action_as_mpi_starts``). An ignored signal stays ignored."""
     from destiny.signals import STOP_SIGNALS
 
     for signum in STOP_SIGNALS:
@@ -53,6 +54,27 @@ def _a_rank_stopped_while_loading_exits_with_the_status() -> None:
 
 def _exit_with_the_status(signum, frame) -> None:
     os._exit(128 + signum)  # (nothing written yet to flush, nor to clean up)
+
+
+@contextlib.contextmanager
+def default_action_as_mpi_starts():
+    """Within the block, as MPI starts in the rank (``get_comm``), the stop signals that
+    ``_exit_with_the_status`` would end a loading rank by take their default action: MPI_Init
+    waits in C for every rank to begin it, where no Python handler runs, and MPICH leaves it
+    waiting for ever where a rank ended before beginning it (pmodels/mpich#6124), as the same
+    signal ends one still loading: the job hung until killed. Killed by the signal, the rank
+    ends, and mpiexec reports it so."""
+    from destiny.signals import STOP_SIGNALS
+
+    swapped = [signum for signum in STOP_SIGNALS
+               if signal.getsignal(signum) is _exit_with_the_status]
+    for signum in swapped:
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for signum in swapped:
+            signal.signal(signum, _exit_with_the_status)
 
 
 def _refuse_unusable_thread_count() -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -695,3 +696,40 @@ def test_a_stop_signal_ignored_as_a_rank_loads_stays_ignored(monkeypatch):
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+# Rank 0 still loading its command, rank 1 already in MPI's start (MPI_Init, in C), where it
+# waits for rank 0.
+STARTING = ("import os, time\n"
+            "from destiny.cli.entry import default_ctrl_c_while_loading\n"
+            "default_ctrl_c_while_loading()\n"
+            "print('loading', flush=True)\n"
+            "if os.environ['PMI_RANK'] == '0':\n"
+            "    time.sleep(60)\n"
+            "import click\n"
+            "from destiny.cli.common import run_command\n"
+            "run_command(click.Command('command', callback=lambda: None), 'command')\n")
+
+
+@needs_mpiexec
+def test_a_stop_signal_as_a_rank_starts_mpi_ends_it_too(tmp_path):
+    """A rank that has begun MPI's start waits in C for every rank to begin it, where no
+    Python handler runs: the rank still loading ended by the signal (status 143) never
+    begins it, and MPICH leaves the waiting one there for ever (pmodels/mpich#6124). The
+    job hung until killed; the signal's default action ends the waiting rank."""
+    script = tmp_path / "starting.py"
+    script.write_text(STARTING)
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
+                           env=rank_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert [job.stdout.readline() for _ in range(2)] == ["loading\n"] * 2
+        time.sleep(3)  # (rank 1 in MPI_Init by then)
+        job.send_signal(signal.SIGTERM)
+        try:
+            job.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job still ran 30 s after SIGTERM")
+    finally:
+        job.kill()
+    assert job.returncode != 0
