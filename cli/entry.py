@@ -5,7 +5,9 @@ Loading a command takes up to half a second (numba). Python's own Ctrl-C handler
 compiled module's initialization, an interrupt lost or reported as an ImportError (see
 ``_interrupt`` in cli/common.py). With the default action a Ctrl-C there stops the program at
 once (exit status 130), as it stops a C program, before it has anything to clean up; each
-command installs its own handlers when it starts (``library_errors``).
+command installs its own handlers when it starts (``library_errors``). Under an MPI launcher
+each stop signal instead ends the rank with exit status 128 + the signal
+(``_a_rank_stopped_while_loading_exits_with_the_status``), except while MPI starts in it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import warnings
 def default_ctrl_c_while_loading() -> None:
     """Give Ctrl-C its default action until the command installs its handlers: called first by
     the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
-    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept. First, a
+    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept; under an MPI
+    launcher, every stop signal ends the rank with its status instead. First, a
     thread count numba cannot load with is refused (``_refuse_unusable_thread_count``), the
     system's failures while loading are worded, and numba's warning about its lock is left out
     (``_numbas_lock_warning_left_out``)."""

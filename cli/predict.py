@@ -112,8 +112,8 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
             if comm.size > 1:
                 _check_read_once(input_path, filter_path)
-            elif filter_mode == "multiply":  # (known from the flags alone: a usage error)
-                _check_parsed_once(input_path, filter_path, MULTIPLY_PARSES_AGAIN, usage=True)
+            elif filter_mode == "multiply":  # (known before anything is read)
+                _check_parsed_once(input_path, filter_path, MULTIPLY_PARSES_AGAIN)
             # (stdout, a device or a pipe is written in place: nothing to check or lock)
             if not atomic.is_stream(output_path) and comm.is_root:
                 atomic.check_outputs([(output_path, "recommendations file (-s)")], inputs=(
@@ -225,12 +225,13 @@ def _check_read_once(input_path, filter_path) -> None:
                                f"file and give that with {flag}.")
 
 
-def _check_parsed_once(input_path, filter_path, why: str, *, usage: bool = False) -> None:
+def _check_parsed_once(input_path, filter_path, why: str) -> None:
     """`-r - -f -` (the same stream for both) is one read of standard input, the filter being
     the input's own parse (``Predictor.read_filter``); where the filter is parsed apart from
     it (``why``), the second read found the stream drained, and filtered nothing without a
-    word (from a terminal, it waited for more). A usage error where the flags alone tell
-    (``usage``); a file (standard input redirected from one) is opened again, and read whole."""
+    word (from a terminal, it waited for more). Exit status 1, not a usage error: what
+    standard input is decides it, not the flags; a file (standard input redirected from one)
+    is opened again, and read whole."""
     import stat
 
     from destiny.errors import DestinyError
@@ -249,7 +250,7 @@ def _check_parsed_once(input_path, filter_path, why: str, *, usage: bool = False
     message = (f"{input_path}: -r and -f both read it, but standard input or a pipe can be "
                f"read only once, and the filter is parsed apart from the input here: {why}; "
                "write it to a file and give that with -r and -f.")
-    raise click.UsageError(message) if usage else DestinyError(message)
+    raise DestinyError(message)
 
 
 @contextlib.contextmanager
