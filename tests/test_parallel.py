@@ -685,12 +685,16 @@ def test_a_stop_signal_ignored_as_a_rank_loads_stays_ignored(monkeypatch):
     """As without a launcher: nohup's SIGHUP, a background job's SIGINT."""
     from destiny.cli.entry import default_ctrl_c_while_loading
 
+    import warnings
+
     monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # (it sets its own: put back)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        default_ctrl_c_while_loading()
+        with warnings.catch_warnings():  # (and a filter of numba's warning)
+            default_ctrl_c_while_loading()
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
     finally:
