@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import pytest
 
-tomllib = pytest.importorskip("tomllib")
+# tomllib is Python 3.11's; on 3.10 pytest itself depends on tomli, the same parser.
+tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
