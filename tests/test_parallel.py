@@ -659,6 +659,17 @@ LOADING = ("from destiny.cli.entry import default_ctrl_c_while_loading\n"
            "time.sleep(60)  # (a command's modules loading: numba, up to half a second)\n")
 
 
+def two_ranks_loading(tmp_path, code: str) -> subprocess.Popen:
+    """``code`` as a job of 2 ranks, once each has said 'loading'."""
+    script = tmp_path / "ranks.py"
+    script.write_text(code)
+    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
+                           env=rank_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert [job.stdout.readline() for _ in range(2)] == ["loading\n"] * 2
+    return job
+
+
 @needs_mpiexec
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_as_the_ranks_load_ends_the_job_with_its_status(tmp_path, signum):
@@ -666,13 +677,8 @@ def test_a_stop_signal_as_the_ranks_load_ends_the_job_with_its_status(tmp_path, 
     handlers: the ranks died by it, and MPICH reported that as exit status 15 or 2 (the
     signal's number) with its BAD TERMINATION banner, where the same signal a moment later
     gave 143 or 130."""
-    script = tmp_path / "loading.py"
-    script.write_text(LOADING)
-    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
-                           env=rank_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    job = two_ranks_loading(tmp_path, LOADING)
     try:
-        assert [job.stdout.readline() for _ in range(2)] == ["loading\n"] * 2
         job.send_signal(signum)
         out, err = job.communicate(timeout=30)
     finally:
@@ -683,9 +689,9 @@ def test_a_stop_signal_as_the_ranks_load_ends_the_job_with_its_status(tmp_path, 
 
 def test_a_stop_signal_ignored_as_a_rank_loads_stays_ignored(monkeypatch):
     """As without a launcher: nohup's SIGHUP, a background job's SIGINT."""
-    from destiny.cli.entry import default_ctrl_c_while_loading
-
     import warnings
+
+    from destiny.cli.entry import default_ctrl_c_while_loading
 
     monkeypatch.setenv("PMI_RANK", "0")
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # (it sets its own: put back)
@@ -721,13 +727,8 @@ def test_a_stop_signal_as_a_rank_starts_mpi_ends_it_too(tmp_path):
     Python handler runs: the rank still loading ended by the signal (status 143) never
     begins it, and MPICH leaves the waiting one there for ever (pmodels/mpich#6124). The
     job hung until killed; the signal's default action ends the waiting rank."""
-    script = tmp_path / "starting.py"
-    script.write_text(STARTING)
-    job = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(script)],
-                           env=rank_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    job = two_ranks_loading(tmp_path, STARTING)
     try:
-        assert [job.stdout.readline() for _ in range(2)] == ["loading\n"] * 2
         time.sleep(3)  # (rank 1 in MPI_Init by then)
         job.send_signal(signal.SIGTERM)
         try:
