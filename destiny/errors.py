@@ -109,6 +109,9 @@ NO_OTHER_REPLACED = "no other output was replaced (each is put in place only onc
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
 STANDARD_OUTPUT = "standard output"  # (how messages name '-' as an output)
+# What a map refused for want of memory means (a library not loaded, ENOMEM): a clause.
+_TOO_LITTLE_MEMORY = ("the memory free, or the address space that a limit allows (ulimit -v, a "
+                      "container's or a job's memory limit), is too small")
 # Too many files open: the process's limit (ulimit -n) or the system's table is reached. No
 # file is at fault, whichever one was being opened (an input, a lock, a module numba loads).
 OPEN_FILES = {errno.EMFILE, errno.ENFILE}
@@ -240,9 +243,8 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
     loading = library_not_loaded(e)
     if loading is not None:  # (an ImportError, or llvmlite's OSError without a strerror)
         return (f"out of memory ({loading}); {kept}. A library the command needs could not be "
-                "loaded: the memory free, or the address space that a limit allows (ulimit "
-                "-v, a container's or a job's memory limit), is too small for it. Free memory "
-                f"or raise the limit, then {again}.")
+                f"loaded: {_TOO_LITTLE_MEMORY} for it. Free memory or raise the limit, then "
+                f"{again}.")
     e = open_files_exhausted(e) or e  # (a compiled module's ImportError: an OSError below)
     if isinstance(e, OSError):  # after the checks: a full disk, a quota, an I/O error
         if e.strerror is None or isinstance(e, BrokenPipeError):  # (stdout's reader left)
@@ -255,17 +257,15 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
                       f"takes larger files), then {then}.")
         elif e.errno in FULL:
             advice = free_space(e.filename)
-            remedy = f"{advice[0].upper()}{advice[1:]}, then {then}."
+            remedy = f"{_begun(advice)}, then {then}."
         elif e.errno in OPEN_FILES:  # ("check the file" sent the user to a file at no fault)
             advice = too_many_open_files(e.errno)
-            remedy = f"{advice[0].upper()}{advice[1:]}, then {again}."
+            remedy = f"{_begun(advice)}, then {again}."
         elif e.errno == errno.ENOMEM:  # (a map refused: llvmlite's executable memory as numba
             # compiles, under ulimit -v; its guess at SELinux, which refuses with EACCES or
             # EPERM, is left out: ENOMEM is memory)
             said = said.split(". ")[0].rstrip(".")
-            remedy = ("The memory free, or the address space that a limit allows (ulimit -v, a "
-                      "container's or a job's memory limit), is too small: free memory or raise "
-                      f"the limit, then {again}.")
+            remedy = f"{_begun(_TOO_LITTLE_MEMORY)}: free memory or raise the limit, then {again}."
         else:
             remedy = f"Check the file and the file system, then {then}."
         if isinstance(e, InPlaceFailure):
@@ -299,6 +299,11 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
                 "processes or machines with mpiexec (train; predict --split-layers: the "
                 "README's sections on them).")
     return None
+
+
+def _begun(clause: str) -> str:
+    """``clause`` (the advice functions below give clauses) as the start of a sentence."""
+    return clause[:1].upper() + clause[1:]
 
 
 def free_space(path) -> str:
