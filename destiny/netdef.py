@@ -591,13 +591,6 @@ def _check_references(layer: LayerDef, by_name: dict[str, LayerDef]) -> None:
                                   f"{names.index(name)} and {j}); {why}. List it once.", item=j)
     for j, name in enumerate(layer.skips):
         other = by_name[name]
-        if other.kind == LayerKind.Input:
-            # DSSTNE added the input's activations (spec 3.16); Destiny's input layers are the
-            # batch's sparse entries, never a dense array to add (a KeyError mid-epoch before)
-            raise NetDefError(f"{path}.Skip", f"'{name}' is an Input layer: a skip from an "
-                              "Input layer is not supported (Destiny keeps input layers "
-                              "sparse, with no activations to add). Remove it, or skip from a "
-                              "Hidden layer of this size", item=j)
         if layer.n is not None and other.n is not None and layer.n != other.n:
             raise NetDefError(f"{path}.Skip", f"'{name}' has N={other.n} but this layer has "
                                               f"N={layer.n}; skip layers must have equal sizes",

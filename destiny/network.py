@@ -296,7 +296,10 @@ class Network:
             else:
                 self._sum_contributions(Z, name, B)
             for s in layer.skips:
-                kb.add(Z, self.activation(s, B))
+                if self.layers[s].kind == LayerKind.Input:
+                    self._add_input(Z, s, name)
+                else:
+                    kb.add(Z, self.activation(s, B))
             if name == pre_activation:
                 continue
             act = int(layer.activation)
@@ -361,6 +364,16 @@ class Network:
                               trans_b=c.transposed)
             if bias:
                 self.backend.add_bias(out, c.b)
+
+    def _add_input(self, Z: np.ndarray, source: str, dest: str) -> None:
+        """Z += the activations of input layer ``source``, a Skip of layer ``dest`` (spec
+        3.16): its batch entries (1 for Boolean data), as its products read them, denoised
+        and scaled by q (spec 3.9), in this rank's columns of ``dest``, which are the input's
+        own (a skip joins layers of one size, split alike); no delta flows back to data."""
+        (indptr, indices, values), q = self._input_of(source)
+        offset = self.units[dest][0] - self.input_columns(source)[0]
+        self.backend.sparse_add(Z, indptr, indices, values, q if len(values) == 0 else 1.0,
+                                offset)
 
     def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
         """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the

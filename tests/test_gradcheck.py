@@ -135,6 +135,21 @@ def test_gradient_with_skip_and_two_sources():
     check(net, batch)
 
 
+@pytest.mark.parametrize("analog", [False, True], ids=["boolean", "analog"])
+def test_gradient_with_a_skip_from_the_input_layer(analog):
+    d = {
+        "ErrorFunction": "L2", "ShuffleIndices": False,
+        "Layers": [
+            {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+            {"Name": "Hidden", "Kind": "Hidden", "N": 5, "Activation": "Tanh"},
+            {"Name": "Output", "Kind": "Output", "N": 7, "DataSet": "out", "Skip": "Input",
+             "Activation": "Sigmoid"},
+        ],
+    }
+    net, batch = build(parse_netdef(d), analog_input=analog)
+    check(net, batch)
+
+
 def test_gradient_with_shared_transposed_weights():
     d = {
         "ErrorFunction": "L2", "ShuffleIndices": False,

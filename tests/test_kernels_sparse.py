@@ -123,3 +123,37 @@ def test_empty_rows_and_empty_batch(backend):
     np.testing.assert_array_equal(dW, 2.0)
     kernels.sparse_fc_forward(np.empty((0, 3), dtype=np.float32), np.zeros(1, dtype=np.int64),
                               *no_entries[1:], W, b)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("boolean", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sparse_add_adds_the_entries_of_its_columns(backend, boolean, dtype):
+    """A Skip from an Input layer (spec 3.16): out += the batch as a dense matrix, columns
+    col_offset onward only (a rank's share), a feature listed twice added twice (quirk 10.5),
+    bit for bit the reference's sums in every backend."""
+    rng = np.random.default_rng(5)
+    n_rows, n_features, _ = sizes(backend, 37, 50, 0)
+    indptr, indices, values = random_batch(rng, n_rows, n_features, boolean)
+    lo, width, scale = 7, n_features - 19, 1.0 / 0.7  # q of p = 0.3: not a float32
+    start = rng.normal(size=(n_rows, width)).astype(dtype)
+    out = start.copy()
+    BACKENDS[backend].sparse_add(out, indptr, indices, values, scale, lo)
+    X = np.zeros((n_rows, n_features))
+    rows = np.repeat(np.arange(n_rows), np.diff(indptr))
+    np.add.at(X, (rows, indices), scale * (1.0 if boolean else values.astype(np.float64)))
+    np.testing.assert_allclose(out, start + X[:, lo:lo + width], rtol=1e-5, atol=1e-5)
+    expected = start.copy()
+    BACKENDS["reference"].sparse_add(expected, indptr, indices, values, scale, lo)
+    np.testing.assert_array_equal(out, expected)
+    assert set(indices) - set(range(lo, lo + width)), "every entry was inside: a weak test"
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_sparse_add_of_no_entries_changes_nothing(backend):
+    out = np.arange(6, dtype=np.float32).reshape(2, 3)
+    BACKENDS[backend].sparse_add(out, np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                                 np.zeros(0, dtype=np.float32), 2.0, 0)
+    np.testing.assert_array_equal(out, np.arange(6).reshape(2, 3))
+    BACKENDS[backend].sparse_add(np.empty((0, 3), dtype=np.float32), np.zeros(1, dtype=np.int64),
+                                 np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32), 2.0, 0)

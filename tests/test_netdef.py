@@ -204,16 +204,17 @@ def test_single_layer_object_and_skip_and_shared_weights():
     assert net.layer("H3").shared_weights[0].transposed is False
 
 
-@pytest.mark.parametrize("sparse", [True, False])
-def test_a_skip_from_an_input_layer_is_refused_naming_it(sparse):
-    """A skip adds its source's activations (spec 3.16); an Input layer has none in Destiny
-    (the batch's entries, sparse), and train stopped with a KeyError in the first epoch."""
+def test_a_skip_from_an_input_layer_is_taken_and_its_size_checked_once_resolved():
+    """A skip adds its source's activations (spec 3.16); an Input layer's are the batch's
+    entries. Its N may be "auto": the sizes are compared once the datasets resolve them."""
     data = minimal()
-    data["Layers"][0].update(Name="In", Sparse=sparse)
+    data["Layers"][0]["Name"] = "In"
     data["Layers"][2]["Skip"] = ["In"]
-    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.Skip: 'In' is an Input layer: "
-                                          r"a skip from an Input layer is not supported"):
-        load_netdef(data, {"in": 16, "out": 16})
+    net = load_netdef(data, {"in": 16, "out": 16})
+    assert net.layers[2].skips == ("In",)
+    with pytest.raises(NetDefError, match=r"^Layers\[2\]\.Skip: 'In' has N=16 but this layer "
+                                          r"has N=20; skip layers must have equal sizes"):
+        load_netdef(data, {"in": 16, "out": 20})
 
 
 @pytest.mark.parametrize("share, message", [

@@ -86,6 +86,73 @@ def test_denoised_input_is_scaled_by_q_and_boolean_data_scales_the_bias_too(anal
     np.testing.assert_allclose(c.gb, delta.mean(axis=0), rtol=1e-12)
 
 
+# -- a Skip from an Input layer (spec 3.16) ---------------------------------------------------
+
+SKIP_INPUT = {"ErrorFunction": "L2", "Denoising": {"p": 0.5}, "Layers": [
+    {"Name": "Input", "Kind": "Input", "N": 5, "DataSet": "in", "Sparse": True},
+    {"Name": "Hidden", "Kind": "Hidden", "N": 3, "Activation": "Tanh"},
+    {"Name": "Output", "Kind": "Output", "N": 5, "DataSet": "out", "Activation": "Sigmoid",
+     "Skip": "Input"}]}
+
+
+@pytest.mark.parametrize("denoised", [False, True], ids=["clean", "denoised"])
+@pytest.mark.parametrize("analog", [False, True], ids=["boolean", "analog"])
+def test_a_skip_from_the_input_layer_adds_the_input_as_its_products_see_it(analog, denoised):
+    """The input's activations join the output's sum (spec 3.16): 1, or the value, at each
+    listed feature, and q times the kept entries when denoised (3.9); the weights' gradients
+    follow through the output's derivative, and no delta goes to the data."""
+    net = network(SKIP_INPUT)
+    into_hidden, into_output = net.connections
+    B, q = len(ROWS), 2.0
+    given = csr(ROWS, VALUES if analog else None)
+    kept = csr(KEPT, KEPT_VALUES if analog else None)
+    batch = Batch(size=B, inputs={"Input": given}, targets={"Output": csr(TARGETS)})
+    net.forward(batch, train=denoised, denoise={"Input": (kept, q)} if denoised else None)
+    loss = net.backward()
+
+    if denoised:
+        X = q * dense(KEPT, 5, KEPT_VALUES if analog else None)
+        H = np.tanh(X @ into_hidden.W + (into_hidden.b if analog else q * into_hidden.b))
+    else:
+        X = dense(ROWS, 5, VALUES if analog else None)
+        H = np.tanh(X @ into_hidden.W + into_hidden.b)
+    A = sigmoid(H @ into_output.W + into_output.b + X)
+    T = dense(TARGETS, 5)
+    np.testing.assert_allclose(net.activation("Output", B), A, rtol=1e-12)
+    assert loss == pytest.approx(0.5 * ((A - T) ** 2).sum(), rel=1e-12)
+    delta = (A - T) * A * (1 - A)
+    np.testing.assert_allclose(into_output.G, -(H.T @ delta) / B, rtol=1e-12, atol=1e-15)
+
+
+def test_a_skip_from_the_input_layer_runs_alike_in_every_backend():
+    """The cpu's network, float32, against the reference's: same forward, loss and update."""
+    rng = np.random.default_rng(3)
+    rows = [sorted(rng.choice(5, rng.integers(0, 4), replace=False)) for _ in range(6)]
+    batch = Batch(size=6, inputs={"Input": csr(rows)}, targets={"Output": csr(rows)})
+    results = []
+    for backend in ("reference", "cpu"):
+        net = Network(parse_netdef(SKIP_INPUT), get_backend(backend), dtype=np.float32)
+        net.initialize(7)
+        net.init_optimizer(OptimizerConfig(mode=4, mu=0.9))
+        cast = Batch(size=6, inputs={"Input": _f32(batch.inputs["Input"])},
+                     targets={"Output": _f32(batch.targets["Output"])})
+        net.forward(cast, train=True, dropout_key=1)
+        loss = net.backward()
+        net.update(0.01, 1, OptimizerConfig(mode=4, mu=0.9))
+        results.append((loss, net.to_host(net.activation("Output", 6)).copy(),
+                        [net.to_host(c.W).copy() for c in net.connections]))
+    (loss0, a0, w0), (loss1, a1, w1) = results
+    assert loss1 == pytest.approx(loss0, rel=1e-5)
+    np.testing.assert_allclose(a1, a0, rtol=1e-5, atol=1e-6)
+    for x, y in zip(w0, w1, strict=True):
+        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+
+
+def _f32(arrays):
+    indptr, indices, values = arrays
+    return indptr, indices, values.astype(np.float32)
+
+
 # -- sparseness penalty (spec 3.10, quirk 10.15) ---------------------------------------------
 
 def _penalized(top=None, layer=None, dropout=0.0, bias=None):

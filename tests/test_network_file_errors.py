@@ -523,14 +523,23 @@ def test_a_skip_between_layers_of_other_sizes_is_refused(tmp_path):
         read_network(net)
 
 
-def test_a_skip_from_the_input_layer_is_refused_naming_it(tmp_path):
-    """A DSSTNE network file whose output layer skips from the input layer (spec 3.16): refused
-    as the file is read, naming the attribute, where predict stopped with a KeyError."""
-    net = network_skipping(tmp_path, "Input")
-    with pytest.raises(DataFormatError, match=re.escape(
-            f"{net}: the attribute 'layer2_skip0' is 'Input' (text): 'Input' is an Input layer: "
-            "a skip from an Input layer is not supported")):
-        read_network(net)
+def test_a_dsstne_network_skipping_from_the_input_layer_predicts_with_it(tmp_path):
+    """A DSSTNE network file whose output layer skips from the input layer (spec 3.16), where
+    predict stopped with a KeyError and was then refused: with zero weights and biases the
+    output is sigmoid(input)."""
+    from destiny.io.checkpoint import load_weights
+    from destiny.kernels import get_backend
+    from destiny.network import Batch, Network
+
+    path = network_skipping(tmp_path, "Input")
+    net = Network(read_network(path).netdef, get_backend("cpu"))
+    load_weights(net, path)
+    rows = (np.array([0, 2, 3], np.int64), np.array([1, 6, 6], np.int32), np.zeros(0, np.float32))
+    net.forward(Batch(size=2, inputs={"Input": rows}))
+    x = np.zeros((2, 8))
+    x[0, [1, 6]] = 1.0
+    x[1, 6] = 1.0
+    np.testing.assert_allclose(net.activation("Output", 2), 1 / (1 + np.exp(-x)), rtol=1e-6)
 
 
 def test_a_dsstne_network_whose_loss_cannot_train_its_output_layer_still_reads(model, tmp_path):

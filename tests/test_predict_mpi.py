@@ -243,6 +243,31 @@ def test_split_layers_write_what_one_process_writes(spread, tmp_path, n, case, w
     assert sorted(os.listdir(tmp_path)) == ["many.txt", "one.txt"]
 
 
+@pytest.mark.parametrize("hidden, n", [(37, 2), (128, 3)])
+def test_split_skip_from_the_input_as_one_process(model, tmp_path, hidden, n):  # noqa: F811
+    """A network whose output adds its input (Skip, spec 3.16): each rank adds its own units'
+    share of the sample's features, whether it holds the input's columns of its units (37
+    hidden units: the input's matrix split by rows) or all of them (128: by columns)."""
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef["Layers"][1]["N"] = hidden
+    netdef["Layers"][2]["Skip"] = "Input"
+    (tmp_path / "net.json").write_text(json.dumps(netdef))
+    fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
+        output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
+        cfg=train_config(batch=64, epochs=1), checkpoint_every=0)
+    for name in ("features_input", "features_output", "ratings.txt"):
+        os.symlink(model / name, tmp_path / name)
+    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+    single = run([PREDICT, *argv(tmp_path, *args, "-s", tmp_path / "one.txt")])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(tmp_path, *args, "--split-layers", "-s", tmp_path / "many.txt"))
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same_records(tmp_path / "one.txt", tmp_path / "many.txt")
+
+
 @pytest.mark.parametrize("split", [(), ("--split-layers",)])
 def test_failure_while_writing_stops_all_once(model, split):  # noqa: F811
     """Rank 0 alone writes: its failure (a full disk) reaches the ranks waiting with the next

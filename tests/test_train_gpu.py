@@ -154,6 +154,28 @@ def test_the_ranking_comparison_lets_only_ties_differ():
 # The ranks run in their own processes: they need the simulator's shared-array fix that
 # tests/backends.py applies in this one (without it, a block's threads can get different shared
 # arrays: one wrong prefix sum in the sparse gradient, one weight off, now and then).
+def test_gpu_trains_a_skip_from_the_input_layer_as_the_cpu(files, tmp_path):
+    """The output adds the denoised input (spec 3.16, 3.9): the CUDA kernel's sums are the
+    cpu's."""
+    netdef = json.loads(json.dumps(NETDEF))
+    netdef["Layers"][2]["Skip"] = "Input"
+    (tmp_path / "net.json").write_text(json.dumps(netdef))
+    written = {}
+    for backend in ("cpu", "gpu"):
+        with _fast_simulator():
+            fit(config_path=tmp_path / "net.json", input_path=files / "gl_input.nc",
+                output_path=files / "gl_output.nc", network_path=tmp_path / f"{backend}.nc",
+                cfg=train_config("rmsprop", batch=4, epochs=1), backend=backend,
+                checkpoint_every=0)
+        written[backend] = read_network(tmp_path / f"{backend}.nc")
+    assert written["gpu"].netdef.layers[2].skips == ("Input",)
+    for k in written["cpu"].weights:
+        np.testing.assert_allclose(written["gpu"].weights[k], written["cpu"].weights[k],
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(written["gpu"].biases[k], written["cpu"].biases[k],
+                                   rtol=1e-4, atol=1e-6)
+
+
 FAST_TRAIN = """
 import sys
 sys.setswitchinterval(5e-5)

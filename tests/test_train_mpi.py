@@ -23,6 +23,8 @@ import netCDF4
 import numpy as np
 import pytest
 
+from destiny import shard
+from destiny.io.dataset import dataset_widths
 from destiny.io.network_file import read_network
 from tests.conftest import write_sample_data
 from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
@@ -514,6 +516,28 @@ def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
         assert done.returncode == 0, done.stderr.decode()
     for suffix in (".nc", ".nc2.nc"):
         assert_same_network(tmp_path / f"one{suffix}", tmp_path / f"two{suffix}")
+
+
+@pytest.mark.parametrize("hidden, ranks, split", [(37, 2, shard.ROWS), (100, 3, shard.COLS)],
+                         ids=["rows", "columns"])
+def test_ranks_skip_from_the_input_layer_as_one_process(data, tmp_path, hidden, ranks, split):
+    """The output adds the denoised input (spec 3.16), each rank its own units' columns of it.
+    A rank holds the input's columns of its own units where the input's matrix is split by
+    rows (37 hidden units), or every column where it is split by the hidden units (100, more
+    than two thirds of the input's: spec 7), and then adds only its share."""
+    (width,) = dataset_widths(data / "gl_input.nc").values()
+    assert shard.layout(width, hidden, ranks) == split
+    netdef = {**NETDEF, "Layers": [
+        NETDEF["Layers"][0],
+        {"Name": "H", "Kind": "Hidden", "N": hidden, "Activation": "Tanh", "pDropout": 0.1},
+        {**NETDEF["Layers"][4], "Source": "H", "Skip": "Input"}]}
+    (tmp_path / "skip.json").write_text(json.dumps(netdef))
+    for name, n in (("one", 1), ("many", ranks)):
+        done = train(data, tmp_path / f"{name}.nc", "--checkpoint-every", "0", ranks=n,
+                     config=tmp_path / "skip.json")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
+    assert read_network(tmp_path / "one.nc").netdef.layers[2].skips == ("Input",)
 
 
 @pytest.fixture(scope="module")

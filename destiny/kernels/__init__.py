@@ -24,7 +24,7 @@ class BackendUnavailableError(DestinyError):
 
 # The kernels every backend provides, by family module (the same names in each backend).
 KERNELS = {
-    "sparse": ("sparse_fc_forward", "sparse_fc_weight_grad"),
+    "sparse": ("sparse_fc_forward", "sparse_fc_weight_grad", "sparse_add"),
     "pointwise": ("activation_forward", "activation_backward", "dropout_forward",
                   "activation_dropout_forward", "sparseness_penalty", "delta_norm",
                   "weight_norm"),

@@ -69,6 +69,20 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
                     row[j] += v * w[j]
 
 
+@njit(cache=True, parallel=True)
+def sparse_add(out, indptr, indices, values, scale, col_offset):
+    """``out[r, j] += scale * values[k]`` for the entries of feature ``col_offset + j``, in
+    entry order (a Skip from an Input layer, spec 3.16; see the reference)."""
+    n_cols = out.shape[1]
+    boolean = len(values) == 0
+    one = out.dtype.type(scale)
+    for r in prange(len(indptr) - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            j = indices[k] - col_offset
+            if 0 <= j < n_cols:
+                out[r, j] += one if boolean else out.dtype.type(scale * values[k])
+
+
 # The weight gradient splits the present features into this many chunks, each with its own
 # scratch row: more than there are threads, so that a run of popular features (many entries)
 # does not leave the other threads idle.

@@ -60,6 +60,33 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
 
 
 @kernel
+def _add_entries(out, indptr, indices, values, scale, col_offset):
+    # A thread per row, its entries in order: a feature listed twice in a row adds twice
+    # (quirk 10.5), and one thread adding both keeps the sum deterministic without float
+    # atomics. A batch is a few hundred rows of a few hundred entries: microseconds.
+    n_cols = out.shape[1]
+    boolean = values.shape[0] == 0
+    one = out.dtype.type(scale)
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for r in range(start, indptr.shape[0] - 1, stride):
+        for k in range(indptr[r], indptr[r + 1]):
+            j = indices[k] - col_offset
+            if 0 <= j < n_cols:
+                out[r, j] += one if boolean else out.dtype.type(scale * values[k])
+
+
+@device_arrays
+def sparse_add(out, indptr, indices, values, scale, col_offset):
+    """``out[r, j] += scale * values[k]`` for the entries of feature ``col_offset + j``, in
+    entry order (a Skip from an Input layer, spec 3.16; see the reference)."""
+    rows = indptr.shape[0] - 1
+    if rows and out.shape[1]:
+        # (np.float64: the simulator multiplies a float32 by a Python float in float32)
+        _add_entries[blocks_for(rows), THREADS](out, indptr, indices, values, np.float64(scale),
+                                                int(col_offset))
+
+
+@kernel
 def _zero(x):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, x.shape[0], stride):

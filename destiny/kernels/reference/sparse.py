@@ -27,6 +27,24 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
     out[:] = (dense @ W.astype(np.float64) + b).astype(out.dtype)
 
 
+def sparse_add(out, indptr, indices, values, scale, col_offset):
+    """``out[r, j] += scale * values[k]`` for each entry k of row r with feature
+    ``col_offset + j``, one entry at a time in entry order; entries outside out's columns are
+    left out.
+
+    A Skip from an Input layer (spec 3.16) adds the input's activations to a layer's sum: for
+    a sparse input, its entries (value 1 for Boolean data). ``scale`` is q for denoised Boolean
+    data (spec 3.9); ``col_offset`` is the first feature of the columns that ``out`` holds (a
+    rank's share under MPI). Each term is rounded to out's precision before it is added, so
+    every backend adds the same numbers.
+    """
+    rows = _entry_rows(indptr)
+    cols = np.asarray(indices, dtype=np.int64) - col_offset
+    inside = (cols >= 0) & (cols < out.shape[1])
+    terms = (scale * _entry_values(indices, values).astype(np.float64)).astype(out.dtype)
+    np.add.at(out, (rows[inside], cols[inside]), terms[inside])  # (in order, unbuffered)
+
+
 def sparse_fc_weight_grad(dW, indptr, indices, values, delta, scale):
     """``dW[i] += scale * sum over entries k with indices[k] == i of values[k] * delta[row(k)]``.
 
