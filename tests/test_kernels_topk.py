@@ -317,6 +317,30 @@ def test_cuda_top_k_of_float64_scores_and_a_filter_not_starting_at_zero():
         run_top_k("cuda", scores, 2, np.array([0, 1, 2, 3]), indices)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_float64_scores_rank_by_their_own_precision(backend):
+    """float64 scores that differ only below float32 resolution (all round to 0.5) rank as the
+    reference ranks them, by their float64 values: a kernel that ranked them by their float32
+    rounding would see ties and order them by item. Rows wide enough for the cpu's floor from
+    blocks of 32 items, a filter, and K past the candidates."""
+    rng = np.random.default_rng(21)
+    rows, n_items = (2, 70) if tiny(backend) else (6, 400)
+    tiny_steps = rng.integers(-4, 5, size=(rows, n_items)) * 2.0 ** -40
+    scores = 0.5 + tiny_steps
+    assert np.all(scores.astype(np.float32) == np.float32(0.5))
+    indptr, indices = random_filter(rng, rows, n_items, max_per_row=10)
+    for k in (1, 7, 40, n_items + 3):
+        for args in ((), (indptr, indices)):
+            expected = run_top_k("reference", scores, k, *args)
+            got = run_top_k(backend, scores, k, *args)
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+    # (the reference's order is not the rounded scores' order, by item)
+    rounded = scores.astype(np.float32)
+    assert not np.array_equal(run_top_k("reference", scores, 40)[0],
+                              run_top_k("reference", rounded, 40)[0])
+
+
 def hand_filter(scores, indptr, indices, values):
     out = scores.copy()
     for b in range(len(indptr) - 1):

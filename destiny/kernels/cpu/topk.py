@@ -246,13 +246,18 @@ def _top_k_rows(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
         for e in range(len(excluded)):
             if 0 <= excluded[e] < n_scan:
                 filtered[excluded[e]] = 1
-        heap_scores = np.empty(k, dtype=np.float32)
+        # The heap holds the scores in their own precision: float64 scores that differ below
+        # float32's resolution would tie once rounded, and then go by item.
+        heap_scores = np.empty(k, dtype=scores.dtype)
         heap_items = np.empty(k, dtype=np.int32)
         size = 0
         worst = np.float32(0.0)  # the root's score, valid once the heap is full
         worst_nan = False
         maxima = np.empty(n_scan // THRESHOLD_BLOCK, np.float32)
-        floor = _floor_of_top_k(row, n_scan, k + n_not_allowed, maxima, filtered, excluded)
+        # The floor reads the row's float32 bits (of a float64 row it would read halves of
+        # numbers, and skip the best): other scores are scanned whole.
+        floor = (_floor_of_top_k(row, n_scan, k + n_not_allowed, maxima, filtered, excluded)
+                 if row.itemsize == 4 else -np.inf)
         # With a floor, whole blocks whose maximum is below it are skipped: no item of theirs
         # can be among the K best. The items stay in ascending order either way. The floor is
         # on the row's values; at least K returnable items score f(floor) or more, so an item

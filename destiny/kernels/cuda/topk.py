@@ -122,8 +122,11 @@ def _contains(x, lo, hi, item):
 
 
 @kernel
-def _heap_top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, excluded, allowed,
-           n_valid):
+def _heap_top_k(out_items, out_scores, heap, scores, exclude_indptr, exclude_indices, excluded,
+                allowed, n_valid):
+    # ``heap`` [B, K] holds the scores in their own dtype (``out_scores`` itself for float32):
+    # float64 scores that differ below float32's resolution would tie once rounded, and then
+    # go by item.
     n_items = scores.shape[1]
     k = out_items.shape[1]
     n_scan = max(0, min(n_valid, n_items))
@@ -132,7 +135,7 @@ def _heap_top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for b in range(start, scores.shape[0], stride):
         row = scores[b]
-        heap_scores = out_scores[b]
+        heap_scores = heap[b]
         heap_items = out_items[b]
         lo = hi = 0
         if has_filter:  # the row's excluded items, sorted, in the scratch array
@@ -175,8 +178,10 @@ def _heap_top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
             heap_scores[end] = s
             heap_items[end] = j
             _sift_down(heap_scores, heap_items, end, 0)
+        for slot in range(size):
+            out_scores[b, slot] = heap_scores[slot]
         for slot in range(size, k):
-            heap_scores[slot] = -math.inf
+            out_scores[b, slot] = -math.inf
             heap_items[slot] = -1
 
 
@@ -366,9 +371,11 @@ def top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowe
     if k > SELECT_MAX_K or scores.dtype != np.float32:
         n_excluded = exclude_indices.shape[0] if has_filter else 0
         excluded = cuda.device_array(max(n_excluded, 1), dtype=np.int64)
-        _heap_top_k[blocks_for(n_rows), THREADS](out_items, out_scores, scores, exclude_indptr,
-                                                 exclude_indices, excluded, allowed,
-                                                 int(n_valid))
+        heap = (out_scores if scores.dtype == out_scores.dtype
+                else cuda.device_array(out_scores.shape, dtype=scores.dtype))
+        _heap_top_k[blocks_for(n_rows), THREADS](out_items, out_scores, heap, scores,
+                                                 exclude_indptr, exclude_indices, excluded,
+                                                 allowed, int(n_valid))
         return
     keys = reshaped(scratch("top_k.keys", scores.size, np.uint32, exact=True), scores.shape)
     _keys[blocks_for(keys.size), THREADS](keys, viewed(scores, np.uint32), allowed, int(n_valid))
