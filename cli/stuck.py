@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shlex
 import signal
 import threading
 import time
@@ -34,7 +33,7 @@ from destiny.cli.common import _hold
 from destiny.errors import file_in_use
 from destiny.io import atomic
 from destiny.signals import STOP_SIGNALS, last_heard
-from destiny.wording import readable
+from destiny.wording import readable, shell_word
 
 # Far above the calls of a healthy run (a product, a read of a block of a dataset), but not
 # above all of them: a network of many GB written, or synced to a slow disk, can take one call
@@ -156,7 +155,7 @@ def _the_file() -> str:
         if doing == "writing":
             return (f"It was writing {atomic.output_of(path) or path}: check the file system "
                     "it is written to (a hung network mount, a failing disk).")
-        return f"It was reading {path}: check that file (ncdump -h {shlex.quote(path)})."
+        return f"It was reading {path}: check that file (ncdump -h {shell_word(path)})."
     except Exception:  # noqa: BLE001 (the process must still end)
         return unknown
 

@@ -1,9 +1,11 @@
 """Counts, sizes, stored values and names in messages: "1 sample", "12,345 samples",
-"3.4 MiB", "768.0 (float32)", "x\\xff.txt"."""
+"3.4 MiB", "768.0 (float32)", "x\\xff.txt"; a file name in a command to paste into a shell."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 
 import numpy as np
 
@@ -68,6 +70,24 @@ def quoted(text: str) -> str:
     shown as ``readable`` shows them: ``'a\\xff'``, not repr's ``'a\\udcff'``. (Text read as
     UTF-8, such as a JSON string holding the escape \\udcff, keeps repr's escape: use repr.)"""
     return _REPR_BYTE_ESCAPE.sub(lambda m: m[0] if m[1] is None else f"\\x{m[1]}", repr(text))
+
+
+def shell_word(name: str) -> str:
+    """A file name (its bytes that are not UTF-8 as surrogate escapes) as one word that bash
+    reads back as the same bytes, for a command a message suggests: ``shlex.quote``'s where
+    every character is printable; else bash's ``$'...'``, the other bytes as ``\\xNN``
+    escapes (in plain quotes, ``readable``'s \\xff would name a file with a backslash)."""
+    if name.isprintable():
+        return shlex.quote(name)
+    words = []
+    for c in name:
+        if c in "\\'":
+            words.append("\\" + c)
+        elif c.isprintable():
+            words.append(c)
+        else:  # (a byte that is not UTF-8, a control character: its bytes)
+            words.extend(f"\\x{byte:02x}" for byte in os.fsencode(c))
+    return "$'" + "".join(words) + "'"
 
 
 def digits_abridged(digits: str) -> str:

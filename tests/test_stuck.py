@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from destiny.wording import readable
+
 _PROGRAM = """
 import ctypes, ctypes.util, os, time
 import click
@@ -109,17 +111,28 @@ def test_a_command_stuck_in_a_call_into_c_is_ended_by_a_stop_signal(signum):
     assert "done" not in result.stdout
 
 
-def test_the_message_names_the_file_being_read(tmp_path):
+@pytest.mark.parametrize("name", ["in put\udcff.nc", "it's $HOME; `x` *\t\\n\udcff\udc80a.nc",
+                                  "it's $HOME; `x` * \\n.nc", "caf\u00e9.nc"])
+def test_the_message_names_the_file_being_read(tmp_path, name):
     """HDF5 stuck reading a dataset (a damaged file it loops on): the message said "if it was
     reading a file, check that file (ncdump -h FILE)", naming none. It names the one
-    ``netcdf_reads`` was reading, in a command that can be pasted (quoted: a space), a byte
-    of the name that is not UTF-8 shown as \\xff."""
-    path = tmp_path / "in put\udcff.nc"
+    ``netcdf_reads`` was reading, a byte of the name that is not UTF-8 shown as \\xff, in a
+    command that reaches the file when pasted into bash: the name quoted (a space, the
+    shell's own characters), and a byte that is not UTF-8 written as bash's $'\\xff' (inside
+    plain quotes, \\xff named a file with a backslash in its name)."""
+    path = tmp_path / name
+    path.write_text("the file\n")
     result = run_signalled("reading", FILE=str(path))
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
-    shown = str(path).replace("\udcff", "\\xff")
-    assert result.stderr.endswith(f" 60 minutes old. It was reading {shown}: check that file "
-                                  f"(ncdump -h '{shown}').\n"), result.stderr
+    shown = readable(str(path))
+    assert f" 60 minutes old. It was reading {shown}: check that file (ncdump -h " in (
+        result.stderr), result.stderr
+    assert result.stderr.endswith(").\n"), result.stderr
+    command = result.stderr[result.stderr.rindex("(ncdump -h ") + 1:-len(").\n")]
+    # (ncdump itself need not be installed: a stand-in prints the file it is given)
+    pasted = subprocess.run(["bash", "-c", f'ncdump() {{ cat -- "$2"; }}; {command}'],
+                            capture_output=True, text=True, env=os.environ | {"HOME": "/"})
+    assert (pasted.returncode, pasted.stdout, pasted.stderr) == (0, "the file\n", ""), command
 
 
 def test_the_message_names_the_output_being_written(tmp_path):
