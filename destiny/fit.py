@@ -278,12 +278,17 @@ def _resume(net: Network, path, settings: dict, epochs: int, comm: Comm, *,
         # loaded: loading a checkpoint of another definition would only say its layers differ;
         # under --resume-or-restart, rank 0 passed over a file judged so, unless it was
         # replaced since)
-        judged = _judged(destiny_attributes(path), settings, epochs, flag=flag)
+        judged = _judged(destiny_attributes(path), settings, epochs)
         if judged is not None:
             reason, remedy = judged
-            afresh = (" (--resume-or-restart does so by itself)" if flag == "--resume" else "")
+            if flag == "--resume-or-restart":  # (replaced since: run again, passed over)
+                raise DestinyError(
+                    f"{path}: {flag} takes the newest checkpoint, and this file is {reason}: "
+                    f"it was replaced as {flag} judged it, which passes over such a file. Run "
+                    "the same command again: it passes over this file and trains afresh.")
             raise DestinyError(f"{path}: {flag} takes the newest checkpoint, and this file is "
-                               f"{reason}; {remedy}, or start afresh without {flag}{afresh}.")
+                               f"{reason}; {remedy}, or start afresh without {flag} "
+                               "(--resume-or-restart does so by itself).")
         try:
             extras = load_weights(net, path)
         except DestinyError as e:
@@ -511,21 +516,20 @@ _NOT_A_CHECKPOINT = ("not a checkpoint Destiny's train wrote (it records no run 
                      "trained or initial network, or one of DSSTNE's, named like a checkpoint)")
 
 
-def _judged(attrs: dict | None, settings: dict, epochs: int, *, flag: str = "--resume"
-            ) -> tuple[str, str] | None:
+def _judged(attrs: dict | None, settings: dict, epochs: int) -> tuple[str, str] | None:
     """Why the newest checkpoint, of ``destiny_`` attributes ``attrs``, is not one this run
     (``settings``, ``-e epochs``) resumes from: (reason, remedy), or None where it is.
 
-    The reason follows "is": ``--resume`` refuses with it and the remedy (``_resume``; the
-    remedy names ``flag``, the one given), ``--resume-or-restart`` passes over the file with
-    it (``fit``). None too where nothing can be told (attributes not read, settings that do
-    not parse, a later format's settings): loading the file then says it is damaged, or to
-    upgrade Destiny, and neither flag passes over it (a damaged file is not another run).
+    The reason follows "is": ``--resume`` refuses with it and the remedy (``_resume``),
+    ``--resume-or-restart`` passes over the file with it (``fit``). None too where nothing
+    can be told (attributes not read, settings that do not parse, a later format's settings):
+    loading the file then says it is damaged, or to upgrade Destiny, and neither flag passes
+    over it (a damaged file is not another run).
     """
     if attrs is None:
         return None
     if "settings" not in attrs:
-        return _NOT_A_CHECKPOINT, f"move it away and {flag} continues from the one before"
+        return _NOT_A_CHECKPOINT, "move it away and --resume continues from the one before"
     try:
         if int(attrs.get("format_version", FORMAT_VERSION)) > FORMAT_VERSION:
             return None  # (read_network refuses a later layout before reading anything)

@@ -1751,7 +1751,9 @@ def test_a_checkpoint_replaced_as_resume_or_restart_judged_it_is_refused_naming_
         files, monkeypatch):
     """Rank 0 judges the newest checkpoint before each rank loads it, judging it again: a file
     replaced between the two (here, as if) is refused, naming --resume-or-restart, the flag
-    given, in the refusal and its remedy (both said --resume)."""
+    given (the refusal said --resume). The remedy is to run the same command again, which
+    passes over the file by itself: it said to move the file away, or to start afresh
+    without the flag, neither of which a make rule or cron job passing it needs."""
     import destiny.fit
 
     args = ("-b", "64", "--checkpoint-every", "1")
@@ -1769,9 +1771,13 @@ def test_a_checkpoint_replaced_as_resume_or_restart_judged_it_is_refused_naming_
     assert result.exit_code == 1 and len(calls) == 2, result.output
     assert (f"{files / 'net.nc2.nc'}: --resume-or-restart takes the newest checkpoint, and this "
             "file is not a checkpoint Destiny's train wrote") in result.output
-    assert ("move it away and --resume-or-restart continues from the one before, or start "
-            "afresh without --resume-or-restart.") in result.output
-    assert "--resume " not in result.output
+    assert ("it was replaced as --resume-or-restart judged it, which passes over such a file. "
+            "Run the same command again: it passes over this file and trains afresh."
+            ) in result.output, result.output
+    assert "--resume " not in result.output and "move it away" not in result.output
+    monkeypatch.setattr(destiny.fit, "_judged", judged)
+    again = run_train(files, "-e", "3", *args, "--force", "--resume-or-restart")
+    assert again.exit_code == 0 and "--resume-or-restart trains afresh" in again.output
 
 
 def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
@@ -1812,6 +1818,8 @@ def test_resume_or_restart_trains_afresh_where_resume_refuses(files):
     result = run_train(files, "-e", "5", "-b", "64", "--force", "--resume")  # (refused, by name)
     assert result.exit_code == 1 and ("--resume takes the newest checkpoint, and this file is "
                                       "not a checkpoint Destiny's train wrote") in result.output
+    assert ("; move it away and --resume continues from the one before, or start afresh "
+            "without --resume (--resume-or-restart does so by itself).") in result.output
     (files / "net.nc4.nc").unlink()
     assert run_train(files, "-e", "3", *args).exit_code == 0
     (files / "net.nc3.nc").write_bytes(b"damaged")  # not another run: said, not passed over
