@@ -10,7 +10,8 @@ import click
 from destiny.cli.common import library_errors, note, products_note, run_command
 from destiny.cli.options import (CONTEXT, SEED, Float32Range, no_stdin, no_stdout, path_given,
                                  tf32_option)
-from destiny.errors import NOTHING_REPLACED, InterruptedAfterOutputs, OutputError, system_failure
+from destiny.errors import (NOTHING_REPLACED, RUN_AGAIN, RUN_AGAIN_OR_ELSEWHERE,
+                            InterruptedAfterOutputs, OutputError, system_failure)
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
 from destiny.wording import counted, sized
@@ -187,11 +188,19 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
         # all_or_none, worded before any failure.
         message = str(e).replace(NOTHING_REPLACED, _not_written(network_path))
         if progress.checkpoint is not None:
-            # ("instead" of running the command again, as the rank's message says, which
-            # starts afresh; not so where the run's flag resumes: that goes on from it too)
+            go_on = _go_on(network_path, progress.checkpoint, cfg.epochs, flag)
+            # Where the run's flag resumes, running the command again goes on from the
+            # checkpoint: the rank's "then run the command again" (", or write the outputs
+            # elsewhere", where the checkpoint is not found) becomes how, as one process says
+            # it (its then=). Otherwise that starts afresh: going on from it is "instead".
             again = flag is not None and progress.checkpoint[1] < cfg.epochs
-            message += (f" To go on from this run's newest checkpoint{'' if again else ' instead'}"
-                        f", {_go_on(network_path, progress.checkpoint, cfg.epochs, flag)}.")
+            said = next((f"then {d}." for d in (RUN_AGAIN_OR_ELSEWHERE, RUN_AGAIN)
+                         if message.endswith(f"then {d}.")), None)
+            if again and said:
+                message = f"{message[:-len(said)]}then {go_on}."
+            else:
+                message += (f" To go on from this run's newest checkpoint"
+                            f"{'' if again else ' instead'}, {go_on}.")
         raise click.ClickException(message) from None
     except OutputError as e:  # a checkpoint's or the network's file could not be begun or put
         progress.close()  # in place (no inode left, its directory removed meanwhile)

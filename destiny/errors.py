@@ -108,6 +108,11 @@ NO_OTHER_REPLACED = "no other output was replaced (each is put in place only onc
 # A full file system, a quota reached (ENOSPC also where no inode is left), a file size limit.
 FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 FREE_SPACE = "free space on that file system (or raise the quota)"  # (what mends FULL)
+# What ``system_failure`` says to do once the cause is mended, where its caller gives no
+# ``then``: each ends the message, "then RUN_AGAIN." (train under mpiexec, whose ranks worded
+# it, puts its own in their place).
+RUN_AGAIN = "run the command again"  # (for memory, or the limit on open files)
+RUN_AGAIN_OR_ELSEWHERE = f"{RUN_AGAIN}, or write the outputs elsewhere"
 STANDARD_OUTPUT = "standard output"  # (how messages name '-' as an output)
 # What a map refused for want of memory means (a library not loaded, ENOMEM): a clause.
 _TOO_LITTLE_MEMORY = ("the memory free, or the address space that a limit allows (ulimit -v, a "
@@ -230,8 +235,8 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
     before the failure (evaluate's --json-out file, before its table failed on standard
     output), which the message says are complete."""
     # (another file system mends neither memory nor the limit on open files, the process's)
-    again = then or "run the command again"
-    then = then or "run the command again, or write the outputs elsewhere"
+    again = then or RUN_AGAIN
+    then = then or RUN_AGAIN_OR_ELSEWHERE
     # ("no output was replaced" was false for them, or nothing was said of them at all)
     done = "" if not complete else (
         f"{', '.join(complete)} {'was' if len(complete) == 1 else 'were'} put in place before "

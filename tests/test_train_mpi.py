@@ -464,24 +464,31 @@ def test_stop_signal_while_the_last_checkpoint_is_written_stops_all_once_it_is(d
     assert os.listdir(out) == ["gl.nc1.nc"]
 
 
-@pytest.mark.parametrize("flag", [None, "--resume-or-restart"])
+@pytest.mark.parametrize("flag", [None, "--resume", "--resume-or-restart"])
 def test_full_disk_names_the_checkpoint_to_resume_from_once(data, tmp_path, flag):
     """A full disk as rank 0 writes epoch 2's checkpoint: one message, which names the
-    checkpoint of epoch 1 to go on from, as one process's does (it was a traceback); with
-    --resume-or-restart, as the same command run again, which goes on from it (it said
-    "instead" of running the command again, and to run it with --resume)."""
+    checkpoint of epoch 1 to go on from, as one process's does (it was a traceback); with a
+    flag that resumes, as the same command run again, which goes on from it, in one
+    instruction as one process says it: free space, then run the same command again (it said
+    to run the command again "or write the outputs elsewhere", where the checkpoint is not
+    found, then, apart, to run the same command again; before that, "instead" of running the
+    command again, and to run it with --resume)."""
     done, out = train_failing(data, tmp_path, "full-disk", "-b", "32", "-e", "3",
                               "--checkpoint-every", "1", *([flag] if flag else []))
     assert done.returncode == 1, done.stderr.decode()
     (line,) = errors(done)
     assert f"No space left on device; {out / 'gl.nc'} was not written. " in line, line
-    assert line.endswith(
-        f"To go on from this run's newest checkpoint instead, run the same command with "
-        f"--resume to continue from {out / 'gl.nc1.nc'} (epoch 1), the newest checkpoint."
-        if flag is None else
-        f"To go on from this run's newest checkpoint, run the same command again to continue "
-        f"from {out / 'gl.nc1.nc'} (epoch 1), the newest checkpoint, which its {flag} takes."
-    ), line
+    if flag is None:
+        assert line.endswith(
+            f"To go on from this run's newest checkpoint instead, run the same command with "
+            f"--resume to continue from {out / 'gl.nc1.nc'} (epoch 1), the newest checkpoint."
+        ), line
+    else:
+        assert line.endswith(
+            f"was not written. Free space on that file system (or raise the quota), then run "
+            f"the same command again to continue from {out / 'gl.nc1.nc'} (epoch 1), the newest "
+            f"checkpoint, which its {flag} takes."), line
+        assert "elsewhere" not in line and "To go on" not in line, line
     assert "Abort" not in done.stderr.decode()
     assert os.listdir(out) == ["gl.nc1.nc"]
 
