@@ -30,6 +30,8 @@ from destiny.io.atomic import check_outputs, exclusive, is_stream, text_output  
 from destiny.io.ratings import FORMATS, VALUES, convert_ratings  # noqa: E402
 from destiny.wording import counted  # noqa: E402
 
+OUTPUT = "converted ratings file (-o)"  # (what every message calls the output)
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("ratings", type=click.Path(), callback=stdin_for_dash)
@@ -48,11 +50,10 @@ def main(ratings, output, fmt, value, min_rating):
     options = {"fmt": fmt, "value": value, "min_rating": min_rating}
     with contextlib.ExitStack() as held:
         if not is_stream(output):  # (stdout, a pipe: written in place, unlocked)
-            check_outputs([(output, "converted ratings (-o)")],
-                          inputs=[(ratings, "ratings file")])
+            check_outputs([(output, OUTPUT)], inputs=[(ratings, "ratings file")])
             # (as the commands' outputs: an overlapping run fails at once, and the temporary
             # files of killed runs are removed)
-            held.enter_context(exclusive(output, "converted ratings file (-o)"))
+            held.enter_context(exclusive(output, OUTPUT))
         with text_output(output) as out:
             report = convert_ratings(ratings, out, **options)
     skipped = ""

@@ -2370,7 +2370,7 @@ COLLISIONS = [
     (["scripts/split_holdout.py", "in.txt", "--train", "t.txt", "--heldout", "t.txt"],
      "given as both the training part (--train) and the held-out part (--heldout)"),
     (["scripts/convert_ratings.py", "in.txt", "-o", "in.txt"],
-     "the converted ratings (-o) would replace the ratings file"),
+     "the converted ratings file (-o) would replace the ratings file"),
 ]
 
 

@@ -401,7 +401,8 @@ def test_output_over_the_input_is_refused(csv_path, tmp_path):
     shutil.copy(csv_path, src)
     result = run_script(src, "-o", src)
     assert result.returncode == 1
-    assert "the converted ratings (-o) would replace the ratings file" in result.stderr
+    # (the output is named as its lock's message names it: "converted ratings file (-o)")
+    assert "the converted ratings file (-o) would replace the ratings file" in result.stderr
     assert src.read_bytes() == csv_path.read_bytes()
 
 
