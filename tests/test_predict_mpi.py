@@ -148,16 +148,23 @@ def narrow(model, tmp_path_factory):  # noqa: F811
     """The model's data with a hidden layer narrower than the catalogue (37 units, 90 items),
     so that the input layer is split by rows (each rank its input features) and the output
     layer by columns; model's 128 units split them the other way round."""
+    return movielens_like(model, tmp_path_factory.mktemp("narrow"), hidden=37, epochs=3)
+
+
+def movielens_like(model, d, *, hidden: int, epochs: int, output=None):
+    """netdefs/movielens.json with ``hidden`` units (and ``output``'s keys on its Output
+    layer) trained in ``d`` on the model's data, with the model's indices and ratings beside
+    it."""
     from destiny.fit import fit
     from destiny.train import train_config
 
-    d = tmp_path_factory.mktemp("narrow")
     netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][1]["N"] = 37
+    netdef["Layers"][1]["N"] = hidden
+    netdef["Layers"][2].update(output or {})
     (d / "net.json").write_text(json.dumps(netdef))
     fit(config_path=d / "net.json", input_path=model / "gl_input.nc",
         output_path=model / "gl_output.nc", network_path=d / "gl.nc",
-        cfg=train_config(batch=64, epochs=3), checkpoint_every=0)
+        cfg=train_config(batch=64, epochs=epochs), checkpoint_every=0)
     for name in ("features_input", "features_output", "ratings.txt"):
         os.symlink(model / name, d / name)
     return d
@@ -248,18 +255,7 @@ def test_split_skip_from_the_input_as_one_process(model, tmp_path, hidden, n):  
     """A network whose output adds its input (Skip, spec 3.16): each rank adds its own units'
     share of the sample's features, whether it holds the input's columns of its units (37
     hidden units: the input's matrix split by rows) or all of them (128: by columns)."""
-    from destiny.fit import fit
-    from destiny.train import train_config
-
-    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][1]["N"] = hidden
-    netdef["Layers"][2]["Skip"] = "Input"
-    (tmp_path / "net.json").write_text(json.dumps(netdef))
-    fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
-        output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
-        cfg=train_config(batch=64, epochs=1), checkpoint_every=0)
-    for name in ("features_input", "features_output", "ratings.txt"):
-        os.symlink(model / name, tmp_path / name)
+    movielens_like(model, tmp_path, hidden=hidden, epochs=1, output={"Skip": "Input"})
     args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
     single = run([PREDICT, *argv(tmp_path, *args, "-s", tmp_path / "one.txt")])
     assert single.returncode == 0, single.stderr.decode()
