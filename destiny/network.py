@@ -647,3 +647,11 @@ class Network:
             found = [k for k in self.comm.allgather(bad) if k is not None]
             bad = min(found) if found else None
         return None if bad is None else self.connections[bad].dest.name
+
+
+def softmax_row_stats(parts: np.ndarray) -> np.ndarray:
+    """The whole rows' (M, S) [B, 2] from the ranks' ``softmax_forward_partials`` side by side
+    ([B, 2P]: each rank's maximum m and sum s of exp(z - m)): M = max m, S = sum s exp(m - M)."""
+    m, s = parts[:, 0::2], parts[:, 1::2]
+    top = m.max(axis=1, keepdims=True)
+    return np.ascontiguousarray(np.stack([top[:, 0], (s * np.exp(m - top)).sum(axis=1)], 1))

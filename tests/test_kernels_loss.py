@@ -222,6 +222,52 @@ def test_matches_reference_float32(backend, err_fn, act):
             np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
 
 
+SOFTMAX_LOSSES = [err_fn for err_fn, act in PAIRS if act == codes.SOFTMAX]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("err_fn", SOFTMAX_LOSSES,
+                         ids=[codes.ERROR_FUNCTION_NAMES[e] for e in SOFTMAX_LOSSES])
+def test_softmax_loss_split_by_columns_is_the_whole_rows(backend, parts, err_fn):
+    """A SoftMax output split across ranks: each block of columns takes its targets (indices
+    re-based) and the rows' listed counts over every block, the network adds up the blocks'
+    row sums of pre-deltas, and each block finishes its deltas: ``sparse_loss_delta`` of the
+    whole rows, the error summed over the blocks. One block with no counts given counts its
+    own (as one process)."""
+    from destiny.sparse import column_range
+
+    loss = BACKENDS[backend][0]
+    rng = np.random.default_rng(700 + 10 * err_fn + parts)
+    rows, units = (3, 7) if tiny(backend) else (9, 23)
+    a = activate("reference", rng.normal(scale=2.0, size=(rows, units)).astype(np.float32),
+                 codes.SOFTMAX)
+    blocks = [(units * r // parts, units * (r + 1) // parts) for r in range(parts)]
+    p = SMCE_PARAMS
+    for boolean, weighted, ignore_zero in itertools.product([True, False], repeat=3):
+        targets = sparse_targets(rng, rows, units, boolean, max_per_row=5)
+        weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
+                   else np.zeros(0, dtype=np.float32))
+        expected_error, expected = sparse("reference", a, targets, weights, err_fn,
+                                          codes.SOFTMAX, ignore_zero, boost_one=3.0,
+                                          boost_zero=0.5)
+        counts = (np.diff(targets[0]) if parts > 1 else np.zeros(0)).astype(np.int64)
+        error, sums, pieces = 0.0, np.zeros(rows), []
+        for lo, hi in blocks:
+            args = (np.ascontiguousarray(a[:, lo:hi]), *column_range(*targets, lo, hi), weights,
+                    counts, err_fn, p["one_target"], p["zero_target"], p["one_scale"],
+                    p["zero_scale"], 3.0, 0.5, ignore_zero)
+            delta, mine = np.full((rows, hi - lo), np.nan, np.float32), np.full(rows, np.nan)
+            error += loss.softmax_loss_partials(delta, mine, *args)
+            sums += mine
+            pieces.append((delta, args))
+        for delta, args in pieces:
+            loss.softmax_loss_finish(delta, sums, *args)
+        assert error == pytest.approx(expected_error, rel=1e-5)
+        np.testing.assert_allclose(np.hstack([d for d, _ in pieces]), expected, rtol=1e-5,
+                                   atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):

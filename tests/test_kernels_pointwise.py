@@ -76,6 +76,63 @@ def test_softmax_of_far_negative_or_positive_rows(backend):
     np.testing.assert_allclose(a, np.tile(shifted / shifted.sum(), (2, 1)), rtol=1e-6)
 
 
+def column_blocks(units, parts):
+    """The units each of ``parts`` MPI ranks holds (DSSTNE's split, spec 7)."""
+    return [(units * r // parts, units * (r + 1) // parts) for r in range(parts)]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("parts", [1, 3])
+def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
+    """A SoftMax layer split across ranks: each block of columns reduces its rows, the
+    network combines the blocks' numbers (``softmax_row_stats``, added dot products), and each
+    block finishes its units: the whole rows' activations and Jacobian product, forward and
+    backward, with and without a dropout mask."""
+    from destiny.network import softmax_row_stats
+
+    kernels = BACKENDS[backend]
+    rng = np.random.default_rng(31 + parts)
+    rows, units = (3, 7) if tiny(backend) else (9, 40)
+    z = random_pre_activations(rng, (rows, units))
+    z[1] -= 400  # (a row far below zero: its exponentials relative to its own maximum)
+    expected = forward("reference", z, codes.SOFTMAX)
+    blocks = column_blocks(units, parts)
+    stats = []
+    for lo, hi in blocks:
+        stats.append(np.full((rows, 2), np.nan))
+        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    whole = softmax_row_stats(np.hstack(stats))
+    a = z.copy()
+    for lo, hi in blocks:  # (in place: a is z)
+        block = np.ascontiguousarray(a[:, lo:hi])
+        kernels.softmax_forward_finish(block, block, whole)
+        a[:, lo:hi] = block
+    np.testing.assert_allclose(a, expected, rtol=2e-6, atol=1e-9)
+    assert (a <= 1).all()
+
+    da = rng.normal(size=z.shape).astype(np.float32)
+    mask = np.where(rng.random(z.shape) < 0.3, 0.0, 1.25).astype(np.float32)
+    for m in (None, mask):
+        reference = np.empty_like(da)
+        BACKENDS["reference"].activation_backward(reference, da, expected, codes.SOFTMAX, SLOPE,
+                                                  ALPHA, LAM, m)
+        pieces = [[np.ascontiguousarray(x[:, lo:hi]) if x is not None else None
+                   for x in (da, expected, m)] for lo, hi in blocks]
+        dots = np.zeros(rows)
+        for piece in pieces:
+            mine = np.full(rows, np.nan)
+            kernels.softmax_backward_partials(mine, *piece)
+            dots += mine
+        dz = []
+        for g, y, mk in pieces:
+            dz.append(np.full_like(g, np.nan))
+            kernels.softmax_backward_finish(dz[-1], g, y, dots, mk)
+        np.testing.assert_allclose(np.hstack(dz), reference, rtol=1e-5, atol=1e-7)
+        g, y, mk = pieces[0]  # dz may be da
+        kernels.softmax_backward_finish(g, g, y, dots, mk)
+        np.testing.assert_array_equal(g, dz[0])
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_backward_matches_finite_differences(backend, act):

@@ -24,7 +24,8 @@ from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SIGMO
 from destiny.kernels.cpu.pointwise import in_row_blocks, unit_derivative
 from destiny.kernels.cpu.vecmath import LOOP_FLAGS, log1m32
 
-__all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
+__all__ = ["check_loss_activation", "dense_loss_delta", "softmax_loss_finish",
+           "softmax_loss_partials", "sparse_loss_delta"]
 
 EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
 LOG_EPS = math.log(EPS)
@@ -125,6 +126,18 @@ def _scale_row(drow, factor):
 def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one, boost_zero,
                 boosting, ignore_zero):
     """One row of ``sparse_loss_delta``: writes the unweighted delta, returns the error."""
+    err = _pre_delta_row(drow, arow, indices, values, lo, hi, hi - lo, err_fn, act, prm,
+                         ignore_zero)
+    _jacobian_row(drow, arow, act)
+    if boosting:
+        _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
+    return err
+
+
+@njit(cache=True)
+def _pre_delta_row(drow, arow, indices, values, lo, hi, count, err_fn, act, prm, ignore_zero):
+    """The pre-deltas of one row (its listed entries lo..hi-1, of ``count`` in the whole row)
+    into ``drow``; returns the row's unweighted error."""
     boolean = len(values) == 0
     err = 0.0
     for j in range(len(arow)):  # every unit as a zero target (none with ignore_zero) ...
@@ -136,12 +149,9 @@ def _sparse_row(drow, arow, indices, values, lo, hi, err_fn, act, prm, boost_one
     for k in range(lo, hi):  # ... then correct the listed entries
         j = indices[k]
         x = np.float64(arow[j])
-        t = _listed_target(err_fn, act, 1.0 if boolean else np.float64(values[k]), hi - lo)
+        t = _listed_target(err_fn, act, 1.0 if boolean else np.float64(values[k]), count)
         e1, drow[j] = unit_loss(err_fn, act, x, t, True, prm)
         err += e1 if ignore_zero else e1 - unit_loss(err_fn, act, x, 0.0, False, prm)[0]
-    _jacobian_row(drow, arow, act)
-    if boosting:
-        _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
     return err
 
 
@@ -209,6 +219,61 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
                                 prm, float(boost_one), float(boost_zero), boosting,
                                 bool(ignore_zero)))
+
+
+# --- A SoftMax output split across MPI ranks (see the reference) ----------------------------
+
+
+@njit(cache=True, parallel=True)
+def _softmax_partials_kernel(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                             prm, ignore_zero):
+    n_rows = a.shape[0]
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        lo, hi = indptr[r], indptr[r + 1]
+        count = hi - lo if len(counts) == 0 else counts[r]
+        err = _pre_delta_row(delta[r], a[r], indices, values, lo, hi, count, err_fn, SOFTMAX,
+                             prm, ignore_zero)
+        total = 0.0  # the stored p, as _jacobian_row sums them
+        for j in range(delta.shape[1]):
+            total += np.float64(delta[r, j])
+        sums[r] = total
+        row_err[r] = err * (1.0 if len(weights) == 0 else np.float64(weights[r]))
+    return row_err.sum()
+
+
+@njit(cache=True, parallel=True)
+def _softmax_finish_kernel(delta, sums, a, indptr, indices, weights, boost_one, boost_zero,
+                           boosting):
+    for r in prange(a.shape[0]):
+        drow, arow, total = delta[r], a[r], sums[r]
+        for j in range(len(drow)):  # _jacobian_row with the whole row's sum
+            drow[j] = np.float64(drow[j]) - np.float64(arow[j]) * total
+        if boosting:
+            _boost_row(drow, indices, indptr[r], indptr[r + 1], boost_one, boost_zero)
+        _scale_row(drow, 1.0 if len(weights) == 0 else np.float64(weights[r]))
+
+
+def softmax_loss_partials(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                          one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                          ignore_zero=False):
+    """A rank's pre-deltas, their row sums and its error; see the reference."""
+    check_loss_activation(err_fn, SOFTMAX)
+    if np.may_share_memory(delta, a):
+        raise ValueError("softmax_loss_partials: delta overlaps a; give delta memory of its own")
+    prm = _params(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
+    return float(_softmax_partials_kernel(delta, sums, a, indptr, indices, values, weights,
+                                          counts, int(err_fn), prm, bool(ignore_zero)))
+
+
+def softmax_loss_finish(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                        one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                        ignore_zero=False):
+    """The output delta from the pre-deltas and the whole rows' sums; see the reference."""
+    check_loss_activation(err_fn, SOFTMAX)
+    boosting = boost_applies(err_fn, SOFTMAX) and (boost_one != 1.0 or boost_zero != 1.0)
+    _softmax_finish_kernel(delta, sums, a, indptr, indices, weights, float(boost_one),
+                           float(boost_zero), boosting)
 
 
 # --- Sigmoid output with (Scaled Marginal) CrossEntropy: DSSTNE's recommender networks --------

@@ -239,6 +239,64 @@ def _activation_backward(dz, da, a, act, slope, alpha, lam, mask):
                 dz[r, j] = np.float64(g[j]) * unit_derivative(act, x, slope, alpha, lam)
 
 
+# A SoftMax layer split across MPI ranks: the row's maximum and sum, and its Jacobian product's
+# sum, are added up over the ranks between two kernels (see the reference).
+
+
+@njit(cache=True, parallel=True)
+def softmax_forward_partials(stats, z):
+    """``stats[r] = (m, s)``: row r's maximum m and ``sum_j exp(z[r, j] - m)`` (reference)."""
+    for r in prange(z.shape[0]):
+        m = -np.inf
+        for j in range(z.shape[1]):
+            m = max(m, np.float64(z[r, j]))
+        total = 0.0
+        for j in range(z.shape[1]):
+            total += math.exp(np.float64(z[r, j]) - m)
+        stats[r, 0] = m
+        stats[r, 1] = total
+
+
+@njit(cache=True, parallel=True)
+def softmax_forward_finish(a, z, stats):
+    """``a = min(1, exp(z - M) / S)`` with ``stats[r] = (M, S)`` (reference); ``a`` may be ``z``."""
+    for r in prange(z.shape[0]):
+        m, total = stats[r, 0], stats[r, 1]
+        for j in range(z.shape[1]):
+            a[r, j] = min(1.0, math.exp(np.float64(z[r, j]) - m) / total)
+
+
+def softmax_backward_partials(dots, da, a, mask=None):
+    """``dots[r] = sum_j g[r, j] a[r, j]``, g = ``da`` (times ``mask``), float64 (reference)."""
+    _softmax_backward_partials(dots, da, a, mask if mask is not None else a[:0])
+
+
+@njit(cache=True, parallel=True)
+def _softmax_backward_partials(dots, da, a, mask):
+    masked = mask.size != 0
+    for r in prange(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            g = da[r, j] * mask[r, j] if masked else da[r, j]  # (in da's dtype, as the
+            s += np.float64(g) * np.float64(a[r, j])          # reference rounds it)
+        dots[r] = s
+
+
+def softmax_backward_finish(dz, da, a, dots, mask=None):
+    """``dz = a * (g - dots[r])``, ``dots`` the whole row's (reference); ``dz`` may be ``da``."""
+    _softmax_backward_finish(dz, da, a, dots, mask if mask is not None else a[:0])
+
+
+@njit(cache=True, parallel=True)
+def _softmax_backward_finish(dz, da, a, dots, mask):
+    masked = mask.size != 0
+    for r in prange(a.shape[0]):
+        s = np.float64(dots[r])
+        for j in range(a.shape[1]):
+            g = da[r, j] * mask[r, j] if masked else da[r, j]
+            dz[r, j] = np.float64(a[r, j]) * (np.float64(g) - s)
+
+
 def dropout_forward(out, mask, a, key, row_offset, col_offset, p, act, alpha, lam):
     """Dropout with an explicit mask ``d out / d a`` (spec 3.8): unit (r, j) is dropped iff
     ``u(key, row_offset + r, col_offset + j) < p``, drawn here, element by element.

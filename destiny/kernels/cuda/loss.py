@@ -40,7 +40,8 @@ from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, dev
                                          kept, kernel)
 from destiny.kernels.cuda.pointwise import unit_derivative
 
-__all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
+__all__ = ["check_loss_activation", "dense_loss_delta", "softmax_loss_finish",
+           "softmax_loss_partials", "sparse_loss_delta"]
 
 EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
 # Units of a row per block of the sparse kernel (four per thread), and the most blocks a row
@@ -163,6 +164,65 @@ def _block_sum(shared, value):
     return total
 
 
+@cuda.jit(device=True)
+def _pre_delta_row(delta, a, r, indices, values, lo, hi, count, c0, c1, err_fn, act, prm,
+                   ignore_zero):
+    """Steps 1 and 2 for row r, units c0 to c1 (its listed entries lo..hi-1, of ``count`` in
+    the whole row): the pre-deltas into ``delta``; returns this thread's share of the row's
+    unweighted error. Every thread of the block calls it (it waits for the block)."""
+    t = cuda.threadIdx.x
+    boolean = values.shape[0] == 0
+    row_err = 0.0
+    for j in range(c0 + t, c1, ROW_THREADS):  # 1. every unit as a zero target ...
+        if ignore_zero:  # (no zero targets: SparseIgnoreZero)
+            delta[r, j] = 0.0
+        else:
+            e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
+            delta[r, j] = p
+            row_err += e
+    cuda.syncthreads()
+    for start in range(lo, hi, ROW_THREADS):  # 2. ... then correct the listed entries,
+        k = start + t                          #    a round of ROW_THREADS at a time
+        end = min(start + ROW_THREADS, hi)
+        if k < end and c0 <= indices[k] < c1:  # (not another block's units)
+            x = np.float64(a[r, indices[k]])
+            v = 1.0 if boolean else np.float64(values[k])
+            e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, count), True,
+                               prm)
+            row_err += e1
+            if not ignore_zero:
+                row_err -= unit_loss(err_fn, act, x, 0.0, False, prm)[0]
+            if boolean or _is_last(indices, k, end):
+                delta[r, indices[k]] = p1
+        if not boolean:  # (the same for the whole block)
+            cuda.syncthreads()  # this round's writes before the next round's
+    return row_err
+
+
+@cuda.jit(device=True)
+def _boost_listed(delta, a, r, indices, values, lo, hi, count, c0, c1, err_fn, act, prm, total,
+                  boost_one, w):
+    """DeltaBoost's listed units of row r, once ``_finish_row`` scaled the others: their
+    deltas from ``p1`` again (``total``: the SoftMax row's sum of pre-deltas), in rounds as
+    step 2 writes them. Every thread of the block calls it."""
+    t = cuda.threadIdx.x
+    boolean = values.shape[0] == 0
+    cuda.syncthreads()
+    for start in range(lo, hi, ROW_THREADS):  # (in rounds, as in 2.)
+        k = start + t
+        end = min(start + ROW_THREADS, hi)
+        if k < end and c0 <= indices[k] < c1 and (boolean or _is_last(indices, k, end)):
+            j = indices[k]
+            x = np.float64(a[r, j])
+            v = 1.0 if boolean else np.float64(values[k])
+            p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, count), True, prm)[1]
+            if act == SOFTMAX:
+                p1 -= x * total
+            delta[r, j] = p1 * boost_one * w
+        if not boolean:
+            cuda.syncthreads()
+
+
 @kernel
 def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn, act, prm,
                    boost_one, boost_zero, boosting, ignore_zero):
@@ -173,35 +233,12 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
     width = (n_units + cuda.gridDim.y - 1) // cuda.gridDim.y
     c0 = min(cuda.blockIdx.y * width, n_units)
     c1 = min(c0 + width, n_units)
-    boolean = values.shape[0] == 0
     err = 0.0  # this thread's share of the block's weighted error
     for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
         lo, hi = indptr[r], indptr[r + 1]
         w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
-        row_err = 0.0
-        for j in range(c0 + t, c1, ROW_THREADS):  # 1. every unit as a zero target ...
-            if ignore_zero:  # (no zero targets: SparseIgnoreZero)
-                delta[r, j] = 0.0
-            else:
-                e, p = unit_loss(err_fn, act, np.float64(a[r, j]), 0.0, False, prm)
-                delta[r, j] = p
-                row_err += e
-        cuda.syncthreads()
-        for start in range(lo, hi, ROW_THREADS):  # 2. ... then correct the listed entries,
-            k = start + t                          #    a round of ROW_THREADS at a time
-            end = min(start + ROW_THREADS, hi)
-            if k < end and c0 <= indices[k] < c1:  # (not another block's units)
-                x = np.float64(a[r, indices[k]])
-                v = 1.0 if boolean else np.float64(values[k])
-                e1, p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
-                                   True, prm)
-                row_err += e1
-                if not ignore_zero:
-                    row_err -= unit_loss(err_fn, act, x, 0.0, False, prm)[0]
-                if boolean or _is_last(indices, k, end):
-                    delta[r, indices[k]] = p1
-            if not boolean:  # (the same for the whole block)
-                cuda.syncthreads()  # this round's writes before the next round's
+        row_err = _pre_delta_row(delta, a, r, indices, values, lo, hi, hi - lo, c0, c1, err_fn,
+                                 act, prm, ignore_zero)
         err += w * row_err
         cuda.syncthreads()
         total = 0.0
@@ -211,24 +248,55 @@ def _sparse_kernel(delta, block_err, a, indptr, indices, values, weights, err_fn
             total = _block_sum(shared, total)
         _finish_row(delta, a, r, act, w * boost_zero if boosting else w, total, c0, c1)
         if boosting:
-            cuda.syncthreads()
-            for start in range(lo, hi, ROW_THREADS):  # (in rounds, as in 2.)
-                k = start + t
-                end = min(start + ROW_THREADS, hi)
-                if k < end and c0 <= indices[k] < c1 and (boolean or _is_last(indices, k, end)):
-                    j = indices[k]
-                    x = np.float64(a[r, j])
-                    v = 1.0 if boolean else np.float64(values[k])
-                    p1 = unit_loss(err_fn, act, x, _listed_target(err_fn, act, v, hi - lo),
-                                   True, prm)[1]
-                    if act == SOFTMAX:
-                        p1 -= x * total
-                    delta[r, j] = p1 * boost_one * w
-                if not boolean:
-                    cuda.syncthreads()
+            _boost_listed(delta, a, r, indices, values, lo, hi, hi - lo, c0, c1, err_fn, act,
+                          prm, total, boost_one, w)
     err = _block_sum(shared, err)
     if t == 0:
         block_err[cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x] = err
+
+
+# A SoftMax output split across MPI ranks (see the reference): steps 1 and 2 and the row's sum
+# of pre-deltas, then (once the ranks added up their sums) step 3; a block per row in both.
+
+
+@kernel
+def _softmax_partials_kernel(delta, sums, block_err, a, indptr, indices, values, weights, counts,
+                             err_fn, prm, ignore_zero):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = a.shape[1]
+    err = 0.0
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        lo, hi = indptr[r], indptr[r + 1]
+        count = hi - lo if counts.shape[0] == 0 else counts[r]
+        w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
+        err += w * _pre_delta_row(delta, a, r, indices, values, lo, hi, count, 0, n_units,
+                                  err_fn, SOFTMAX, prm, ignore_zero)
+        cuda.syncthreads()
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            total += np.float64(delta[r, j])
+        total = _block_sum(shared, total)
+        if t == 0:
+            sums[r] = total
+    err = _block_sum(shared, err)
+    if t == 0:
+        block_err[cuda.blockIdx.x] = err
+
+
+@kernel
+def _softmax_finish_kernel(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                           prm, boost_one, boost_zero, boosting):
+    n_units = a.shape[1]
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        lo, hi = indptr[r], indptr[r + 1]
+        w = 1.0 if weights.shape[0] == 0 else np.float64(weights[r])
+        total = sums[r]
+        _finish_row(delta, a, r, SOFTMAX, w * boost_zero if boosting else w, total, 0, n_units)
+        if boosting:
+            count = hi - lo if counts.shape[0] == 0 else counts[r]
+            _boost_listed(delta, a, r, indices, values, lo, hi, count, 0, n_units, err_fn,
+                          SOFTMAX, prm, total, boost_one, w)
 
 
 @kernel
@@ -313,6 +381,37 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     kernel(delta, block_err, a, indptr, indices, values, weights, int(err_fn), int(act), prm,
            float(boost_one), float(boost_zero), boosting, bool(ignore_zero))
     return DeviceError(block_err)
+
+
+@device_arrays
+def softmax_loss_partials(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                          one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                          ignore_zero=False):
+    """A rank's pre-deltas, their row sums and its error (a ``DeviceError``); see the
+    reference."""
+    check_loss_activation(err_fn, SOFTMAX)
+    prm = _params(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
+    if a.shape[0] == 0:
+        return 0.0
+    kernel, block_err = _launch(_softmax_partials_kernel, delta)
+    kernel(delta, sums, block_err, a, indptr, indices, values, weights, counts, int(err_fn), prm,
+           bool(ignore_zero))
+    return DeviceError(block_err)
+
+
+@device_arrays
+def softmax_loss_finish(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                        one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                        ignore_zero=False):
+    """The output delta from the pre-deltas and the whole rows' sums; see the reference."""
+    check_loss_activation(err_fn, SOFTMAX)
+    boosting = boost_applies(err_fn, SOFTMAX) and (boost_one != 1.0 or boost_zero != 1.0)
+    prm = _params(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
+    if a.shape[0] == 0:
+        return
+    _softmax_finish_kernel[min(a.shape[0], MAX_BLOCKS), ROW_THREADS](
+        delta, sums, a, indptr, indices, values, weights, counts, int(err_fn), prm,
+        float(boost_one), float(boost_zero), boosting)
 
 
 @device_arrays

@@ -204,6 +204,98 @@ def activation_backward(dz, da, a, act, slope, alpha, lam, mask=None):
                                                    float(alpha), float(lam))
 
 
+# A SoftMax layer split across MPI ranks: the row's maximum and sum, and its Jacobian product's
+# sum, are added up over the ranks between two kernels (see the reference). The partial sums
+# take a block per row, as the whole row's kernels do; the finishing passes are elementwise.
+
+
+@kernel
+def _softmax_forward_partials(stats, z):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = z.shape[1]
+    for r in range(cuda.blockIdx.x, z.shape[0], cuda.gridDim.x):
+        m = -math.inf
+        for j in range(t, n_units, ROW_THREADS):
+            m = max(m, np.float64(z[r, j]))
+        m = _block_max(shared, m)
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            total += math.exp(np.float64(z[r, j]) - m)
+        total = _block_sum(shared, total)
+        if t == 0:
+            stats[r, 0] = m
+            stats[r, 1] = total
+
+
+@device_arrays
+def softmax_forward_partials(stats, z):
+    """``stats[r] = (m, s)``: row r's maximum m and ``sum_j exp(z[r, j] - m)`` (reference)."""
+    if z.size:
+        _softmax_forward_partials[_row_launch(z.shape[0])](stats, z)
+
+
+@kernel
+def _softmax_forward_finish(a, z, stats):
+    n_units = z.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, z.shape[0] * n_units, stride):
+        r = i // n_units
+        j = i - r * n_units
+        a[r, j] = min(1.0, math.exp(np.float64(z[r, j]) - stats[r, 0]) / stats[r, 1])
+
+
+@device_arrays
+def softmax_forward_finish(a, z, stats):
+    """``a = min(1, exp(z - M) / S)`` with ``stats[r] = (M, S)`` (reference); ``a`` may be ``z``."""
+    if z.size:
+        _softmax_forward_finish[_flat_launch(z.size)](a, z, stats)
+
+
+@kernel
+def _softmax_backward_partials(dots, da, a, mask):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = a.shape[1]
+    for r in range(cuda.blockIdx.x, a.shape[0], cuda.gridDim.x):
+        s = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            s += np.float64(_masked(da, mask, r, j)) * np.float64(a[r, j])
+        s = _block_sum(shared, s)
+        if t == 0:
+            dots[r] = s
+
+
+@device_arrays
+def softmax_backward_partials(dots, da, a, mask=None):
+    """``dots[r] = sum_j g[r, j] a[r, j]``, g = ``da`` (times ``mask``), float64 (reference)."""
+    if a.size == 0:
+        return
+    if mask is None:
+        mask = empty((0, a.shape[1]), a.dtype)
+    _softmax_backward_partials[_row_launch(a.shape[0])](dots, da, a, mask)
+
+
+@kernel
+def _softmax_backward_finish(dz, da, a, mask, dots):
+    n_units = a.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, a.shape[0] * n_units, stride):
+        r = i // n_units
+        j = i - r * n_units
+        dz[r, j] = np.float64(a[r, j]) * (np.float64(_masked(da, mask, r, j)) - dots[r])
+
+
+@device_arrays
+def softmax_backward_finish(dz, da, a, dots, mask=None):
+    """``dz = a * (g - dots[r])``, ``dots`` the whole row's (reference); ``dz`` may be ``da``."""
+    if a.size == 0:
+        return
+    if mask is None:
+        mask = empty((0, a.shape[1]), a.dtype)
+    _softmax_backward_finish[_flat_launch(a.size)](dz, da, a, mask, dots)
+
+
 @cuda.jit(device=True)
 def _drop(out, mask, r, j, x, key, row_offset, col_offset, p, gain, shift, dropped_value):
     """Dropout of unit (r, j) with activation ``x`` (float64), drawn from its own uniform."""

@@ -21,7 +21,8 @@ from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, HINGE, L1, L2, L2_HINGE
                                    boost_applies, check_loss_activation)
 from destiny.kernels.reference.pointwise import derivative
 
-__all__ = ["check_loss_activation", "dense_loss_delta", "sparse_loss_delta"]
+__all__ = ["check_loss_activation", "dense_loss_delta", "softmax_loss_finish",
+           "softmax_loss_partials", "sparse_loss_delta"]
 
 EPS = 1e-12  # DSSTNE's MIN_ERROR: every log is log(max(EPS, x)) (spec 5.5)
 
@@ -165,10 +166,20 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     check_loss_activation(err_fn, act)
     prm = LossParams(slope, alpha, lam, one_target, zero_target, one_scale, zero_scale)
     x = np.asarray(a, dtype=np.float64)
-    counts = np.diff(indptr)
-    rows = np.repeat(np.arange(x.shape[0]), counts)
+    pre, row_err = _sparse_pre_delta(x, indptr, indices, values, np.diff(indptr), err_fn, act,
+                                     prm, ignore_zero)
+    w = _example_weights(weights, x.shape[0])
+    _finish(delta, _jacobian(pre, x, act), indptr, indices, w, err_fn, act, boost_one,
+            boost_zero)
+    return float((row_err * w).sum())
+
+
+def _sparse_pre_delta(x, indptr, indices, values, counts, err_fn, act, prm, ignore_zero):
+    """(pre-deltas [B, N], unweighted errors [B]) of sparse targets: every unit as a zero
+    target, then the listed entries corrected; ``counts`` [B] are the rows' listed entries."""
+    rows = np.repeat(np.arange(x.shape[0]), np.diff(indptr))
     v = np.ones(len(indices)) if len(values) == 0 else np.asarray(values, dtype=np.float64)
-    t1 = listed_targets(err_fn, act, v, counts[rows])
+    t1 = listed_targets(err_fn, act, v, np.asarray(counts)[rows])
     x1 = x[rows, indices]
 
     zero = np.zeros_like(x)  # the target of every unit before the listed entries are corrected
@@ -179,14 +190,60 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
 
     pre = np.zeros_like(x) if ignore_zero else unit_pre_delta(err_fn, act, x, zero, False, prm)
     pre[rows, indices] = unit_pre_delta(err_fn, act, x1, t1, True, prm)
-    d = _jacobian(pre, x, act)
+    return pre, row_err
+
+
+def _finish(delta, d, indptr, indices, w, err_fn, act, boost_one, boost_zero):
+    """``delta = d`` times DeltaBoost (where it applies) and the example weights ``w``."""
     if boost_applies(err_fn, act):
-        boost = np.full(x.shape, float(boost_zero))
-        boost[rows, indices] = boost_one
+        boost = np.full(d.shape, float(boost_zero))
+        boost[np.repeat(np.arange(d.shape[0]), np.diff(indptr)), indices] = boost_one
         d = d * boost
-    w = _example_weights(weights, x.shape[0])
     delta[...] = (d * w[:, None]).astype(delta.dtype)
-    return float((row_err * w).sum())
+
+
+# A SoftMax output split across MPI ranks (spec 7): each rank holds some units of every row and
+# their targets (the indices re-based to its first unit). Two things need the whole row: the
+# listed count n of SoftMax CrossEntropy's targets 1/n, which ``counts`` gives, and the sum of
+# the row's pre-deltas in the Jacobian ``delta = p - a * sum_j p_j``, which the network adds up
+# over the ranks between ``softmax_loss_partials`` and ``softmax_loss_finish``. Both take the
+# same arguments; with one process ``sparse_loss_delta`` does it all.
+
+
+def softmax_loss_partials(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                          one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                          ignore_zero=False):
+    """A rank's part of ``sparse_loss_delta`` on a SoftMax output: the pre-deltas ``p`` of its
+    units into ``delta``, their sum per row into ``sums`` (float64 [B]), and the weighted
+    error of its units, returned.
+
+    ``counts`` (int64 [B]) holds each row's listed targets over every rank (length 0: this
+    rank's alone, as one process counts them). The other parameters are ``sparse_loss_delta``'s
+    (SoftMax takes no slope, alpha or lambda).
+    """
+    check_loss_activation(err_fn, SOFTMAX)
+    prm = LossParams(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
+    x = np.asarray(a, dtype=np.float64)
+    n = np.diff(indptr) if len(counts) == 0 else counts
+    pre, row_err = _sparse_pre_delta(x, indptr, indices, values, n, err_fn, SOFTMAX, prm,
+                                     ignore_zero)
+    delta[...] = pre.astype(delta.dtype)
+    sums[:] = np.asarray(delta, dtype=np.float64).sum(axis=1)
+    return float((row_err * _example_weights(weights, x.shape[0])).sum())
+
+
+def softmax_loss_finish(delta, sums, a, indptr, indices, values, weights, counts, err_fn,
+                        one_target, zero_target, one_scale, zero_scale, boost_one, boost_zero,
+                        ignore_zero=False):
+    """The output delta from the pre-deltas ``softmax_loss_partials`` left in ``delta``:
+    ``(p - a * sums[r])`` times DeltaBoost and the example weight, ``sums`` the whole row's
+    (the ranks' added up). The arguments are ``softmax_loss_partials``'."""
+    check_loss_activation(err_fn, SOFTMAX)
+    x = np.asarray(a, dtype=np.float64)
+    p = np.asarray(delta, dtype=np.float64)
+    d = p - x * np.asarray(sums, dtype=np.float64)[:, None]
+    _finish(delta, d, indptr, indices, _example_weights(weights, x.shape[0]), err_fn, SOFTMAX,
+            boost_one, boost_zero)
 
 
 def dense_loss_delta(delta, a, t, weights, err_fn, act, slope, alpha, lam,

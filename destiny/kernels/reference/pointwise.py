@@ -124,6 +124,54 @@ def activation_backward(dz, da, a, act, slope, alpha, lam, mask=None):
         dz[...] = (da * derivative(act, a, slope, alpha, lam)).astype(dz.dtype)
 
 
+# A SoftMax layer split across MPI ranks (spec 7): each rank holds some units of every row, so
+# the row's maximum and sum are combined across the ranks between two kernels (the network's
+# collectives; kernels never call MPI). With one process ``activation_forward`` and
+# ``activation_backward`` do it all in one pass.
+
+
+def softmax_forward_partials(stats, z):
+    """A rank's part of each SoftMax row: ``stats[r] = (m, s)``, float64 [B, 2], with m the
+    maximum of row r of ``z`` [B, N] (this rank's units) and ``s = sum_j exp(z[r, j] - m)``.
+
+    The ranks' (m, s) make the whole row's: ``M = max m``, ``S = sum s * exp(m - M)``, which
+    ``softmax_forward_finish`` takes.
+    """
+    x = np.asarray(z, dtype=np.float64)
+    m = x.max(axis=1)
+    stats[:, 0] = m
+    stats[:, 1] = np.exp(x - m[:, None]).sum(axis=1)
+
+
+def softmax_forward_finish(a, z, stats):
+    """``a[r, j] = min(1, exp(z[r, j] - M) / S)`` with ``stats[r] = (M, S)``, the maximum and
+    the sum of the whole row (``softmax_forward_partials``); ``a`` may be ``z``. The clamp is
+    DSSTNE's (spec 3.6): S, summed over the ranks, may round below the row's largest term."""
+    x = np.asarray(z, dtype=np.float64)
+    st = np.asarray(stats, dtype=np.float64)
+    a[...] = np.minimum(1.0, np.exp(x - st[:, :1]) / st[:, 1:]).astype(a.dtype)
+
+
+def _masked(da, mask):
+    return da if mask is None else np.multiply(da, mask, dtype=da.dtype)
+
+
+def softmax_backward_partials(dots, da, a, mask=None):
+    """A rank's part of each SoftMax row's Jacobian product: ``dots[r] = sum_j g[r, j] a[r, j]``
+    (float64 [B]) over this rank's units, g = ``da`` (times the dropout ``mask``, rounded to
+    ``da``'s dtype, as ``activation_backward`` takes it)."""
+    g = np.asarray(_masked(da, mask), dtype=np.float64)
+    dots[:] = (g * np.asarray(a, dtype=np.float64)).sum(axis=1)
+
+
+def softmax_backward_finish(dz, da, a, dots, mask=None):
+    """``dz = a * (g - dots[r])`` per row, ``dots`` the whole row's sums (the ranks'
+    ``softmax_backward_partials`` added up): ``activation_backward``'s SoftMax, split."""
+    g = np.asarray(_masked(da, mask), dtype=np.float64)
+    x = np.asarray(a, dtype=np.float64)
+    dz[...] = (x * (g - np.asarray(dots, dtype=np.float64)[:, None])).astype(dz.dtype)
+
+
 def alpha_dropout_constants(p, act, alpha, lam):
     """``(a', A, b)`` of ELU/SELU alpha-dropout (spec 3.8): dropped units become A*a' + b."""
     saturation = -(lam if act == SELU else 1.0) * alpha
