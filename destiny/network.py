@@ -17,8 +17,10 @@ loss (a number) comes back to the host per batch.
 
 Under MPI every layer is split by units across the ranks (spec 7, ``destiny/shard.py``): the
 buffers of a layer hold the rank's columns only, each connection holds the rows or the columns
-of its matrix, and the products are joined by all-gathers and reduce-scatters. With one process
-(``Comm()``) every connection is ``WHOLE`` and the code below calls no collective at all.
+of its matrix, and the products are joined by all-gathers and reduce-scatters; a SoftMax
+layer's rows are normalized, and differentiated, over every rank's units (a few numbers per row
+travel). With one process (``Comm()``) every connection is ``WHOLE`` and the code below calls
+no collective at all.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import numpy as np
 from destiny import shard
 from destiny.errors import NetDefError
 from destiny.initialize import initial_weights
+from destiny.kernels.codes import CROSS_ENTROPY
 from destiny.kernels.counter_rng import stream_key
 from destiny.kernels.reference.optim import LAZY_MODES
-from destiny.netdef import LayerDef, LayerKind, NetworkDef
+from destiny.netdef import Activation, LayerDef, LayerKind, NetworkDef
 from destiny.parallel import Comm, unit_counts, unit_range
 
 CSR = tuple  # (indptr int64, indices int32, values float32 or empty)
@@ -138,6 +141,7 @@ class Network:
         self._views: dict = {}  # (layer, buffer, batch size) -> that many rows of the buffer
         self._full: dict[str, np.ndarray] = {}  # all-gathered activations and deltas of a batch
         self._no_weights = backend.empty(0, self.dtype)  # the loss's per-example weights: none
+        self._no_counts = backend.empty(0, np.int64)  # a split SoftMax loss's own counts
 
     # -- construction ---------------------------------------------------------------------
 
@@ -303,7 +307,15 @@ class Network:
             if name == pre_activation:
                 continue
             act = int(layer.activation)
-            if train and layer.p_dropout > 0:
+            if self._split_softmax(layer):
+                self._softmax_forward(Z, B, bias)
+                if train and layer.p_dropout > 0:
+                    kb.dropout_forward(self._rows(name, "out", B), self._rows(name, "mask", B), Z,
+                                       stream_key(dropout_key, layer.index), 0,
+                                       self.units[name][0], layer.p_dropout, act,
+                                       layer.elu_alpha, layer.selu_lambda)
+                    self._dropped[name] = True
+            elif train and layer.p_dropout > 0:
                 # Z keeps the activations (the backward pass reads its derivative from them),
                 # "out" the dropped-out ones; unit j of this rank draws as unit j of the layer.
                 kb.activation_dropout_forward(
@@ -314,6 +326,64 @@ class Network:
             else:
                 kb.activation_forward(Z, Z, act, layer.relu_slope, layer.elu_alpha,
                                       layer.selu_lambda, bias)
+
+    # -- a SoftMax layer split across ranks ------------------------------------------------
+    #
+    # A SoftMax row is normalized over all its units, which the ranks share (spec 3.6, 7).
+    # DSSTNE normalized each GPU's slice alone, so its numbers changed with the number of GPUs;
+    # here each rank reduces its units of every row to a few numbers per row, the ranks add
+    # them up, and each finishes its units with the whole row's: one process's numbers, summed
+    # in another order. Only B x 2 numbers per rank travel, never a row.
+
+    def _split_softmax(self, layer: LayerDef) -> bool:
+        return self.comm.size > 1 and layer.activation == Activation.SoftMax
+
+    def _softmax_forward(self, Z, B: int, bias) -> None:
+        """Z = SoftMax(Z + bias) over the whole rows of a split layer, in place.
+
+        Each rank's (max, sum of exp(z - max)) per row are all-gathered in one collective
+        (rather than an all-reduce of the maxima, then one of the sums: two round trips) and
+        combined by ``softmax_row_stats`` on every rank alike.
+        """
+        kb = self.backend
+        if bias is not None:
+            kb.add_bias(Z, bias)  # (as activation_forward adds it: in Z's precision)
+        stats = kb.empty((B, 2), np.float64)
+        kb.softmax_forward_partials(stats, Z)
+        parts = self.comm.allgather_columns(self.to_host(stats), [2] * self.comm.size)
+        whole = kb.to_device(softmax_row_stats(parts))
+        kb.softmax_forward_finish(Z, Z, whole)
+
+    def _softmax_backward(self, dZ, dA, name: str, B: int, mask) -> None:
+        """dZ = the SoftMax Jacobian's product with dA over the whole rows of a split layer."""
+        kb = self.backend
+        a = self._rows(name, "Z", B)
+        dots = kb.empty(B, np.float64)
+        kb.softmax_backward_partials(dots, dA, a, mask)
+        whole = self.comm.allreduce_sum(self.to_host(dots))
+        kb.softmax_backward_finish(dZ, dA, a, kb.to_device(whole), mask)
+
+    def _softmax_loss(self, dZ, name: str, B: int):
+        """The loss and output delta of a split SoftMax output layer (``sparse_loss_delta``'s):
+        this rank's error, and its units' deltas from the whole rows' sums of pre-deltas."""
+        kb, net = self.backend, self.netdef
+        indptr, indices, values = self._batch.targets[name]
+        err_fn = int(net.error_function)
+        counts = self._no_counts
+        if err_fn == CROSS_ENTROPY:
+            # SoftMax CrossEntropy's listed targets are 1/n, n counted over the whole row
+            # (spec 5.5): each rank holds the targets of its own units only.
+            mine = np.diff(self.to_host(indptr)).astype(np.float64)
+            counts = kb.to_device(np.rint(self.comm.allreduce_sum(mine)).astype(np.int64))
+        s, d = net.smce, net.delta_boost
+        args = (self._rows(name, "Z", B), indptr, indices, values, self._no_weights, counts,
+                err_fn, s.one_target, s.zero_target, s.one_scale, s.zero_scale, d.one, d.zero,
+                name in self._batch.ignore_zero)
+        sums = kb.empty(B, np.float64)
+        error = kb.softmax_loss_partials(dZ, sums, *args)
+        whole = self.comm.allreduce_sum(self.to_host(sums))
+        kb.softmax_loss_finish(dZ, kb.to_device(whole), *args)
+        return error
 
     def _sum_contributions(self, Z: np.ndarray, name: str, B: int) -> None:
         """Z = the sum over incoming connections of b + X @ W (this rank's columns of it).
@@ -443,7 +513,9 @@ class Network:
                 continue
             dZ = self._rows(name, "dZ", B)
             act = int(layer.activation)
-            if layer.kind == LayerKind.Output:
+            if layer.kind == LayerKind.Output and self._split_softmax(layer):
+                errors.append(self._softmax_loss(dZ, name, B))
+            elif layer.kind == LayerKind.Output:
                 indptr, indices, values = self._batch.targets[name]
                 s, d = net.smce, net.delta_boost
                 errors.append(kb.sparse_loss_delta(
@@ -459,8 +531,12 @@ class Network:
                 if penalty is not None:
                     kb.sparseness_penalty(dA, self.activation(name, B), *penalty)
                 mask = self._rows(name, "mask", B) if self._dropped.get(name) else None
-                kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act, layer.relu_slope,
-                                       layer.elu_alpha, layer.selu_lambda, mask)
+                if self._split_softmax(layer):
+                    self._softmax_backward(dZ, dA, name, B, mask)
+                else:
+                    kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act,
+                                           layer.relu_slope, layer.elu_alpha,
+                                           layer.selu_lambda, mask)
             if layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
             self._weight_gradients(name, dZ, B)

@@ -10,9 +10,10 @@ For a weight matrix W [n_in, n_out] the larger side decides the layout:
   partial sum over all outputs, reduce-scattered. Backward: all-gather the output delta; dW and
   the local input delta are then local.
 
-Biases are split by destination unit. With one process every layout is ``WHOLE`` and no
-collective is called. Writing a network file gathers the matrices on rank 0 a block of rows at
-a time (``write_gathered``), so no rank ever holds a whole matrix it does not own.
+Biases are split by destination unit, as is every layer, SoftMax layers included (the network
+adds up a SoftMax row's sums across the ranks). With one process every layout is ``WHOLE`` and
+no collective is called. Writing a network file gathers the matrices on rank 0 a block of rows
+at a time (``write_gathered``), so no rank ever holds a whole matrix it does not own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from destiny.errors import NetDefError
-from destiny.netdef import Activation, LayerKind, NetworkDef
+from destiny.netdef import LayerKind, NetworkDef
 from destiny.parallel import Comm, agree, failure_message
 from destiny.wording import counted
 
@@ -47,10 +48,6 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
     """Refuse what Destiny does not split across ``size`` ranks, naming the JSON path."""
     for i, layer in enumerate(netdef.layers):
         path = f"Layers[{i}]"
-        if layer.activation == Activation.SoftMax:
-            raise NetDefError(f"{path}.Activation", "SoftMax normalizes over all units of a "
-                              f"layer, which Destiny does not split across MPI ranks; {_UNSPLIT} "
-                              "or use Sigmoid.")
         if layer.shared_weights:
             raise NetDefError(f"{path}.SharedWeights", "shared weights are not split across "
                               f"MPI ranks; {_UNSPLIT} or give the layers their own weights.")

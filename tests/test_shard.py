@@ -222,14 +222,16 @@ def test_join_puts_row_and_column_pieces_in_place():
         np.testing.assert_array_equal(shard._join(pieces, 5, 5), W[1:6])
 
 
-def test_what_is_not_split_is_named():
-    from destiny.errors import NetDefError
-
-    netdef = parse_netdef(dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
+def test_a_softmax_layer_is_split_like_any_other():
+    """SoftMax layers were refused under MPI; now each rank holds its units of them, as of
+    any layer (the network adds up their rows across the ranks: tests/test_train_mpi.py)."""
+    netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
+        NETDEF["Layers"][1], Activation="SoftMax"), dict(
         NETDEF["Layers"][2], Activation="SoftMax")]))
-    Network(netdef, get_backend("cpu"))  # one process: fine
-    with pytest.raises(NetDefError, match=r"Layers\[2\]\.Activation"):
-        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+    for rank in range(3):
+        net = Network(netdef, get_backend("cpu"), comm=FakeComm(rank, 3))
+        assert net.units["Output"] == unit_range(250, rank, 3)
+        assert net.units["Hidden"] == unit_range(20, rank, 3)
 
 
 @pytest.mark.parametrize("key", ["WeightNorm", "DeltaNorm"])

@@ -188,15 +188,22 @@ main()
 
 
 @needs_mpiexec
-def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
-    # Collectives of device arrays go through host memory: the same network as one cpu process.
+@pytest.mark.parametrize("activation", ["Sigmoid", "SoftMax"])
+def test_split_across_ranks_on_the_gpu_backend(files, tmp_path, activation):
+    # Collectives of device arrays go through host memory: the same network as one cpu process
+    # (SoftMax: the hidden layer, with its dropout, and the output, each normalized over the
+    # ranks' units by the CUDA kernels).
     import os
     import subprocess
     import sys
 
     script = tmp_path / "train.py"
     script.write_text(FAST_TRAIN.format(root=str(Path(__file__).resolve().parents[1])))
-    args = ["-c", files / "net.json", "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
+    config = tmp_path / "net.json"
+    config.write_text(json.dumps(dict(NETDEF, Layers=[
+        dict(layer, Activation=activation) if layer["Kind"] != "Input" else layer
+        for layer in NETDEF["Layers"]])))
+    args = ["-c", config, "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
             "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
     env = rank_env(NUMBA_ENABLE_CUDASIM="1")
     one = subprocess.run([sys.executable, script, *args, "-n", tmp_path / "one.nc", "--backend",
@@ -208,7 +215,7 @@ def test_split_across_ranks_on_the_gpu_backend(files, tmp_path):
     assert two.returncode == 0, two.stderr.decode()
     cpu, gpu = read_network(tmp_path / "one.nc"), read_network(tmp_path / "two.nc")
     assert gpu.destiny["backend"] == "cuda" and sorted(os.listdir(tmp_path)) == [
-        "one.nc", "train.py", "two.nc"]
+        "net.json", "one.nc", "train.py", "two.nc"]
     for k in cpu.weights:
         np.testing.assert_allclose(gpu.weights[k], cpu.weights[k], rtol=1e-4, atol=1e-6)
 

@@ -138,8 +138,8 @@ def run(command, env=ENV):
     return subprocess.run([str(c) for c in command], env=env, capture_output=True, timeout=120)
 
 
-def train(data, network, *args, ranks=1, config="net.json", launcher=()):
-    argv = ["-c", data / config, "-i", data / "gl_input.nc", "-o", data / "gl_output.nc",
+def train(data, network, *args, ranks=1, config="net.json", launcher=(), targets="gl_output.nc"):
+    argv = ["-c", data / config, "-i", data / "gl_input.nc", "-o", data / targets,
             "-n", network, "-b", "32", "-e", "3", "-q", *args]
     prefix = [MPIEXEC, "-n", ranks] if ranks > 1 else []
     return run([*prefix, *(launcher or [TRAIN]), *argv])
@@ -320,14 +320,70 @@ def test_metrics_and_notes_come_once(data, tmp_path):
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
     netdef = json.loads(json.dumps(NETDEF))
-    netdef["Layers"][4]["Activation"] = "SoftMax"
-    (tmp_path / "softmax.json").write_text(json.dumps(netdef))
-    done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "softmax.json", "-i",
+    netdef["Layers"][1]["DeltaNorm"] = 1.5
+    (tmp_path / "norm.json").write_text(json.dumps(netdef))
+    done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "norm.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc"])
     assert done.returncode == 1
     assert len(errors(done)) == 1
-    assert f"Error: {tmp_path / 'softmax.json'}: Layers[4].Activation: SoftMax" in errors(done)[0]
-    assert os.listdir(tmp_path) == ["softmax.json"]
+    assert f"Error: {tmp_path / 'norm.json'}: Layers[1].DeltaNorm: DeltaNorm" in errors(done)[0]
+    assert os.listdir(tmp_path) == ["norm.json"]
+
+
+# A SoftMax output over the catalogue, and a SoftMax hidden layer with dropout, each split
+# across the ranks (23 and 97 units over 2 and 3): its rows are normalized over all the ranks'
+# units, its CrossEntropy targets are 1/n with n counted over the whole row, and its Jacobian
+# sums over the whole row (DSSTNE normalized each GPU's slice alone).
+SOFTMAX_NETDEF = {
+    "Version": 0.7, "Name": "softmax", "Kind": "FeedForward", "ShuffleIndices": True,
+    "Denoising": {"p": 0.2}, "ErrorFunction": "CrossEntropy",
+    "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
+        {"Name": "H1", "Kind": "Hidden", "Type": "FullyConnected", "N": 37,
+         "Activation": "Sigmoid", "pDropout": 0.1},
+        {"Name": "H2", "Kind": "Hidden", "Type": "FullyConnected", "N": 23,
+         "Activation": "SoftMax", "pDropout": 0.2},
+        {"Name": "Output", "Kind": "Output", "Type": "FullyConnected", "N": "auto",
+         "Source": ["H2", "H1"], "DataSet": "gl_output", "Activation": "SoftMax",
+         "Sparse": True},
+    ],
+}
+SOFTMAX_CASES = {  # the definition's changes, and the targets' file
+    "crossentropy": ({}, "gl_output.nc"),
+    "smce": ({"ErrorFunction": "ScaledMarginalCrossEntropy", "ScaledMarginalCrossEntropy": {
+        "oneTarget": 0.02, "zeroTarget": 0.005, "oneScale": 1.5, "zeroScale": 0.7}},
+        "gl_output.nc"),
+    "crossentropy-analog": ({}, "analog_output.nc"),
+    "l1-boost-analog": ({"ErrorFunction": "L1", "DeltaBoost": {"one": 2.0, "zero": 0.5}},
+                        "analog_output.nc"),
+}
+
+
+@pytest.fixture(scope="module")
+def softmax_data(data):
+    from destiny.generate import generate_netcdf
+
+    generate_netcdf(input_path=data / "ratings.txt", output=data / "analog_output.nc",
+                    dataset_name="gl_output", feature_index=data / "features_output",
+                    sample_index=data / "samples", analog=True)
+    for case, (changes, _) in SOFTMAX_CASES.items():
+        (data / f"{case}.json").write_text(json.dumps(dict(SOFTMAX_NETDEF, **changes)))
+    return data
+
+
+@pytest.mark.parametrize("case,ranks", [("crossentropy", 2), ("crossentropy", 3), ("smce", 3),
+                                        ("crossentropy-analog", 2), ("l1-boost-analog", 3)])
+def test_ranks_train_a_softmax_network_as_one_process_does(softmax_data, tmp_path, case, ranks):
+    """Split SoftMax layers, hidden and output, train the network one process trains."""
+    runs = {}
+    for n in (1, ranks):
+        done = train(softmax_data, tmp_path / f"{n}.nc", "--metrics", tmp_path / f"{n}.jsonl",
+                     ranks=n, config=f"{case}.json", targets=SOFTMAX_CASES[case][1])
+        assert done.returncode == 0, done.stderr.decode()
+        runs[n] = [json.loads(line)["loss"] for line in
+                   (tmp_path / f"{n}.jsonl").read_text().splitlines()]
+    assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
+    assert runs[ranks] == pytest.approx(runs[1], rel=1e-5)
 
 
 def test_existing_network_is_refused_once(data, tmp_path):
