@@ -122,7 +122,7 @@ def records(path) -> list[tuple[str, list[int], np.ndarray]]:
     return out
 
 
-def assert_same_records(one, many, tol=1.5e-3):
+def assert_same_records(one, many, tol=1.5e-3, rtol=1e-6):
     """The same samples, and the same items with the same scores to float32 rounding (and the
     file's %4.3f): a rank of a split network sums its share of each product in another order,
     so two items whose scores differ by less than that may change places, and one scored
@@ -130,11 +130,11 @@ def assert_same_records(one, many, tol=1.5e-3):
     a, b = records(one), records(many)
     assert [n for n, _, _ in a] == [n for n, _, _ in b]
     for (name, items, x), (_, others, y) in zip(a, b, strict=True):
-        np.testing.assert_allclose(y, x, rtol=1e-6, atol=tol, err_msg=name)  # rank by rank
+        np.testing.assert_allclose(y, x, rtol=rtol, atol=tol, err_msg=name)  # rank by rank
         mine, theirs = dict(zip(items, x, strict=True)), dict(zip(others, y, strict=True))
 
         def close(p, q):
-            return abs(p - q) <= tol + 1e-6 * max(abs(p), abs(q))
+            return abs(p - q) <= tol + rtol * max(abs(p), abs(q))
 
         for item in mine.keys() | theirs.keys():
             if item in mine and item in theirs:
@@ -353,13 +353,13 @@ def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path, flag):  # noq
 
 
 def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
-    """A SoftMax output needs its whole layer: --split-layers refuses it once, naming the
+    """WeightNorm takes norms over a whole layer: --split-layers refuses it once, naming the
     network file and the field of the definition it holds."""
     from destiny.fit import fit
     from destiny.train import train_config
 
     netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][2]["Activation"] = "SoftMax"
+    netdef["Layers"][2]["WeightNorm"] = 5.0
     (tmp_path / "net.json").write_text(json.dumps(netdef))
     fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
         output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
@@ -368,8 +368,50 @@ def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_pat
     done = mpiexec(2, *argv(model, "--split-layers", "-s", out)[2:], "-n", tmp_path / "gl.nc")
     assert done.returncode == 1
     (line,) = errors(done)
-    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[2].Activation: SoftMax "), line
+    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[2].WeightNorm: WeightNorm "), \
+        line
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def softmax(model, tmp_path_factory):  # noqa: F811
+    """The model's data and definition with a SoftMax output (CrossEntropy), trained, its
+    best items dealt out over the ranks (``spread_items``)."""
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    trained = tmp_path_factory.mktemp("softmax_trained")
+    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef["Layers"][2]["Activation"] = "SoftMax"
+    netdef["ErrorFunction"] = "CrossEntropy"
+    (trained / "net.json").write_text(json.dumps(netdef))
+    fit(config_path=trained / "net.json", input_path=model / "gl_input.nc",
+        output_path=model / "gl_output.nc", network_path=trained / "gl.nc",
+        cfg=train_config(batch=64, epochs=3), checkpoint_every=0)
+    for name in ("features_input", "features_output", "ratings.txt"):
+        os.symlink(model / name, trained / name)
+    d = tmp_path_factory.mktemp("softmax")
+    spread_items(trained, d)
+    return d
+
+
+@pytest.mark.parametrize("n,case", [(2, "plain"), (3, "filter"), (2, "multiply")])
+def test_split_layers_score_a_softmax_output_as_one_process_does(softmax, tmp_path, n, case):
+    """--split-layers with a SoftMax output: every rank's scores are normalized over the whole
+    layer (the ranks add up each row's sums), so the merged items and scores are one
+    process's, to float32 rounding (printed with 9 digits here: 4.3f would hide it). exp
+    turns a last-digit difference of a pre-activation z into a relative one of about |z| ulps
+    in the score (a score differed by 1.5e-6 of itself: 12 ulps)."""
+    args = [a.format(ratings=softmax / "ratings.txt") for a in CASES[case]] + ["-p", "11.9f"]
+    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
+    single = run([PREDICT, *argv(softmax, *args, "-s", one)])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(softmax, *args, "--split-layers", "-s", many))
+    assert done.returncode == 0, done.stderr.decode()
+    if case != "multiply":  # (which multiplies the scores by the filter's values)
+        scores = np.concatenate([x for _, _, x in records(one)])
+        assert 2 / 90 < scores.max() <= 1  # (not a uniform row of 90 items)
+    assert_same_records(one, many, tol=1e-9, rtol=1e-5)
 
 
 @pytest.mark.parametrize("split", [(), ("--split-layers",)])
