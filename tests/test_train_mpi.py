@@ -351,8 +351,11 @@ SOFTMAX_NETDEF = {
 SOFTMAX_CASES = {  # the definition's changes, and the targets' file
     "crossentropy": ({}, "gl_output.nc"),
     "smce": ({"ErrorFunction": "ScaledMarginalCrossEntropy", "ScaledMarginalCrossEntropy": {
-        "oneTarget": 0.02, "zeroTarget": 0.005, "oneScale": 1.5, "zeroScale": 0.7}},
-        "gl_output.nc"),
+        "oneTarget": 0.02, "zeroTarget": 0.005, "oneScale": 1.5, "zeroScale": 0.7},
+        # (and a sparseness penalty on the hidden SoftMax: its units' means over the batch)
+        "SparsenessPenalty": {"p": 0.1, "beta": 0.5}, "Layers": [
+            *SOFTMAX_NETDEF["Layers"][:2], dict(SOFTMAX_NETDEF["Layers"][2], Sparse=True),
+            SOFTMAX_NETDEF["Layers"][3]]}, "gl_output.nc"),
     "crossentropy-analog": ({}, "analog_output.nc"),
     "l1-boost-analog": ({"ErrorFunction": "L1", "DeltaBoost": {"one": 2.0, "zero": 0.5}},
                         "analog_output.nc"),
