@@ -537,7 +537,14 @@ class Network:
                     kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act,
                                            layer.relu_slope, layer.elu_alpha,
                                            layer.selu_lambda, mask)
-            if layer.delta_norm > 0:
+            if layer.delta_norm > 0 and self.comm.size > 1:
+                # Each row's norm over every rank's units (spec 3.13): the ranks' sums of
+                # squares added up (B float64 numbers), as for a SoftMax row.
+                sums = kb.empty(B, np.float64)
+                kb.delta_norm_partials(sums, dZ)
+                whole = self.comm.allreduce_sum(self.to_host(sums))
+                kb.delta_norm_finish(dZ, kb.to_device(whole), layer.delta_norm)
+            elif layer.delta_norm > 0:
                 kb.delta_norm(dZ, layer.delta_norm)
             self._weight_gradients(name, dZ, B)
         total = sum(float(e) for e in errors)

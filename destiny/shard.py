@@ -51,11 +51,10 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
         if layer.shared_weights:
             raise NetDefError(f"{path}.SharedWeights", "shared weights are not split across "
                               f"MPI ranks; {_UNSPLIT} or give the layers their own weights.")
-        for key, value in (("WeightNorm", layer.weight_norm), ("DeltaNorm", layer.delta_norm)):
-            if value > 0:
-                raise NetDefError(f"{path}.{key}", f"{key} takes norms across all units of a "
-                                  f"layer, which Destiny does not split across MPI ranks; "
-                                  f"{_UNSPLIT} or remove {key}.")
+        if layer.weight_norm > 0:
+            raise NetDefError(f"{path}.WeightNorm", "WeightNorm takes norms across all units "
+                              "of a layer, which Destiny does not split across MPI ranks; "
+                              f"{_UNSPLIT} or remove WeightNorm.")
         if layer.n < size:
             raise NetDefError(f"{path}.N", f"layer {layer.name!r} has "
                               f"{counted(layer.n, 'unit')}, fewer than the {size} MPI ranks "

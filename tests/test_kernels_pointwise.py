@@ -116,8 +116,8 @@ def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
         reference = np.empty_like(da)
         BACKENDS["reference"].activation_backward(reference, da, expected, codes.SOFTMAX, SLOPE,
                                                   ALPHA, LAM, m)
-        pieces = [[np.ascontiguousarray(x[:, lo:hi]) if x is not None else None
-                   for x in (da, expected, m)] for lo, hi in blocks]
+        pieces = [[x[:, lo:hi].copy() if x is not None else None for x in (da, expected, m)]
+                  for lo, hi in blocks]
         dots = np.zeros(rows)
         for piece in pieces:
             mine = np.full(rows, np.nan)
@@ -409,6 +409,34 @@ def test_delta_norm_by_hand(backend):
     BACKENDS[backend].delta_norm(d, 2.0)
     expected = [[1.2, 1.6, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0]]  # only row 0 exceeds 2
     np.testing.assert_allclose(d, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("parts", [1, 3])
+def test_delta_norm_split_by_columns_is_the_whole_rows(backend, parts):
+    """DeltaNorm of a layer split across ranks: each block of columns sums its squares per
+    row, the network adds the blocks' sums up, and each block rescales its units: the whole
+    rows' ``delta_norm`` (some rows above the limit, some below)."""
+    kernels = BACKENDS[backend]
+    rng = np.random.default_rng(41 + parts)
+    rows, units = (3, 7) if tiny(backend) else (9, 40)
+    d = rng.normal(size=(rows, units)).astype(np.float32)
+    d[0] *= 10  # (above any limit)
+    limit = np.median(np.sqrt((d.astype(np.float64) ** 2).sum(axis=1)))
+    expected = d.copy()
+    BACKENDS["reference"].delta_norm(expected, limit)
+    blocks = column_blocks(units, parts)
+    pieces = [d[:, lo:hi].copy() for lo, hi in blocks]
+    sums = np.zeros(rows)
+    for piece in pieces:
+        mine = np.full(rows, np.nan)
+        kernels.delta_norm_partials(mine, piece)
+        sums += mine
+    for piece in pieces:
+        kernels.delta_norm_finish(piece, sums, limit)
+    np.testing.assert_allclose(np.hstack(pieces), expected, rtol=1e-6, atol=1e-7)
+    scaled = (expected != d).any(axis=1)
+    assert scaled.any() and not scaled.all()
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

@@ -234,16 +234,21 @@ def test_a_softmax_layer_is_split_like_any_other():
         assert net.units["Hidden"] == unit_range(20, rank, 3)
 
 
-@pytest.mark.parametrize("key", ["WeightNorm", "DeltaNorm"])
-def test_norms_across_a_layer_are_refused(key):
+def test_weight_norm_is_refused_and_delta_norm_split():
+    """WeightNorm is refused under MPI; DeltaNorm's row norms are added up over the ranks
+    (tests/test_train_mpi.py), so it is split like the rest."""
     from destiny.errors import NetDefError
 
-    netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
-        NETDEF["Layers"][1], **{key: 1.5}), NETDEF["Layers"][2]]))
-    Network(netdef, get_backend("cpu"))  # one process: fine
-    with pytest.raises(NetDefError, match=rf"Layers\[1\]\.{key}: {key} takes norms across all "
-                                          rf"units .* or remove {key}\."):
-        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+    for key in ("WeightNorm", "DeltaNorm"):
+        netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
+            NETDEF["Layers"][1], **{key: 1.5}), NETDEF["Layers"][2]]))
+        Network(netdef, get_backend("cpu"))  # one process: fine
+        if key == "DeltaNorm":
+            Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+            continue
+        with pytest.raises(NetDefError, match=r"Layers\[1\]\.WeightNorm: WeightNorm takes norms "
+                                              r"across all units .* or remove WeightNorm\."):
+            Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
 
 
 def test_shared_weights_are_refused():

@@ -320,14 +320,29 @@ def test_metrics_and_notes_come_once(data, tmp_path):
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
     netdef = json.loads(json.dumps(NETDEF))
-    netdef["Layers"][1]["DeltaNorm"] = 1.5
+    netdef["Layers"][1]["WeightNorm"] = 1.5
     (tmp_path / "norm.json").write_text(json.dumps(netdef))
     done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "norm.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc"])
     assert done.returncode == 1
     assert len(errors(done)) == 1
-    assert f"Error: {tmp_path / 'norm.json'}: Layers[1].DeltaNorm: DeltaNorm" in errors(done)[0]
+    assert f"Error: {tmp_path / 'norm.json'}: Layers[1].WeightNorm: WeightNorm" in errors(done)[0]
     assert os.listdir(tmp_path) == ["norm.json"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_train_a_network_with_delta_norm_as_one_process_does(data, tmp_path, ranks):
+    """DeltaNorm rescales each row of a layer's delta to a norm over all its units: each rank
+    sums its units' squares, and the ranks add the sums up (a hidden layer split 12/12/13
+    units, the output 32/32/33; limits that some rows exceed and others do not)."""
+    netdef = json.loads(json.dumps(NETDEF))
+    netdef["Layers"][1]["DeltaNorm"] = 0.3
+    netdef["Layers"][4]["DeltaNorm"] = 3.0
+    (data / "delta_norm.json").write_text(json.dumps(netdef))
+    for n in (1, ranks):
+        done = train(data, tmp_path / f"{n}.nc", ranks=n, config="delta_norm.json")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
 
 
 # A SoftMax output over the catalogue, and a SoftMax hidden layer with dropout, each split

@@ -381,6 +381,27 @@ def delta_norm(d, limit):
 
 
 @njit(cache=True, parallel=True)
+def delta_norm_partials(sums, d):
+    """``sums[r] = sum_j d[r, j]^2`` in float64: a rank's part of the row norms (reference)."""
+    for r in prange(d.shape[0]):
+        total = 0.0
+        for j in range(d.shape[1]):
+            total += np.float64(d[r, j]) * np.float64(d[r, j])
+        sums[r] = total
+
+
+@njit(cache=True, parallel=True)
+def delta_norm_finish(d, sums, limit):
+    """``delta_norm`` with the whole rows' sums of squares ``sums`` given (reference)."""
+    for r in prange(d.shape[0]):
+        norm = math.sqrt(sums[r])
+        if norm > limit:
+            scale = limit / norm
+            for j in range(d.shape[1]):
+                d[r, j] = np.float64(d[r, j]) * scale
+
+
+@njit(cache=True, parallel=True)
 def weight_norm(W, limit):
     """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
     n_in, n_out = W.shape

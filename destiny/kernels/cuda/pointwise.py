@@ -458,6 +458,47 @@ def delta_norm(d, limit):
         _delta_norm[_row_launch(d.shape[0])](d, float(limit))
 
 
+@kernel
+def _delta_norm_partials(sums, d):
+    shared = cuda.shared.array(ROW_THREADS, np.float64)
+    t = cuda.threadIdx.x
+    n_units = d.shape[1]
+    for r in range(cuda.blockIdx.x, d.shape[0], cuda.gridDim.x):
+        total = 0.0
+        for j in range(t, n_units, ROW_THREADS):
+            x = np.float64(d[r, j])
+            total += x * x
+        total = _block_sum(shared, total)
+        if t == 0:
+            sums[r] = total
+
+
+@device_arrays
+def delta_norm_partials(sums, d):
+    """``sums[r] = sum_j d[r, j]^2`` in float64: a rank's part of the row norms (reference)."""
+    if d.size:
+        _delta_norm_partials[_row_launch(d.shape[0])](sums, d)
+
+
+@kernel
+def _delta_norm_finish(d, sums, limit):
+    n_units = d.shape[1]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, d.shape[0] * n_units, stride):
+        r = i // n_units
+        norm = math.sqrt(sums[r])
+        if norm > limit:
+            j = i - r * n_units
+            d[r, j] = np.float64(d[r, j]) * (limit / norm)
+
+
+@device_arrays
+def delta_norm_finish(d, sums, limit):
+    """``delta_norm`` with the whole rows' sums of squares ``sums`` given (reference)."""
+    if d.size:
+        _delta_norm_finish[_flat_launch(d.size)](d, sums, float(limit))
+
+
 # WeightNorm's W can have millions of rows (a catalogue-wide layer): its grid also splits the
 # rows, in at most NORM_CHUNKS chunks of at least NORM_CHUNK_ROWS rows, and each chunk's sums of
 # squares are added in chunk order.

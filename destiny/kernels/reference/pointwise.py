@@ -256,6 +256,18 @@ def delta_norm(d, limit):
     d[...] = (d * _norm_scale(norms, limit)[:, None]).astype(d.dtype)
 
 
+def delta_norm_partials(sums, d):
+    """``sums[r] = sum_j d[r, j]^2`` (float64 [B]): a rank's part of DeltaNorm's row norms,
+    for a layer split across MPI ranks (the network adds the ranks' sums up)."""
+    sums[:] = (np.asarray(d, dtype=np.float64) ** 2).sum(axis=1)
+
+
+def delta_norm_finish(d, sums, limit):
+    """``delta_norm`` with each row's sum of squares ``sums[r]`` over the whole row given."""
+    norms = np.sqrt(np.asarray(sums, dtype=np.float64))
+    d[...] = (d * _norm_scale(norms, limit)[:, None]).astype(d.dtype)
+
+
 def weight_norm(W, limit):
     """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` > 0 to ``limit``.
 
