@@ -12,6 +12,9 @@ each output element is summed by one thread in a fixed order: deterministic, wit
 atomics. The grouping is a counting sort on the device: integer atomics count and place the
 entries (a thread each), then a block per feature puts its entries back in entry order (the
 atomics leave them in an arbitrary one), which is exactly the cpu's order.
+
+``sparse_add`` (a Skip from an Input layer) gives a block to each row of the batch, its threads
+along the row's entries.
 """
 
 from __future__ import annotations
@@ -61,18 +64,41 @@ def sparse_fc_forward(out, indptr, indices, values, W, b):
 
 @kernel
 def _add_entries(out, indptr, indices, values, scale, col_offset):
-    # A thread per row, its entries in order: a feature listed twice in a row adds twice
-    # (quirk 10.5), and one thread adding both keeps the sum deterministic without float
-    # atomics. A batch is a few hundred rows of a few hundred entries: microseconds.
+    # A block per row, its threads along the row's entries, in rounds of ROW_THREADS with a
+    # barrier between rounds (as the loss kernel writes a row's entries; batch.py's gather
+    # found a thread per row, 256 threads on the whole GPU, 0.14 ms for a benchmark batch).
+    # A feature listed twice in a row adds twice (quirk 10.5) and in entry order, as the
+    # reference: a later round adds after an earlier one, and within a round the first entry
+    # of a column adds its own and its round's repeats' terms in order, one rounding each, and
+    # alone writes (deterministic, no float atomics; a scan of the round in shared memory, at
+    # most ROW_THREADS indices, as the loss kernel's _is_last).
+    columns = cuda.shared.array(ROW_THREADS, np.int32)
+    t = cuda.threadIdx.x
     n_cols = out.shape[1]
     boolean = values.shape[0] == 0
     one = out.dtype.type(scale)
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for r in range(start, indptr.shape[0] - 1, stride):
-        for k in range(indptr[r], indptr[r + 1]):
-            j = indices[k] - col_offset
-            if 0 <= j < n_cols:
-                out[r, j] += one if boolean else out.dtype.type(scale * values[k])
+    for r in range(cuda.blockIdx.x, indptr.shape[0] - 1, cuda.gridDim.x):
+        lo, hi = indptr[r], indptr[r + 1]
+        for start in range(lo, hi, ROW_THREADS):  # (the same rounds for the whole block)
+            n = min(ROW_THREADS, hi - start)
+            j = -1  # (no entry, or another rank's column)
+            if t < n:
+                j = indices[start + t] - col_offset
+                if not 0 <= j < n_cols:
+                    j = -1
+            columns[t] = j
+            cuda.syncthreads()
+            first = j >= 0
+            for m in range(t):
+                if columns[m] == j:
+                    first = False
+            if first:
+                acc = out[r, j]
+                for m in range(t, n):
+                    if columns[m] == j:
+                        acc += one if boolean else out.dtype.type(scale * values[start + m])
+                out[r, j] = acc
+            cuda.syncthreads()  # (this round's writes and reads of columns before the next)
 
 
 @device_arrays
@@ -82,8 +108,8 @@ def sparse_add(out, indptr, indices, values, scale, col_offset):
     rows = indptr.shape[0] - 1
     if rows and out.shape[1]:
         # (np.float64: the simulator multiplies a float32 by a Python float in float32)
-        _add_entries[blocks_for(rows), THREADS](out, indptr, indices, values, np.float64(scale),
-                                                int(col_offset))
+        _add_entries[min(rows, MAX_BLOCKS), ROW_THREADS](out, indptr, indices, values,
+                                                         np.float64(scale), int(col_offset))
 
 
 @kernel
