@@ -9,6 +9,9 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
   memory (a 64 MB buffer is written before each call, as the output layer's product evicts
   the input layer's rows from the caches in a real step);
 * ``sparse_fc_weight_grad``: the input layer's weight gradient, K ~ 37k entries x 1024 columns;
+* ``sparse_add``: a Skip from the Input layer into the output layer (spec 3.16), the batch's
+  entries added to the 256 x 27,392 sum, which is rewritten before each call (the output
+  layer's product has just written it in a real step);
 * ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy);
 * ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024;
 * ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass;
@@ -116,6 +119,25 @@ def weight_grad_case(batch_csr, rng) -> Case:
     moved = delta.nbytes + 2 * touched * HIDDEN * 4  # delta once, touched rows of dW in and out
     return Case(f"sparse_fc_weight_grad K={len(indices)} x {HIDDEN}", run, [dW], moved,
                 2.0 * len(indices) * HIDDEN)
+
+
+def skip_case(batch_csr, rng) -> Case:
+    indptr, indices, values = batch_csr
+    B = len(indptr) - 1
+    z = rng.normal(size=(B, FEATURES)).astype(np.float32)
+    out = np.empty_like(z)
+
+    def run(backend):
+        backend.sparse_add(out, indptr, indices, values, 1.0, 0)
+        return out
+
+    def prepare():
+        np.copyto(out, z)
+
+    # the entries' indices and the row offsets read, one float read and written per entry
+    moved = indices.nbytes + indptr.nbytes + 2 * 4 * len(indices)
+    return Case(f"sparse_add K={len(indices)} into {B} x {FEATURES}", run, [out], moved,
+                prepare=prepare)
 
 
 def loss_case(batch_csr, rng, err_fn, smce) -> Case:
@@ -344,13 +366,15 @@ def _module(case: Case, backend: str):
     if kind == "sparse_fc_weight_grad" and "+" in case.name:
         kind = "update_weight_rows"  # the two-call case: its run picks the sparse module
     modules = {"reference": {"sparse_fc_weight_grad": ref_sparse,
-                             "sparse_fc_forward": ref_sparse, "sparse_loss_delta": ref_loss,
+                             "sparse_fc_forward": ref_sparse, "sparse_add": ref_sparse,
+                             "sparse_loss_delta": ref_loss,
                              "activation_backward": ref_pointwise,
                              "activation_forward": ref_pointwise, "top_k": ref_topk,
                              "top_k_activated": ref_topk,
                              "update_weights": ref_optim, "update_weight_rows": ref_optim,
                              "sparse_grad_update_rows": ref_optim, "catch_up_rows": ref_optim},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_fc_forward": cpu_sparse,
+                       "sparse_add": cpu_sparse,
                        "sparse_loss_delta": cpu_loss,
                        "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise,
                        "top_k": cpu_topk, "top_k_activated": cpu_topk,
@@ -408,7 +432,8 @@ def main(argv=None) -> int:
              optimizer_case(batch_csr, rng, rows_only=True),
              sparse_update_case(batch_csr, rng, fused=False),
              sparse_update_case(batch_csr, rng, fused=True),
-             catch_up_case(rng, 32)]
+             catch_up_case(rng, 32),
+             skip_case(batch_csr, rng)]  # (last: the others' random inputs stay as they were)
     print(f"batch {args.batch}, {len(batch_csr[1])} listed entries "
           f"({len(batch_csr[1]) / args.batch:.1f} per row)")
     if not all([check(case) for case in cases]):  # every case, so that all mismatches print
