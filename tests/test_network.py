@@ -148,6 +148,74 @@ def test_a_skip_from_the_input_layer_runs_alike_in_every_backend():
         np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
 
 
+# The input joins both layers' sums and the output's product; the hidden layer its product
+# and, through the output's Skip, its delta.
+SKIPS_AND_SOURCES = {"ErrorFunction": "L2", "Denoising": {"p": 0.5}, "Layers": [
+    {"Name": "Input", "Kind": "Input", "N": 5, "DataSet": "in", "Sparse": True},
+    {"Name": "Hidden", "Kind": "Hidden", "N": 5, "Activation": "Tanh", "Skip": "Input"},
+    {"Name": "Output", "Kind": "Output", "N": 5, "DataSet": "out", "Activation": "Sigmoid",
+     "Source": ["Hidden", "Input"], "Skip": ["Input", "Hidden"]}]}
+
+
+@pytest.mark.parametrize("analog", [False, True], ids=["boolean", "analog"])
+def test_an_input_read_by_products_and_skips_of_two_layers_is_one_scaled_input(analog):
+    """Each product and each skip of the denoised input reads q times its kept entries (spec
+    3.9, 3.16): Boolean data's fast path also multiplies the biases of the input's products by
+    q (quirk 10.18), not the other connection's. The output's delta reaches the hidden layer
+    through its matrix and its skip; every gradient follows (spec 5.7)."""
+    net = network(SKIPS_AND_SOURCES)
+    into_hidden, hidden_out, input_out = net.connections
+    assert (into_hidden.source.name, hidden_out.source.name, input_out.source.name) == \
+        ("Input", "Hidden", "Input")
+    B, q = len(ROWS), 2.0
+    given = csr(ROWS, VALUES if analog else None)
+    kept = csr(KEPT, KEPT_VALUES if analog else None)
+    batch = Batch(size=B, inputs={"Input": given}, targets={"Output": csr(TARGETS)})
+    net.forward(batch, train=True, denoise={"Input": (kept, q)})
+    loss = net.backward()
+
+    X = q * dense(KEPT, 5, KEPT_VALUES if analog else None)
+    bias = 1.0 if analog else q  # (of the input's products)
+    H = np.tanh(X @ into_hidden.W + bias * into_hidden.b + X)
+    A = sigmoid(H @ hidden_out.W + hidden_out.b + X @ input_out.W + bias * input_out.b + X + H)
+    T = dense(TARGETS, 5)
+    np.testing.assert_allclose(net.activation("Hidden", B), H, rtol=1e-12)
+    np.testing.assert_allclose(net.activation("Output", B), A, rtol=1e-12)
+    assert loss == pytest.approx(0.5 * ((A - T) ** 2).sum(), rel=1e-12)
+    delta = (A - T) * A * (1 - A)
+    hidden_delta = (delta @ hidden_out.W.T + delta) * (1 - H ** 2)
+    for c, x, d in ((hidden_out, H, delta), (input_out, X, delta),
+                    (into_hidden, X, hidden_delta)):
+        np.testing.assert_allclose(c.G, -(x.T @ d) / B, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(c.gb, d.mean(axis=0), rtol=1e-12, atol=1e-15)
+
+
+def test_an_input_read_by_products_and_skips_of_two_layers_runs_alike_in_every_backend():
+    """The cpu's network, float32, against the reference's, denoised Boolean data: same
+    forward, loss and update."""
+    rng = np.random.default_rng(5)
+    rows = [sorted(rng.choice(5, rng.integers(0, 4), replace=False)) for _ in range(6)]
+    kept = [[i for i in r if rng.random() < 0.6] for r in rows]
+    opt = OptimizerConfig(mode=4, mu=0.9)
+    results = []
+    for backend in ("reference", "cpu"):
+        net = Network(parse_netdef(SKIPS_AND_SOURCES), get_backend(backend), dtype=np.float32)
+        net.initialize(7)
+        net.init_optimizer(opt)
+        cast = Batch(size=6, inputs={"Input": _f32(csr(rows))},
+                     targets={"Output": _f32(csr(rows))})
+        net.forward(cast, train=True, dropout_key=1, denoise={"Input": (_f32(csr(kept)), 2.0)})
+        loss = net.backward()
+        net.update(0.01, 1, opt)
+        results.append((loss, net.to_host(net.activation("Output", 6)).copy(),
+                        [net.to_host(c.W).copy() for c in net.connections]))
+    (loss0, a0, w0), (loss1, a1, w1) = results
+    assert loss1 == pytest.approx(loss0, rel=1e-5)
+    np.testing.assert_allclose(a1, a0, rtol=1e-5, atol=1e-6)
+    for x, y in zip(w0, w1, strict=True):
+        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+
+
 def _f32(arrays):
     indptr, indices, values = arrays
     return indptr, indices, values.astype(np.float32)

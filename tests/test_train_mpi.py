@@ -621,6 +621,32 @@ def test_ranks_skip_from_the_input_layer_as_one_process(data, tmp_path, hidden, 
     assert read_network(tmp_path / "one.nc").netdef.layers[2].skips == ("Input",)
 
 
+@pytest.mark.parametrize("hidden, ranks, split", [(37, 2, shard.ROWS), (100, 3, shard.COLS)],
+                         ids=["rows", "columns"])
+def test_ranks_add_an_input_layer_that_feeds_only_through_a_skip(data, tmp_path, hidden, ranks,
+                                                                  split):
+    """A second input layer, of the same dataset, that only the output's Skip reads: no matrix
+    out of it, so every rank reads its own units' columns of it (spec 7), while the first
+    input's matrix is split by rows (each rank its own columns of the shared dataset too) or
+    by the hidden units (every column of it). Split or not, the same network."""
+    (width,) = dataset_widths(data / "gl_input.nc").values()
+    assert shard.layout(width, hidden, ranks) == split
+    assert dataset_widths(data / "gl_output.nc") == {"gl_output": width}  # (a skip: one size)
+    netdef = {**NETDEF, "Layers": [
+        NETDEF["Layers"][0],
+        {"Name": "Echo", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
+        {"Name": "H", "Kind": "Hidden", "N": hidden, "Source": "Input", "Activation": "Tanh",
+         "pDropout": 0.1},
+        {**NETDEF["Layers"][4], "Source": "H", "Skip": "Echo"}]}
+    (tmp_path / "echo.json").write_text(json.dumps(netdef))
+    for name, n in (("one", 1), ("many", ranks)):
+        done = train(data, tmp_path / f"{name}.nc", "-e", "2", "--checkpoint-every", "0",
+                     ranks=n, config=tmp_path / "echo.json")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
+    assert read_network(tmp_path / "one.nc").netdef.layers[3].skips == ("Echo",)
+
+
 @pytest.fixture(scope="module")
 def split_checkpoint(data, tmp_path_factory):
     """A checkpoint of epoch 1 written by 2 ranks (Adam's state split like W)."""
