@@ -280,6 +280,7 @@ class Network:
         B = batch.size
         self._ensure_capacity(B)
         self._batch, self._denoise = batch, denoise or {}
+        self._inputs: dict[str, tuple[CSR, float]] = {}  # _input_of's, for this batch
         self._dropped: dict[str, bool] = {}
         self._full = {}
         kb = self.backend
@@ -488,7 +489,15 @@ class Network:
         return self.backend.to_device(np.ascontiguousarray(mine))
 
     def _input_of(self, name: str) -> tuple[CSR, float]:
-        """The batch of an input layer as the forward pass sees it, and q (1: no denoising)."""
+        """The batch of an input layer as the forward pass sees it, and q (1: no denoising).
+
+        Made once per batch: every product, skip and weight gradient of the layer reads the
+        same arrays. The analog denoised values scaled by q are a copy, which stays alive
+        until the next ``forward`` (a gradient left pending for ``update`` reads it).
+        """
+        found = self._inputs.get(name)
+        if found is not None:
+            return found
         if name in self._denoise:
             (indptr, indices, values), q = self._denoise[name]
             if len(values) and q != 1.0:
@@ -496,8 +505,11 @@ class Network:
                 self.backend.copy(scaled.reshape(1, -1), values.reshape(1, -1))
                 self.backend.scale(scaled, q)
                 values = scaled
-            return (indptr, indices, values), q
-        return self._batch.inputs[name], 1.0
+            found = (indptr, indices, values), q
+        else:
+            found = self._batch.inputs[name], 1.0
+        self._inputs[name] = found
+        return found
 
     # -- loss and backward ----------------------------------------------------------------
 

@@ -190,6 +190,35 @@ def test_an_input_read_by_products_and_skips_of_two_layers_is_one_scaled_input(a
         np.testing.assert_allclose(c.gb, d.mean(axis=0), rtol=1e-12, atol=1e-15)
 
 
+def test_a_denoised_analog_input_is_scaled_once_per_step(monkeypatch):
+    """The input's two products, two skips and two weight gradients read one copy of its kept
+    values times q, made anew for each batch; a gradient left pending until ``update`` (the
+    rows a lazy optimizer updates, from the second step on) holds that copy."""
+    net = network(SKIPS_AND_SOURCES)
+    opt = OptimizerConfig(mode=4, mu=0.9)  # RMSProp: lazy
+    net.init_optimizer(opt)
+    into_hidden, _, input_out = net.connections
+    real, copies = net.backend.scale, []
+
+    def scale(x, q):
+        copies.append(x)
+        real(x, q)
+
+    monkeypatch.setattr(net.backend, "scale", scale)
+    batch = Batch(size=len(ROWS), inputs={"Input": csr(ROWS, VALUES)},
+                  targets={"Output": csr(TARGETS)})
+    for t, values in enumerate((KEPT_VALUES, [[4.0, 0.25], [3.0], []], KEPT_VALUES), 1):
+        copies.clear()
+        net.forward(batch, train=True, denoise={"Input": (csr(KEPT, values), 2.0)})
+        net.backward()
+        (copy,) = copies
+        np.testing.assert_array_equal(copy, 2.0 * csr(KEPT, values)[2])
+        if t > 1:
+            assert into_hidden.pending[2] is input_out.pending[2] is copy
+        net.update(0.01, t, opt)
+        assert copies == [copy]
+
+
 def test_an_input_read_by_products_and_skips_of_two_layers_runs_alike_in_every_backend():
     """The cpu's network, float32, against the reference's, denoised Boolean data: same
     forward, loss and update."""
