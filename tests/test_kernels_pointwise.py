@@ -494,6 +494,38 @@ def test_weight_norm_of_a_tall_matrix_matches_reference(backend, extra_row):
     np.testing.assert_array_equal(got[:, ~moved], W[:, ~moved])
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("parts", [1, 3])
+def test_weight_norm_split_by_rows_is_the_whole_columns(backend, parts):
+    """WeightNorm of a matrix split across ranks by rows: each block of rows sums its squares
+    per column, the network adds the blocks' sums up, and each block rescales its rows: the
+    whole columns' ``weight_norm`` (some columns above the limit, some below; the CUDA
+    kernels split the one block's 11 rows in chunks in the simulator, 3000 on a GPU)."""
+    kernels = BACKENDS[backend]
+    rng = np.random.default_rng(71 + parts)
+    rows, cols = (11, 5) if tiny(backend) else (3000, 70)
+    W = rng.normal(size=(rows, cols)).astype(np.float32)
+    W[:, 0] *= 10  # (above any limit)
+    norms = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))
+    limit = np.median(norms)
+    expected = W.copy()
+    BACKENDS["reference"].weight_norm(expected, limit)
+    pieces = [W[lo:hi].copy() for lo, hi in column_blocks(rows, parts)]
+    sums = np.zeros(cols)
+    for piece in pieces:
+        mine = np.full(cols, np.nan)
+        kernels.weight_norm_partials(mine, piece)
+        sums += mine
+    np.testing.assert_allclose(sums, norms ** 2, rtol=1e-12)
+    for piece in pieces:
+        kernels.weight_norm_finish(piece, sums, limit)
+    got = np.vstack(pieces)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+    moved = norms > limit
+    assert moved.any() and not moved.all()
+    np.testing.assert_array_equal(got[:, ~moved], W[:, ~moved])
+
+
 @pytest.mark.parametrize("act", [codes.SIGMOID, codes.TANH])
 def test_large_sigmoid_and_tanh_split_by_rows_equal_one_pass(act):
     # Arrays of >= 1 M values are computed in blocks of rows by several threads (a float32

@@ -421,3 +421,39 @@ def weight_norm(W, limit):
             for i in range(n_in):
                 for j in range(lo, hi):
                     W[i, j] = np.float64(W[i, j]) * scale[j - lo]
+
+
+@njit(cache=True, parallel=True)
+def weight_norm_partials(sums, W):
+    """``sums[j] = sum_i W[i, j]^2`` in float64, in row order: a rank's part of the column
+    norms (reference)."""
+    n_in, n_out = W.shape
+    for t in prange((n_out + _TILE - 1) // _TILE):
+        lo = t * _TILE
+        hi = min(lo + _TILE, n_out)
+        total = np.zeros(hi - lo, dtype=np.float64)
+        for i in range(n_in):
+            for j in range(lo, hi):
+                total[j - lo] += np.float64(W[i, j]) * np.float64(W[i, j])
+        for j in range(hi - lo):
+            sums[lo + j] = total[j]
+
+
+@njit(cache=True, parallel=True)
+def weight_norm_finish(W, sums, limit):
+    """``weight_norm`` with the whole columns' sums of squares ``sums`` given (reference)."""
+    n_in, n_out = W.shape
+    for t in prange((n_out + _TILE - 1) // _TILE):
+        lo = t * _TILE
+        hi = min(lo + _TILE, n_out)
+        scale = np.ones(hi - lo, dtype=np.float64)
+        rescale = False
+        for j in range(hi - lo):
+            norm = math.sqrt(sums[lo + j])
+            if norm > limit:
+                scale[j] = limit / norm
+                rescale = True
+        if rescale:
+            for i in range(n_in):
+                for j in range(lo, hi):
+                    W[i, j] = np.float64(W[i, j]) * scale[j - lo]

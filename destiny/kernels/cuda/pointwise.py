@@ -542,15 +542,60 @@ def _scale_columns(W, sums, limit, chunk_rows, n_chunks):
                 W[r, j] = np.float64(W[r, j]) * scale
 
 
+def _row_chunks(n_rows):
+    """How many chunks of how many rows WeightNorm's grid splits ``n_rows`` rows into."""
+    n_chunks = max(1, min(NORM_CHUNKS, n_rows // NORM_CHUNK_ROWS))
+    return n_chunks, (n_rows + n_chunks - 1) // n_chunks
+
+
 @device_arrays
 def weight_norm(W, limit):
     """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
     if W.size == 0:
         return
     n_rows, n_cols = W.shape
-    n_chunks = max(1, min(NORM_CHUNKS, n_rows // NORM_CHUNK_ROWS))
-    chunk_rows = (n_rows + n_chunks - 1) // n_chunks
+    n_chunks, chunk_rows = _row_chunks(n_rows)
     sums = scratch("weight_norm.sums", n_chunks * n_cols, np.float64)
     grid = (_column_blocks(n_cols), n_chunks)
     _column_squares[grid, (COLUMNS, LANES)](sums, W, chunk_rows)
     _scale_columns[grid, (COLUMNS, LANES)](W, sums, float(limit), chunk_rows, n_chunks)
+
+
+@kernel
+def _add_chunks(out, sums, n_chunks):
+    n_cols = out.shape[0]
+    for j in range(cuda.grid(1), n_cols, cuda.gridsize(1)):
+        total = 0.0
+        for c in range(n_chunks):
+            total += sums[c * n_cols + j]
+        out[j] = total
+
+
+@device_arrays
+def weight_norm_partials(sums, W):
+    """``sums[j] = sum_i W[i, j]^2`` in float64: a rank's part of the column norms (reference).
+
+    ``weight_norm``'s first pass, its chunks' sums then added in chunk order."""
+    n_rows, n_cols = W.shape
+    if n_cols == 0:
+        return
+    n_chunks, chunk_rows = _row_chunks(n_rows)
+    if n_rows == 0:
+        n_chunks = 0  # (no rows: every sum is 0)
+    else:
+        chunks = scratch("weight_norm.sums", n_chunks * n_cols, np.float64)
+        grid = (_column_blocks(n_cols), n_chunks)
+        _column_squares[grid, (COLUMNS, LANES)](chunks, W, chunk_rows)
+    _add_chunks[_flat_launch(n_cols)](sums, chunks if n_rows else sums, n_chunks)
+
+
+@device_arrays
+def weight_norm_finish(W, sums, limit):
+    """``weight_norm`` with the whole columns' sums of squares ``sums`` given (reference):
+    its second pass, over one chunk of sums."""
+    if W.size == 0:
+        return
+    n_rows, n_cols = W.shape
+    n_chunks, chunk_rows = _row_chunks(n_rows)
+    grid = (_column_blocks(n_cols), n_chunks)
+    _scale_columns[grid, (COLUMNS, LANES)](W, sums, float(limit), chunk_rows, 1)

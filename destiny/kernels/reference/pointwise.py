@@ -275,3 +275,16 @@ def weight_norm(W, limit):
     """
     norms = np.sqrt((np.asarray(W, dtype=np.float64) ** 2).sum(axis=0))
     W[...] = (W * _norm_scale(norms, limit)[None, :]).astype(W.dtype)
+
+
+def weight_norm_partials(sums, W):
+    """``sums[j] = sum_i W[i, j]^2`` (float64 [O]): a rank's part of WeightNorm's column norms,
+    for a matrix split across MPI ranks by rows (the network adds the ranks' sums up)."""
+    sums[:] = (np.asarray(W, dtype=np.float64) ** 2).sum(axis=0)
+
+
+def weight_norm_finish(W, sums, limit):
+    """``weight_norm`` with each column's sum of squares ``sums[j]`` over the whole column
+    given."""
+    norms = np.sqrt(np.asarray(sums, dtype=np.float64))
+    W[...] = (W * _norm_scale(norms, limit)[None, :]).astype(W.dtype)
