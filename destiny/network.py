@@ -677,10 +677,23 @@ class Network:
                         # -0.0 again; from here on, leaving those rows alone changes no bit.
                         c.current = kb.to_device(np.full(c.W.shape[0], t, np.int64))
                 if c.dest.weight_norm > 0:
-                    kb.weight_norm(c.W, c.dest.weight_norm)
+                    self._weight_norm(c)
             kb.update_bias(c.b, c.gb, *c.bias_state, t, opt.mode, step, opt.mu, opt.mu1)
         self._last_update = (t, opt)
         self.discard_gradients()  # G must be zero outside the next batch's sparse rows
+
+    def _weight_norm(self, c: Connection) -> None:
+        """WeightNorm (spec 3.13) of ``c``'s matrix. A rank holding its rows of every column
+        (``shard.ROWS``) has part of each column: the ranks' sums of squares are added up
+        (n_out float64 numbers); one holding whole columns, or one process, needs none."""
+        kb = self.backend
+        if c.layout != shard.ROWS:
+            kb.weight_norm(c.W, c.dest.weight_norm)
+            return
+        sums = kb.empty(c.W.shape[1], np.float64)
+        kb.weight_norm_partials(sums, c.W)
+        whole = self.comm.allreduce_sum(self.to_host(sums))
+        kb.weight_norm_finish(c.W, kb.to_device(whole), c.dest.weight_norm)
 
     def _compute_pending(self, c: Connection) -> None:
         if c.pending is not None:

@@ -11,7 +11,8 @@ For a weight matrix W [n_in, n_out] the larger side decides the layout:
   the local input delta are then local.
 
 Biases are split by destination unit, as is every layer, SoftMax layers included (the network
-adds up a SoftMax row's sums across the ranks). With one process every layout is ``WHOLE`` and
+adds up a SoftMax row's sums across the ranks, as it does DeltaNorm's row norms and a ``ROWS``
+matrix's WeightNorm column norms). With one process every layout is ``WHOLE`` and
 no collective is called. Writing a network file gathers the matrices on rank 0 a block of rows
 at a time (``write_gathered``), so no rank ever holds a whole matrix it does not own.
 """
@@ -51,10 +52,6 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
         if layer.shared_weights:
             raise NetDefError(f"{path}.SharedWeights", "shared weights are not split across "
                               f"MPI ranks; {_UNSPLIT} or give the layers their own weights.")
-        if layer.weight_norm > 0:
-            raise NetDefError(f"{path}.WeightNorm", "WeightNorm takes norms across all units "
-                              "of a layer, which Destiny does not split across MPI ranks; "
-                              f"{_UNSPLIT} or remove WeightNorm.")
         if layer.n < size:
             raise NetDefError(f"{path}.N", f"layer {layer.name!r} has "
                               f"{counted(layer.n, 'unit')}, fewer than the {size} MPI ranks "

@@ -353,13 +353,18 @@ def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path, flag):  # noq
 
 
 def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
-    """WeightNorm takes norms over a whole layer: --split-layers refuses it once, naming the
-    network file and the field of the definition it holds."""
+    """Shared weights are not split: --split-layers refuses them once, naming the network file
+    and the field of the definition that holds them (H3 uses Hidden -> H2's matrix,
+    transposed)."""
     from destiny.fit import fit
     from destiny.train import train_config
 
     netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][2]["WeightNorm"] = 5.0
+    netdef["Layers"][2:2] = [
+        {"Name": "H2", "Kind": "Hidden", "N": 64, "Activation": "Tanh"},
+        {"Name": "H3", "Kind": "Hidden", "N": 128, "Activation": "Tanh", "SharedWeights": {
+            "InputLayer": "H2", "SourceInputLayer": "Hidden", "SourceOutputLayer": "H2",
+            "Transposed": True}}]
     (tmp_path / "net.json").write_text(json.dumps(netdef))
     fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
         output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
@@ -368,8 +373,8 @@ def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_pat
     done = mpiexec(2, *argv(model, "--split-layers", "-s", out)[2:], "-n", tmp_path / "gl.nc")
     assert done.returncode == 1
     (line,) = errors(done)
-    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[2].WeightNorm: WeightNorm "), \
-        line
+    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[3].SharedWeights: shared "
+                           "weights are not split across MPI ranks"), line
     assert not out.exists()
 
 

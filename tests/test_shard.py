@@ -234,21 +234,17 @@ def test_a_softmax_layer_is_split_like_any_other():
         assert net.units["Hidden"] == unit_range(20, rank, 3)
 
 
-def test_weight_norm_is_refused_and_delta_norm_split():
-    """WeightNorm is refused under MPI; DeltaNorm's row norms are added up over the ranks
-    (tests/test_train_mpi.py), so it is split like the rest."""
-    from destiny.errors import NetDefError
-
+def test_norms_are_split_like_the_rest():
+    """WeightNorm and DeltaNorm were refused under MPI; now the ranks add up the norms that
+    span them (a ROWS matrix's column norms, a delta's row norms: tests/test_train_mpi.py),
+    and each rank holds its units of the layer, as of any."""
     for key in ("WeightNorm", "DeltaNorm"):
         netdef = parse_netdef(dict(NETDEF, Layers=[NETDEF["Layers"][0], dict(
-            NETDEF["Layers"][1], **{key: 1.5}), NETDEF["Layers"][2]]))
-        Network(netdef, get_backend("cpu"))  # one process: fine
-        if key == "DeltaNorm":
-            Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
-            continue
-        with pytest.raises(NetDefError, match=r"Layers\[1\]\.WeightNorm: WeightNorm takes norms "
-                                              r"across all units .* or remove WeightNorm\."):
-            Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+            NETDEF["Layers"][1], **{key: 1.5}), dict(NETDEF["Layers"][2], **{key: 2.5})]))
+        for rank in range(3):
+            net = Network(netdef, get_backend("cpu"), comm=FakeComm(rank, 3))
+            assert net.units["Hidden"] == unit_range(20, rank, 3)
+            assert [c.layout for c in net.connections] == [shard.ROWS, shard.COLS]
 
 
 def test_shared_weights_are_refused():

@@ -25,7 +25,7 @@ import pytest
 
 from destiny import shard
 from destiny.io.dataset import dataset_widths
-from destiny.io.network_file import read_network
+from destiny.io.network_file import connections, read_network
 from tests.conftest import write_sample_data
 from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
@@ -319,15 +319,17 @@ def test_metrics_and_notes_come_once(data, tmp_path):
 
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
-    netdef = json.loads(json.dumps(NETDEF))
-    netdef["Layers"][1]["WeightNorm"] = 1.5
-    (tmp_path / "norm.json").write_text(json.dumps(netdef))
-    done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "norm.json", "-i",
+    netdef = json.loads(json.dumps(NETDEF))  # H3 uses H1 -> H2's matrix for its H1 input
+    netdef["Layers"][3]["SharedWeights"] = {"InputLayer": "H1", "SourceInputLayer": "H1",
+                                            "SourceOutputLayer": "H2"}
+    (tmp_path / "shared.json").write_text(json.dumps(netdef))
+    done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "shared.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc"])
     assert done.returncode == 1
     assert len(errors(done)) == 1
-    assert f"Error: {tmp_path / 'norm.json'}: Layers[1].WeightNorm: WeightNorm" in errors(done)[0]
-    assert os.listdir(tmp_path) == ["norm.json"]
+    assert (f"Error: {tmp_path / 'shared.json'}: Layers[3].SharedWeights: shared weights are "
+            "not split across MPI ranks") in errors(done)[0]
+    assert os.listdir(tmp_path) == ["shared.json"]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -343,6 +345,42 @@ def test_ranks_train_a_network_with_delta_norm_as_one_process_does(data, tmp_pat
         done = train(data, tmp_path / f"{n}.nc", ranks=n, config="delta_norm.json")
         assert done.returncode == 0, done.stderr.decode()
     assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
+
+
+# WeightNorm's limits for H1, H3 and the output layer, per optimizer: each matrix into them
+# ends with some columns rescaled and others below the limit.
+WEIGHT_NORMS = {"adam": {1: 0.76, 3: 0.7, 4: 0.5}, "rmsprop": {1: 0.65, 3: 0.63, 4: 0.33}}
+
+
+@pytest.mark.parametrize("ranks, optimizer", [(2, "adam"), (3, "rmsprop")])
+def test_ranks_train_a_network_with_weight_norm_as_one_process_does(data, tmp_path, ranks,
+                                                                    optimizer):
+    """WeightNorm rescales each column of a matrix into the layer (a unit's incoming weights)
+    to a norm over all its rows: a matrix split by rows (Input -> H1, H1 -> H3, Input -> H3)
+    has each rank sum its rows' squares and the ranks add the sums up; one split by columns
+    (H3 -> Output, H1 -> Output) holds whole columns. RMSProp updates only the batch's rows
+    of the input layers' matrices (Network.update), then WeightNorm takes the whole columns."""
+    netdef = json.loads(json.dumps(NETDEF))
+    for i, limit in WEIGHT_NORMS[optimizer].items():
+        netdef["Layers"][i]["WeightNorm"] = limit
+    (data / f"weight_norm_{optimizer}.json").write_text(json.dumps(netdef))
+    for n in (1, ranks):
+        done = train(data, tmp_path / f"{n}.nc", "--optimizer", optimizer, ranks=n,
+                     config=f"weight_norm_{optimizer}.json")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
+    one, names = read_network(tmp_path / "1.nc"), [layer["Name"] for layer in NETDEF["Layers"]]
+    limited = {names[i]: limit for i, limit in WEIGHT_NORMS[optimizer].items()}
+    layouts = []
+    for k, (source, dest) in enumerate(connections(one.netdef)):
+        if dest in limited:
+            W = one.weights[k]
+            layouts.append(shard.layout(*W.shape, ranks))
+            norms = np.sqrt((W.astype(np.float64) ** 2).sum(axis=0))
+            at_limit = np.isclose(norms, limited[dest], rtol=1e-5)
+            assert at_limit.any() and not at_limit.all(), (source, dest)
+            assert norms.max() <= limited[dest] * (1 + 1e-5)
+    assert sorted(layouts) == [shard.COLS] * 2 + [shard.ROWS] * 3
 
 
 # A SoftMax output over the catalogue, and a SoftMax hidden layer with dropout, each split
