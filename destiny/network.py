@@ -759,7 +759,13 @@ class Network:
 
 def softmax_row_stats(parts: np.ndarray) -> np.ndarray:
     """The whole rows' (M, S) [B, 2] from the ranks' ``softmax_forward_partials`` side by side
-    ([B, 2P]: each rank's maximum m and sum s of exp(z - m)): M = max m, S = sum s exp(m - M)."""
+    ([B, 2P]: each rank's maximum m and sum s of exp(z - m)): M = max m, S = sum s exp(m - M).
+
+    A rank whose units of a row are all -inf (m = -inf; its s, exp(-inf - -inf) summed, is NaN)
+    adds nothing, as those units add exp(-inf) = 0 in one process; a row all -inf has S = 0 and
+    M = -inf, so its activations are NaN, as in one process."""
     m, s = parts[:, 0::2], parts[:, 1::2]
     top = m.max(axis=1, keepdims=True)
-    return np.ascontiguousarray(np.stack([top[:, 0], (s * np.exp(m - top)).sum(axis=1)], 1))
+    with np.errstate(invalid="ignore"):  # (m - top of a row all -inf: not taken)
+        terms = np.where(m == -np.inf, 0.0, s * np.exp(m - top))
+    return np.ascontiguousarray(np.stack([top[:, 0], terms.sum(axis=1)], 1))

@@ -133,6 +133,36 @@ def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
         np.testing.assert_array_equal(g, dz[0])
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # (NumPy's -inf - -inf)
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_softmax_split_by_columns_keeps_nan_and_minus_infinity_as_the_whole_rows(backend):
+    """What one process gives for rows holding NaN or -inf, split over two blocks: a NaN makes
+    its whole row NaN (the clamp to 1 must not turn it into 1, hiding a diverged network from
+    the brake), and a block whose units of a row are all -inf adds nothing to the row's sum
+    (its own sum of exp(z - m), m = -inf, is NaN) while the other block's units normalize as
+    in one process; a row all -inf is NaN, as in one process."""
+    from destiny.network import softmax_row_stats
+
+    kernels = BACKENDS[backend]
+    z = np.array([[0.5, 1.0, np.nan, 2.0], [-np.inf, -np.inf, 0.0, 1.0],
+                  [0.0, 1.0, -np.inf, 2.0], [-np.inf] * 4], dtype=np.float32)
+    expected = forward(backend, z, codes.SOFTMAX)
+    assert np.isnan(expected[0]).all() and np.isnan(expected[3]).all()
+    assert np.isfinite(expected[1:3]).all()
+    blocks = column_blocks(4, 2)
+    stats = []
+    for lo, hi in blocks:
+        stats.append(np.full((4, 2), np.nan))
+        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    whole = softmax_row_stats(np.hstack(stats))
+    a = np.full_like(z, -1.0)
+    for lo, hi in blocks:
+        block = np.ascontiguousarray(z[:, lo:hi])
+        kernels.softmax_forward_finish(block, block, whole)
+        a[:, lo:hi] = block
+    np.testing.assert_allclose(a, expected, rtol=2e-6, atol=1e-9)  # (NaN where NaN)
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_backward_matches_finite_differences(backend, act):

@@ -259,11 +259,13 @@ def softmax_forward_partials(stats, z):
 
 @njit(cache=True, parallel=True)
 def softmax_forward_finish(a, z, stats):
-    """``a = min(1, exp(z - M) / S)`` with ``stats[r] = (M, S)`` (reference); ``a`` may be ``z``."""
+    """``a = min(1, exp(z - M) / S)`` with ``stats[r] = (M, S)`` (reference); ``a`` may be ``z``.
+    NaN stays NaN (numba's ``min(1.0, nan)`` is 1.0)."""
     for r in prange(z.shape[0]):
         m, total = stats[r, 0], stats[r, 1]
         for j in range(z.shape[1]):
-            a[r, j] = min(1.0, math.exp(np.float64(z[r, j]) - m) / total)
+            x = math.exp(np.float64(z[r, j]) - m) / total
+            a[r, j] = 1.0 if x > 1.0 else x
 
 
 def softmax_backward_partials(dots, da, a, mask=None):

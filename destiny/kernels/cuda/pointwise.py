@@ -242,7 +242,8 @@ def _softmax_forward_finish(a, z, stats):
     for i in range(start, z.shape[0] * n_units, stride):
         r = i // n_units
         j = i - r * n_units
-        a[r, j] = min(1.0, math.exp(np.float64(z[r, j]) - stats[r, 0]) / stats[r, 1])
+        x = math.exp(np.float64(z[r, j]) - stats[r, 0]) / stats[r, 1]
+        a[r, j] = 1.0 if x > 1.0 else x  # (NaN stays NaN, where min(1.0, x) may give 1.0)
 
 
 @device_arrays

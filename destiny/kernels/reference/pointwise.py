@@ -140,7 +140,8 @@ def softmax_forward_partials(stats, z):
     x = np.asarray(z, dtype=np.float64)
     m = x.max(axis=1)
     stats[:, 0] = m
-    stats[:, 1] = np.exp(x - m[:, None]).sum(axis=1)
+    with np.errstate(invalid="ignore"):  # (units all -inf: NaN, which softmax_row_stats drops)
+        stats[:, 1] = np.exp(x - m[:, None]).sum(axis=1)
 
 
 def softmax_forward_finish(a, z, stats):
