@@ -280,7 +280,7 @@ class Network:
         B = batch.size
         self._ensure_capacity(B)
         self._batch, self._denoise = batch, denoise or {}
-        self._inputs: dict[str, tuple[CSR, float]] = {}  # _input_of's, for this batch
+        self._inputs: dict = {}  # _input_of's and _gradient_input's, for this batch
         self._dropped: dict[str, bool] = {}
         self._full = {}
         kb = self.backend
@@ -511,6 +511,20 @@ class Network:
         self._inputs[name] = found
         return found
 
+    def _gradient_input(self, name: str) -> CSR:
+        """The batch of an input layer as its weight gradients read it: ``_input_of``'s, but
+        denoised Boolean data's entries count q each, an array of q made once per batch (kept
+        alive, as ``_input_of``'s copies are, by a gradient left pending for ``update``)."""
+        key = ("gradient", name)
+        found = self._inputs.get(key)
+        if found is None:
+            (indptr, indices, values), q = self._input_of(name)
+            if len(values) == 0 and q != 1.0:
+                values = self.backend.empty(len(indices), self.dtype)
+                self.backend.fill(values, q)
+            found = self._inputs[key] = (indptr, indices, values), q
+        return found[0]
+
     # -- loss and backward ----------------------------------------------------------------
 
     def backward(self) -> float:
@@ -620,10 +634,7 @@ class Network:
                 kb.copy(c.gb.reshape(1, -1), self.incoming[name][0].gb.reshape(1, -1))
             delta = self._full_delta(name, B) if c.layout == shard.ROWS else dZ
             if c.source.kind == LayerKind.Input:
-                (indptr, indices, values), q = self._input_of(c.source.name)
-                if len(values) == 0 and q != 1.0:
-                    values = kb.empty(len(indices), self.dtype)
-                    kb.fill(values, q)
+                indptr, indices, values = self._gradient_input(c.source.name)
                 if owner.current is not None and owner.sharing == 1:
                     owner.pending = (indptr, indices, values, delta, scale)  # see update
                 else:

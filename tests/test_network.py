@@ -219,6 +219,38 @@ def test_a_denoised_analog_input_is_scaled_once_per_step(monkeypatch):
         assert copies == [copy]
 
 
+def test_a_denoised_boolean_input_gives_its_gradients_one_array_of_q_per_step(monkeypatch):
+    """Boolean data has no values: the input's two weight gradients read one array of q per
+    kept entry, made anew for each batch (not one per connection per step); a gradient left
+    pending until ``update`` (a lazy optimizer, from the second step on) holds that array."""
+    net = network(SKIPS_AND_SOURCES)
+    opt = OptimizerConfig(mode=4, mu=0.9)  # RMSProp: lazy
+    net.init_optimizer(opt)
+    into_hidden, _, input_out = net.connections
+    real, filled = net.backend.fill, []
+
+    def fill(out, value):
+        if value == 2.0:
+            filled.append(out)
+        real(out, value)
+
+    monkeypatch.setattr(net.backend, "fill", fill)
+    batch = Batch(size=len(ROWS), inputs={"Input": csr(ROWS)}, targets={"Output": csr(TARGETS)})
+    made = []
+    for t, kept in enumerate((KEPT, [[1, 2], [0], [4]], KEPT), 1):
+        filled.clear()
+        net.forward(batch, train=True, denoise={"Input": (csr(kept), 2.0)})
+        net.backward()
+        (values,) = filled
+        np.testing.assert_array_equal(values, np.full(len(csr(kept)[1]), 2.0))
+        assert all(values is not earlier for earlier in made)
+        made.append(values)
+        if t > 1:
+            assert into_hidden.pending[2] is input_out.pending[2] is values
+        net.update(0.01, t, opt)
+        assert filled == [values]
+
+
 def test_an_input_read_by_products_and_skips_of_two_layers_runs_alike_in_every_backend():
     """The cpu's network, float32, against the reference's, denoised Boolean data: same
     forward, loss and update."""
