@@ -412,6 +412,9 @@ SOFTMAX_CASES = {  # the definition's changes, and the targets' file
     "crossentropy-analog": ({}, "analog_output.nc"),
     "l1-boost-analog": ({"ErrorFunction": "L1", "DeltaBoost": {"one": 2.0, "zero": 0.5}},
                         "analog_output.nc"),
+    "l2": ({"ErrorFunction": "L2"}, "gl_output.nc"),
+    "hinge": ({"ErrorFunction": "Hinge"}, "gl_output.nc"),
+    "l2hinge-analog": ({"ErrorFunction": "L2Hinge"}, "analog_output.nc"),
 }
 
 
@@ -428,7 +431,8 @@ def softmax_data(data):
 
 
 @pytest.mark.parametrize("case,ranks", [("crossentropy", 2), ("crossentropy", 3), ("smce", 3),
-                                        ("crossentropy-analog", 2), ("l1-boost-analog", 3)])
+                                        ("crossentropy-analog", 2), ("l1-boost-analog", 3),
+                                        ("l2", 2), ("hinge", 3), ("l2hinge-analog", 2)])
 def test_ranks_train_a_softmax_network_as_one_process_does(softmax_data, tmp_path, case, ranks):
     """Split SoftMax layers, hidden and output, train the network one process trains."""
     runs = {}
