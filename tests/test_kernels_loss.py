@@ -269,6 +269,46 @@ def test_softmax_loss_split_by_columns_is_the_whole_rows(backend, parts, err_fn)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("err_fn", SOFTMAX_LOSSES,
+                         ids=[codes.ERROR_FUNCTION_NAMES[e] for e in SOFTMAX_LOSSES])
+def test_softmax_loss_split_by_columns_with_repeated_targets_is_this_backends_whole_rows(
+        backend, err_fn):
+    """Rows listing a unit twice (its last value wins, its error counts twice, and it counts
+    twice in CrossEntropy's n), an empty row and rows whose targets lie in one block, on 2 and
+    3 blocks: the same backend's ``sparse_loss_delta`` of the whole rows."""
+    from destiny.sparse import column_range
+
+    loss = BACKENDS[backend][0]
+    rng = np.random.default_rng(90 + err_fn)
+    a = activate("reference", rng.normal(scale=2.0, size=(5, 9)).astype(np.float32),
+                 codes.SOFTMAX)
+    indptr = np.array([0, 4, 4, 7, 9, 12], np.int64)
+    indices = np.array([1, 5, 1, 8, 0, 0, 2, 3, 3, 6, 7, 6], np.int32)
+    p = SMCE_PARAMS
+    for boolean, ignore_zero, boost, parts in itertools.product(
+            [True, False], [False, True], [(1.0, 1.0), (3.0, 0.5)], [2, 3]):
+        values = (np.zeros(0, np.float32) if boolean
+                  else rng.uniform(0.3, 1.5, size=len(indices)).astype(np.float32))
+        targets, weights = (indptr, indices, values), np.zeros(0, np.float32)
+        expected_error, expected = sparse(backend, a, targets, weights, err_fn, codes.SOFTMAX,
+                                          ignore_zero, boost_one=boost[0], boost_zero=boost[1])
+        error, sums, pieces = 0.0, np.zeros(len(a)), []
+        for lo, hi in [(9 * r // parts, 9 * (r + 1) // parts) for r in range(parts)]:
+            args = (np.ascontiguousarray(a[:, lo:hi]), *column_range(*targets, lo, hi), weights,
+                    np.diff(indptr), err_fn, p["one_target"], p["zero_target"],
+                    p["one_scale"], p["zero_scale"], *boost, ignore_zero)
+            delta, mine = np.full((len(a), hi - lo), np.nan, np.float32), np.full(len(a), np.nan)
+            error += float(loss.softmax_loss_partials(delta, mine, *args))
+            sums += mine
+            pieces.append((delta, args))
+        for delta, args in pieces:
+            loss.softmax_loss_finish(delta, sums, *args)
+        assert error == pytest.approx(expected_error, rel=1e-6)
+        np.testing.assert_allclose(np.hstack([d for d, _ in pieces]), expected, rtol=1e-6,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("err_fn, act", PAIRS, ids=PAIR_IDS)
 def test_delta_boost_scales_only_the_listed_pairs_deltas(backend, err_fn, act):
     rng = np.random.default_rng(400 + 100 * err_fn + act)
