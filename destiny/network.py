@@ -19,8 +19,10 @@ Under MPI every layer is split by units across the ranks (spec 7, ``destiny/shar
 buffers of a layer hold the rank's columns only, each connection holds the rows or the columns
 of its matrix, and the products are joined by all-gathers and reduce-scatters; a SoftMax
 layer's rows are normalized, and differentiated, over every rank's units (a few numbers per row
-travel). With one process (``Comm()``) every connection is ``WHOLE`` and the code below calls
-no collective at all.
+travel). A connection that shares a matrix (spec 3.14) uses the owner's block, which is the
+block it needs (``shard.check_splittable`` refuses the other shares), and its gradient adds
+into the owner's. With one process (``Comm()``) every connection is ``WHOLE`` and the code below
+calls no collective at all.
 """
 
 from __future__ import annotations
@@ -423,9 +425,7 @@ class Network:
         source = c.source
         if source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(source.name)
-            if c.transposed:
-                raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed shared "
-                                  "matrix cannot read a sparse input layer.")
+            _refuse_transposed_input(c)
             self.backend.sparse_fc_forward(out, indptr, indices, values, c.owner.W, c.b)
             if q != 1.0 and len(values) == 0:
                 self.backend.scale(out, q)  # DSSTNE's boolean fast path scales the bias too
@@ -448,17 +448,21 @@ class Network:
 
     def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
         """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the
-        factor q the bias takes (the boolean denoising fast path, quirk 10.18)."""
+        factor q the bias takes (the boolean denoising fast path, quirk 10.18). A shared
+        matrix's rows are the owner's block (transposed for a transposed share: its columns,
+        ``shard.check_splittable``)."""
         kb = self.backend
         out = kb.empty((B, c.dest.n), self.dtype)
         if c.source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(c.source.name)
-            kb.sparse_fc_forward(out, indptr, indices, values, c.W, kb.zeros(c.dest.n, self.dtype))
+            _refuse_transposed_input(c)
+            kb.sparse_fc_forward(out, indptr, indices, values, c.owner.W,
+                                 kb.zeros(c.dest.n, self.dtype))
             if q != 1.0 and len(values) == 0:
                 kb.scale(out, q)
                 return out, q
             return out, 1.0
-        kb.gemm(out, self.activation(c.source.name, B), c.W)
+        kb.gemm(out, self.activation(c.source.name, B), c.owner.W, trans_b=c.transposed)
         return out, 1.0
 
     def _source_activation(self, c: Connection, B: int) -> np.ndarray:
@@ -580,7 +584,8 @@ class Network:
         """dA = sum over outgoing connections of dZ_dest @ W.T, plus skip-destination deltas.
 
         Connections split by columns give partial sums over all of this layer's units, added
-        up and reduce-scattered once; those split by rows use the all-gathered dZ_dest.
+        up and reduce-scattered once; those split by rows use the all-gathered dZ_dest. W is
+        the owner's matrix, or its transpose for a transposed shared one.
         """
         kb = self.backend
         first, partial = True, None
@@ -589,9 +594,9 @@ class Network:
                 dZ_dest = self._rows(c.dest.name, "dZ", B)
                 if partial is None:
                     partial = kb.empty((B, self.layers[name].n), self.dtype)
-                    kb.gemm(partial, dZ_dest, c.W, trans_b=True)
+                    kb.gemm(partial, dZ_dest, c.owner.W, trans_b=not c.transposed)
                 else:
-                    kb.gemm(partial, dZ_dest, c.W, trans_b=True, beta=1.0)
+                    kb.gemm(partial, dZ_dest, c.owner.W, trans_b=not c.transposed, beta=1.0)
                 continue
             dZ_dest = (self._full_delta(c.dest.name, B) if c.layout == shard.ROWS
                        else self._rows(c.dest.name, "dZ", B))
@@ -766,6 +771,12 @@ class Network:
             found = [k for k in self.comm.allgather(bad) if k is not None]
             bad = min(found) if found else None
         return None if bad is None else self.connections[bad].dest.name
+
+
+def _refuse_transposed_input(c: Connection) -> None:
+    if c.transposed:
+        raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed shared "
+                          "matrix cannot read a sparse input layer.")
 
 
 def softmax_row_stats(parts: np.ndarray) -> np.ndarray:

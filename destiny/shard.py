@@ -12,9 +12,13 @@ For a weight matrix W [n_in, n_out] the larger side decides the layout:
 
 Biases are split by destination unit, as is every layer, SoftMax layers included (the network
 adds up a SoftMax row's sums across the ranks, as it does DeltaNorm's row norms and a ``ROWS``
-matrix's WeightNorm column norms). With one process every layout is ``WHOLE`` and
-no collective is called. Writing a network file gathers the matrices on rank 0 a block of rows
-at a time (``write_gathered``), so no rank ever holds a whole matrix it does not own.
+matrix's WeightNorm column norms). A shared matrix (spec 3.14) is held by its owner's layout
+and used as it is by every connection that shares it: its own layout needs the same block
+(``check_splittable``; a tied-weights autoencoder's W and W.T do), so sharing costs no
+communication, and only the owner's matrix is written. With one process every layout is
+``WHOLE`` and no collective is called. Writing a network file gathers the matrices on rank 0 a
+block of rows at a time (``write_gathered``), so no rank ever holds a whole matrix it does not
+own.
 """
 
 from __future__ import annotations
@@ -49,15 +53,38 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
     """Refuse what Destiny does not split across ``size`` ranks, naming the JSON path."""
     for i, layer in enumerate(netdef.layers):
         path = f"Layers[{i}]"
-        if layer.shared_weights:
-            raise NetDefError(f"{path}.SharedWeights", "shared weights are not split across "
-                              f"MPI ranks; {_UNSPLIT} or give the layers their own weights.")
+        _check_shares_aligned(netdef, layer, path)
         if layer.n < size:
             raise NetDefError(f"{path}.N", f"layer {layer.name!r} has "
                               f"{counted(layer.n, 'unit')}, fewer than the {size} MPI ranks "
                               "that would each hold some of them; run on at most "
                               f"{counted(layer.n, 'rank')}, or {_UNSPLIT}.")
     _check_input_layouts(netdef)
+
+
+def _check_shares_aligned(netdef: NetworkDef, layer, path: str) -> None:
+    """Refuse a share whose block a rank would need is not the block of the matrix it holds.
+
+    A rank holds its block of the owner's matrix [a, b] and uses it for every connection that
+    shares it, with no communication. An untransposed share has the owner's shape, hence its
+    layout and its block. A transposed one [b, a] needs W.T's block: the owner's block
+    transposed when one layout is ``ROWS`` and the other ``COLS`` (a rank holds W[its units of
+    a, :], and W.T[:, its units of a] is that), which holds unless neither side has at most
+    two thirds of the other's units: then both are ``COLS`` and the blocks differ."""
+    by_name = {other.name: other for other in netdef.layers}
+    for share in layer.shared_weights:
+        a = by_name[share.source_input_layer].n
+        b = by_name[share.source_output_layer].n
+        if not share.transposed or layout(a, b, 2) != layout(b, a, 2):
+            continue
+        owner = f"{share.source_input_layer} -> {share.source_output_layer}"
+        raise NetDefError(
+            f"{path}.SharedWeights", f"the weight {share.input_layer} -> {layer.name} uses "
+            f"{owner}'s matrix ({a} x {b} units) transposed, and Destiny splits both across "
+            "MPI ranks by their output units (the larger side decides, spec 7), so a rank "
+            "would need another block of the matrix than the one it holds; it splits a "
+            "transposed share only where one side has at most two thirds of the other's "
+            f"units. Change the layers' sizes, give them their own weights, or {_UNSPLIT}.")
 
 
 def _check_input_layouts(netdef: NetworkDef) -> None:

@@ -352,29 +352,59 @@ def test_stdin_as_input_is_refused_not_waited_for(model, tmp_path, flag):  # noq
     assert os.listdir(tmp_path) == []
 
 
-def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
-    """Shared weights are not split: --split-layers refuses them once, naming the network file
-    and the field of the definition that holds them (H3 uses Hidden -> H2's matrix,
-    transposed)."""
+def tied(model, d, *, hidden: int, middle: int) -> list[dict]:
+    """netdefs/movielens.json as a tied-weights autoencoder trained in ``d`` for an epoch:
+    Input -> Hidden -> H2 (``middle`` units) -> H3 -> Output, H2 and the output using H2 ->
+    H3's and Input -> Hidden's matrices transposed (spec 3.14); its layers."""
     from destiny.fit import fit
     from destiny.train import train_config
 
     netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef["Layers"][1]["N"] = hidden
     netdef["Layers"][2:2] = [
-        {"Name": "H2", "Kind": "Hidden", "N": 64, "Activation": "Tanh"},
-        {"Name": "H3", "Kind": "Hidden", "N": 128, "Activation": "Tanh", "SharedWeights": {
-            "InputLayer": "H2", "SourceInputLayer": "Hidden", "SourceOutputLayer": "H2",
-            "Transposed": True}}]
-    (tmp_path / "net.json").write_text(json.dumps(netdef))
-    fit(config_path=tmp_path / "net.json", input_path=model / "gl_input.nc",
-        output_path=model / "gl_output.nc", network_path=tmp_path / "gl.nc",
+        {"Name": "H2", "Kind": "Hidden", "N": middle, "Activation": "Tanh", "SharedWeights": {
+            "InputLayer": "Hidden", "SourceInputLayer": "H2", "SourceOutputLayer": "H3",
+            "Transposed": True}},
+        {"Name": "H3", "Kind": "Hidden", "N": hidden, "Activation": "Tanh"}]
+    netdef["Layers"][4].update(Source="H3", SharedWeights={
+        "InputLayer": "H3", "SourceInputLayer": "Input", "SourceOutputLayer": "Hidden",
+        "Transposed": True})
+    (d / "net.json").write_text(json.dumps(netdef))
+    fit(config_path=d / "net.json", input_path=model / "gl_input.nc",
+        output_path=model / "gl_output.nc", network_path=d / "gl.nc",
         cfg=train_config(batch=64, epochs=1), checkpoint_every=0)
+    for name in ("features_input", "features_output", "ratings.txt"):
+        os.symlink(model / name, d / name)
+    return netdef["Layers"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_split_layers_score_a_tied_autoencoder_as_one_process(model, tmp_path, n):  # noqa: F811
+    """Each rank scores with its block of each shared matrix, for the owner and for the
+    transposed share: the input's 128 features -> 37 -> 23 -> 37 -> 128 items. Input ->
+    Hidden is split by its input units, and the output's W.T by its output units: the same
+    blocks; H2 -> H3 by H3's units, and Hidden -> H2's W.T by Hidden's (a partial product)."""
+    tied(model, tmp_path, hidden=37, middle=23)
+    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+    single = run([PREDICT, *argv(tmp_path, *args, "-s", tmp_path / "one.txt")])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(tmp_path, *args, "--split-layers", "-s", tmp_path / "many.txt"))
+    assert done.returncode == 0, done.stderr.decode()
+    assert_same_records(tmp_path / "one.txt", tmp_path / "many.txt")
+
+
+def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
+    """A transposed share whose matrix and W.T are both split by their output units (H2 ->
+    H3, 100 x 128, and Hidden -> H2) would need blocks that other ranks hold: --split-layers
+    refuses it once, naming the network file and the field of the definition that holds it."""
+    tied(model, tmp_path, hidden=128, middle=100)
     out = tmp_path / "recs.txt"
     done = mpiexec(2, *argv(model, "--split-layers", "-s", out)[2:], "-n", tmp_path / "gl.nc")
     assert done.returncode == 1
     (line,) = errors(done)
-    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[3].SharedWeights: shared "
-                           "weights are not split across MPI ranks"), line
+    assert line.startswith(f"Error: {tmp_path / 'gl.nc'}: Layers[2].SharedWeights: the weight "
+                           "Hidden -> H2 uses H2 -> H3's matrix (100 x 128 units) transposed"), \
+        line
     assert not out.exists()
 
 

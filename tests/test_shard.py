@@ -247,18 +247,43 @@ def test_norms_are_split_like_the_rest():
             assert [c.layout for c in net.connections] == [shard.ROWS, shard.COLS]
 
 
-def test_shared_weights_are_refused():
-    from destiny.errors import NetDefError
-
-    netdef = parse_netdef(dict(NETDEF, Layers=[
-        *NETDEF["Layers"][:2], {"Name": "H2", "Kind": "Hidden", "N": 30, "Activation": "Tanh"},
+def shared_netdef(h2: int):
+    """Input 300 -> Hidden 20 -> H2 -> H3 20 -> Output, H3 using Hidden -> H2's matrix
+    transposed."""
+    return parse_netdef(dict(NETDEF, Layers=[
+        *NETDEF["Layers"][:2], {"Name": "H2", "Kind": "Hidden", "N": h2, "Activation": "Tanh"},
         {"Name": "H3", "Kind": "Hidden", "N": 20, "Activation": "Tanh", "SharedWeights": {
             "SourceInputLayer": "Hidden", "SourceOutputLayer": "H2", "InputLayer": "H2",
             "Transposed": True}},
         dict(NETDEF["Layers"][2], Source="H3")]))
+
+
+def test_a_transposed_share_uses_the_block_its_rank_holds():
+    """Hidden -> H2 [20, 30] is split by H2's units (columns), H2 -> H3 [30, 20] by H2's
+    units too (rows): the rows of W.T a rank needs are the columns of W it holds."""
+    netdef = shared_netdef(30)
+    whole = Network(netdef, get_backend("cpu"))
+    whole.initialize(7)
+    for rank in range(3):
+        net = Network(netdef, get_backend("cpu"), comm=FakeComm(rank, 3))
+        net.initialize(7)
+        owner, sharer = net.connections[1], net.connections[2]
+        assert sharer.owner is owner and sharer.W is None and owner.sharing == 2
+        assert (owner.layout, sharer.layout) == (shard.COLS, shard.ROWS)
+        assert sharer.rows == owner.cols == unit_range(30, rank, 3)
+        np.testing.assert_array_equal(owner.W, whole.connections[1].W[:, slice(*owner.cols)])
+
+
+def test_a_share_whose_blocks_differ_is_refused():
+    """Hidden -> H2 [20, 25] and H2 -> H3 [25, 20] are both split by their output units: a
+    rank would need rows of W.T whose columns of W another rank holds."""
+    from destiny.errors import NetDefError
+
+    netdef = shared_netdef(25)
     Network(netdef, get_backend("cpu"))  # one process: fine
-    with pytest.raises(NetDefError, match=r"Layers\[3\]\.SharedWeights: shared weights are not "
-                                          r"split across MPI ranks"):
+    with pytest.raises(NetDefError, match=r"Layers\[3\]\.SharedWeights: the weight H2 -> H3 "
+                                          r"uses Hidden -> H2's matrix \(20 x 25 units\) "
+                                          r"transposed.*at most two thirds"):
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
 
 

@@ -319,17 +319,95 @@ def test_metrics_and_notes_come_once(data, tmp_path):
 
 
 def test_unsplittable_definition_is_refused_once(data, tmp_path):
-    netdef = json.loads(json.dumps(NETDEF))  # H3 uses H1 -> H2's matrix for its H1 input
-    netdef["Layers"][3]["SharedWeights"] = {"InputLayer": "H1", "SourceInputLayer": "H1",
-                                            "SourceOutputLayer": "H2"}
+    assert dataset_widths(data / "gl_input.nc") == {"gl_input": 128}
+    netdef = json.loads(json.dumps(SHARED_NETDEFS["tied"]))  # 128 -> 100 -> ... -> 100 -> 128:
+    netdef["Layers"][1]["N"] = netdef["Layers"][3]["N"] = 100  # Input -> H1's W and H3 ->
+    # Output's W.T both split by their output units, in other blocks
     (tmp_path / "shared.json").write_text(json.dumps(netdef))
     done = run([MPIEXEC, "-n", 2, TRAIN, "-c", tmp_path / "shared.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", tmp_path / "gl.nc"])
     assert done.returncode == 1
     assert len(errors(done)) == 1
-    assert (f"Error: {tmp_path / 'shared.json'}: Layers[3].SharedWeights: shared weights are "
-            "not split across MPI ranks") in errors(done)[0]
+    assert (f"Error: {tmp_path / 'shared.json'}: Layers[4].SharedWeights: the weight H3 -> "
+            "Output uses Input -> H1's matrix (128 x 100 units) transposed") in errors(done)[0]
     assert os.listdir(tmp_path) == ["shared.json"]
+
+
+# Shared matrices (spec 3.14) split across the ranks: each rank uses its block of the owner's
+# matrix for every connection sharing it. "tied" is a tied-weights autoencoder, 128 -> 37 -> 23
+# -> 37 -> 128, whose decoder uses the encoder's matrices transposed: Input -> H1's, split by
+# the input's rows, read by the output split by its columns (H3 -> Output), and H2 -> H3's,
+# split by H3's columns, read by H1 -> H2 split by H1's rows (a share of a later matrix).
+# "untransposed" has H3 use H1 -> H2's and Input -> H2's matrices as they are.
+SHARED_NETDEFS = {
+    "tied": {**NETDEF, "Layers": [
+        NETDEF["Layers"][0],
+        {"Name": "H1", "Kind": "Hidden", "N": 37, "Activation": "Sigmoid", "pDropout": 0.1},
+        {"Name": "H2", "Kind": "Hidden", "N": 23, "Activation": "Tanh", "SharedWeights": {
+            "InputLayer": "H1", "SourceInputLayer": "H2", "SourceOutputLayer": "H3",
+            "Transposed": True}},
+        {"Name": "H3", "Kind": "Hidden", "N": 37, "Activation": "Tanh"},
+        {**NETDEF["Layers"][4], "Source": "H3", "SharedWeights": {
+            "InputLayer": "H3", "SourceInputLayer": "Input", "SourceOutputLayer": "H1",
+            "Transposed": True}}]},
+    "untransposed": {**NETDEF, "Layers": [
+        *NETDEF["Layers"][:2], {**NETDEF["Layers"][2], "Source": ["H1", "Input"]},
+        {**NETDEF["Layers"][3], "SharedWeights": [
+            {"InputLayer": "H1", "SourceInputLayer": "H1", "SourceOutputLayer": "H2"},
+            {"InputLayer": "Input", "SourceInputLayer": "Input", "SourceOutputLayer": "H2"}]},
+        NETDEF["Layers"][4]]},
+}
+SHARED_LAYOUTS = {  # (owner, sharer) of every share, as spec 7 splits them
+    "tied": [(shard.COLS, shard.ROWS), (shard.ROWS, shard.COLS)],
+    "untransposed": [(shard.ROWS, shard.ROWS)] * 2,
+}
+
+
+@pytest.fixture(scope="module")
+def shared_single(data, tmp_path_factory):
+    """Each network of SHARED_NETDEFS trained by one process: {case: folder}."""
+    trained = {}
+    for case, netdef in SHARED_NETDEFS.items():
+        (data / f"{case}.json").write_text(json.dumps(netdef))
+        out = trained[case] = tmp_path_factory.mktemp(case)
+        done = train(data, out / "gl.nc", "--checkpoint-every", "2", config=f"{case}.json")
+        assert done.returncode == 0, done.stderr.decode()
+    return trained
+
+
+@pytest.mark.parametrize("case, ranks", [("tied", 2), ("tied", 3), ("untransposed", 3)])
+def test_ranks_train_shared_weights_as_one_process_does(data, shared_single, tmp_path, case,
+                                                        ranks):
+    """Both connections' gradients add up in the owner's block on each rank (no collective
+    of their own), and rank 0 writes the owners' matrices alone, as one process does."""
+    from destiny.kernels import get_backend
+    from destiny.network import Network
+    from tests.test_shard import FakeComm
+
+    netdef = read_network(shared_single[case] / "gl.nc").netdef
+    net = Network(netdef, get_backend("cpu"), comm=FakeComm(0, ranks))
+    assert [(c.owner.layout, c.layout) for c in net.connections if c.shared] == \
+        SHARED_LAYOUTS[case]
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", ranks=ranks,
+                 config=f"{case}.json")
+    assert done.returncode == 0, done.stderr.decode()
+    for name in ("gl.nc", "gl.nc2.nc"):  # (the checkpoint: the owners' Adam state)
+        assert_same_network(shared_single[case] / name, tmp_path / name)
+        assert layout(tmp_path / name) == layout(shared_single[case] / name)
+
+
+def test_ranks_resume_shared_weights_on_other_ranks(data, shared_single, tmp_path):
+    # The tied autoencoder checkpointed on 3 ranks, continued on 2: one process's run.
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", ranks=3,
+                 config="tied.json")
+    assert done.returncode == 0, done.stderr.decode()
+    for name in ("gl.nc", "gl.nc3.nc", "gl.nc2.nc"):
+        os.remove(tmp_path / name)
+    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2,
+                 config="tied.json")
+    assert done.returncode == 0, done.stderr.decode()
+    for name in ("gl.nc", "gl.nc2.nc"):
+        assert_same_network(shared_single["tied"] / name, tmp_path / name)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
