@@ -367,95 +367,99 @@ def sparseness_penalty(da, a, p, beta):
                 da[r, j] = np.float64(da[r, j]) + penalty[j - lo]
 
 
+@njit(cache=True)
+def _row_squares(row):
+    """``sum_j row[j]^2`` in float64, in unit order."""
+    total = 0.0
+    for j in range(len(row)):
+        total += np.float64(row[j]) * np.float64(row[j])
+    return total
+
+
+@njit(cache=True)
+def _limit_row(row, squares, limit):
+    """Rescale ``row``, of sum of squares ``squares``, to norm ``limit`` where it exceeds it."""
+    norm = math.sqrt(squares)
+    if norm > limit:
+        scale = limit / norm
+        for j in range(len(row)):
+            row[j] = np.float64(row[j]) * scale
+
+
 @njit(cache=True, parallel=True)
 def delta_norm(d, limit):
     """Rescale each row of ``d`` [B, N] whose L2 norm exceeds ``limit`` to norm ``limit`` (3.13)."""
     for r in prange(d.shape[0]):
-        row = d[r]
-        total = 0.0
-        for j in range(len(row)):
-            total += np.float64(row[j]) * np.float64(row[j])
-        norm = math.sqrt(total)
-        if norm > limit:
-            scale = limit / norm
-            for j in range(len(row)):
-                row[j] = np.float64(row[j]) * scale
+        _limit_row(d[r], _row_squares(d[r]), limit)
 
 
 @njit(cache=True, parallel=True)
 def delta_norm_partials(sums, d):
     """``sums[r] = sum_j d[r, j]^2`` in float64: a rank's part of the row norms (reference)."""
     for r in prange(d.shape[0]):
-        total = 0.0
-        for j in range(d.shape[1]):
-            total += np.float64(d[r, j]) * np.float64(d[r, j])
-        sums[r] = total
+        sums[r] = _row_squares(d[r])
 
 
 @njit(cache=True, parallel=True)
 def delta_norm_finish(d, sums, limit):
     """``delta_norm`` with the whole rows' sums of squares ``sums`` given (reference)."""
     for r in prange(d.shape[0]):
-        norm = math.sqrt(sums[r])
+        _limit_row(d[r], sums[r], limit)
+
+
+@njit(cache=True)
+def _tile_squares(W, lo, hi):
+    """``sum_i W[i, j]^2`` of columns lo..hi-1 in float64, in row order."""
+    total = np.zeros(hi - lo, dtype=np.float64)
+    for i in range(W.shape[0]):
+        for j in range(lo, hi):
+            total[j - lo] += np.float64(W[i, j]) * np.float64(W[i, j])
+    return total
+
+
+@njit(cache=True)
+def _limit_tile(W, lo, hi, squares, limit):
+    """Rescale columns lo..hi-1 of ``W``, of sums of squares ``squares``, to norm ``limit``
+    where it exceeds it; W is not touched where no column does."""
+    scale = np.ones(hi - lo, dtype=np.float64)
+    rescale = False
+    for j in range(hi - lo):
+        norm = math.sqrt(squares[j])
         if norm > limit:
-            scale = limit / norm
-            for j in range(d.shape[1]):
-                d[r, j] = np.float64(d[r, j]) * scale
+            scale[j] = limit / norm
+            rescale = True
+    if rescale:
+        for i in range(W.shape[0]):
+            for j in range(lo, hi):
+                W[i, j] = np.float64(W[i, j]) * scale[j - lo]
 
 
 @njit(cache=True, parallel=True)
 def weight_norm(W, limit):
     """Rescale each column of ``W`` [I, O] whose L2 norm exceeds ``limit`` to ``limit`` (3.13)."""
-    n_in, n_out = W.shape
+    n_out = W.shape[1]
     for t in prange((n_out + _TILE - 1) // _TILE):
         lo = t * _TILE
         hi = min(lo + _TILE, n_out)
-        scale = np.zeros(hi - lo, dtype=np.float64)
-        for i in range(n_in):
-            for j in range(lo, hi):
-                scale[j - lo] += np.float64(W[i, j]) * np.float64(W[i, j])
-        rescale = False
-        for j in range(hi - lo):
-            norm = math.sqrt(scale[j])
-            scale[j] = limit / norm if norm > limit else 1.0
-            rescale = rescale or norm > limit
-        if rescale:
-            for i in range(n_in):
-                for j in range(lo, hi):
-                    W[i, j] = np.float64(W[i, j]) * scale[j - lo]
+        _limit_tile(W, lo, hi, _tile_squares(W, lo, hi), limit)
 
 
 @njit(cache=True, parallel=True)
 def weight_norm_partials(sums, W):
     """``sums[j] = sum_i W[i, j]^2`` in float64, in row order: a rank's part of the column
     norms (reference)."""
-    n_in, n_out = W.shape
+    n_out = W.shape[1]
     for t in prange((n_out + _TILE - 1) // _TILE):
         lo = t * _TILE
         hi = min(lo + _TILE, n_out)
-        total = np.zeros(hi - lo, dtype=np.float64)
-        for i in range(n_in):
-            for j in range(lo, hi):
-                total[j - lo] += np.float64(W[i, j]) * np.float64(W[i, j])
-        for j in range(hi - lo):
-            sums[lo + j] = total[j]
+        sums[lo:hi] = _tile_squares(W, lo, hi)
 
 
 @njit(cache=True, parallel=True)
 def weight_norm_finish(W, sums, limit):
     """``weight_norm`` with the whole columns' sums of squares ``sums`` given (reference)."""
-    n_in, n_out = W.shape
+    n_out = W.shape[1]
     for t in prange((n_out + _TILE - 1) // _TILE):
         lo = t * _TILE
         hi = min(lo + _TILE, n_out)
-        scale = np.ones(hi - lo, dtype=np.float64)
-        rescale = False
-        for j in range(hi - lo):
-            norm = math.sqrt(sums[lo + j])
-            if norm > limit:
-                scale[j] = limit / norm
-                rescale = True
-        if rescale:
-            for i in range(n_in):
-                for j in range(lo, hi):
-                    W[i, j] = np.float64(W[i, j]) * scale[j - lo]
+        _limit_tile(W, lo, hi, sums[lo:hi], limit)

@@ -435,17 +435,23 @@ def sparseness_penalty(da, a, p, beta):
                                                                          float(beta))
 
 
+@cuda.jit(device=True)
+def _row_squares(shared, d, r):
+    """``sum_j d[r, j]^2`` in float64 over a ROW_THREADS block, returned to every thread."""
+    total = 0.0
+    for j in range(cuda.threadIdx.x, d.shape[1], ROW_THREADS):
+        x = np.float64(d[r, j])
+        total += x * x
+    return _block_sum(shared, total)
+
+
 @kernel
 def _delta_norm(d, limit):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
     t = cuda.threadIdx.x
     n_units = d.shape[1]
     for r in range(cuda.blockIdx.x, d.shape[0], cuda.gridDim.x):
-        total = 0.0
-        for j in range(t, n_units, ROW_THREADS):
-            x = np.float64(d[r, j])
-            total += x * x
-        norm = math.sqrt(_block_sum(shared, total))
+        norm = math.sqrt(_row_squares(shared, d, r))
         if norm > limit:
             scale = limit / norm
             for j in range(t, n_units, ROW_THREADS):
@@ -462,15 +468,9 @@ def delta_norm(d, limit):
 @kernel
 def _delta_norm_partials(sums, d):
     shared = cuda.shared.array(ROW_THREADS, np.float64)
-    t = cuda.threadIdx.x
-    n_units = d.shape[1]
     for r in range(cuda.blockIdx.x, d.shape[0], cuda.gridDim.x):
-        total = 0.0
-        for j in range(t, n_units, ROW_THREADS):
-            x = np.float64(d[r, j])
-            total += x * x
-        total = _block_sum(shared, total)
-        if t == 0:
+        total = _row_squares(shared, d, r)
+        if cuda.threadIdx.x == 0:
             sums[r] = total
 
 
