@@ -3,7 +3,8 @@
 No loop and no files here (``train.py`` and ``io/network_file.py`` own those). The graph is
 DSSTNE's (spec 3.4, 5.3, 5.6): every (source, layer) pair is a ``Connection`` with its own
 weight matrix [n_in, n_out] and bias; contributions of several sources and of skip layers
-are summed; hidden deltas gather ``dZ @ W.T`` from every outgoing connection.
+(an input layer's: its batch entries, spec 3.16) are summed; hidden deltas gather
+``dZ @ W.T`` from every outgoing connection.
 
 Conventions that come from DSSTNE: the stored weight gradient is negated and averaged,
 ``G = -(1 / (sharing * B)) * X.T @ dZ``, the bias gradient is ``mean(dZ)`` (spec 5.6, 5.7), and
@@ -18,11 +19,12 @@ loss (a number) comes back to the host per batch.
 Under MPI every layer is split by units across the ranks (spec 7, ``destiny/shard.py``): the
 buffers of a layer hold the rank's columns only, each connection holds the rows or the columns
 of its matrix, and the products are joined by all-gathers and reduce-scatters; a SoftMax
-layer's rows are normalized, and differentiated, over every rank's units (a few numbers per row
-travel). A connection that shares a matrix (spec 3.14) uses the owner's block, which is the
-block it needs (``shard.check_splittable`` refuses the other shares), and its gradient adds
-into the owner's. With one process (``Comm()``) every connection is ``WHOLE`` and the code below
-calls no collective at all.
+layer's rows are normalized, and differentiated, over every rank's units, as DeltaNorm's row
+norms and a ``ROWS`` matrix's WeightNorm column norms are taken (a few float64 numbers per row
+or column travel, through the host). A connection that shares a matrix (spec 3.14) uses the
+owner's block, which is the block it needs (``shard.check_splittable`` refuses the other
+shares), and its gradient adds into the owner's. With one process (``Comm()``) every
+connection is ``WHOLE`` and the code below calls no collective at all.
 """
 
 from __future__ import annotations
@@ -363,8 +365,7 @@ class Network:
         a = self._rows(name, "Z", B)
         dots = kb.empty(B, np.float64)
         kb.softmax_backward_partials(dots, dA, a, mask)
-        whole = self.comm.allreduce_sum(self.to_host(dots))
-        kb.softmax_backward_finish(dZ, dA, a, kb.to_device(whole), mask)
+        kb.softmax_backward_finish(dZ, dA, a, self._summed_over_ranks(dots), mask)
 
     def _softmax_loss(self, dZ, name: str, B: int):
         """The loss and output delta of a split SoftMax output layer (``sparse_loss_delta``'s):
@@ -384,9 +385,13 @@ class Network:
                 name in self._batch.ignore_zero)
         sums = kb.empty(B, np.float64)
         error = kb.softmax_loss_partials(dZ, sums, *args)
-        whole = self.comm.allreduce_sum(self.to_host(sums))
-        kb.softmax_loss_finish(dZ, kb.to_device(whole), *args)
+        kb.softmax_loss_finish(dZ, self._summed_over_ranks(sums), *args)
         return error
+
+    def _summed_over_ranks(self, partial):
+        """A rank's float64 sums over its own units (per row, or per column of a ``ROWS``
+        matrix) added up over the ranks: the whole rows' or columns', on the device."""
+        return self.backend.to_device(self.comm.allreduce_sum(self.to_host(partial)))
 
     def _sum_contributions(self, Z: np.ndarray, name: str, B: int) -> None:
         """Z = the sum over incoming connections of b + X @ W (this rank's columns of it).
@@ -567,15 +572,8 @@ class Network:
                     kb.activation_backward(dZ, dA, self._rows(name, "Z", B), act,
                                            layer.relu_slope, layer.elu_alpha,
                                            layer.selu_lambda, mask)
-            if layer.delta_norm > 0 and self.comm.size > 1:
-                # Each row's norm over every rank's units (spec 3.13): the ranks' sums of
-                # squares added up (B float64 numbers), as for a SoftMax row.
-                sums = kb.empty(B, np.float64)
-                kb.delta_norm_partials(sums, dZ)
-                whole = self.comm.allreduce_sum(self.to_host(sums))
-                kb.delta_norm_finish(dZ, kb.to_device(whole), layer.delta_norm)
-            elif layer.delta_norm > 0:
-                kb.delta_norm(dZ, layer.delta_norm)
+            if layer.delta_norm > 0:
+                self._delta_norm(dZ, B, layer.delta_norm)
             self._weight_gradients(name, dZ, B)
         total = sum(float(e) for e in errors)
         return self.comm.allreduce_sum(total)  # each rank has the loss of its output units
@@ -698,6 +696,18 @@ class Network:
         self._last_update = (t, opt)
         self.discard_gradients()  # G must be zero outside the next batch's sparse rows
 
+    def _delta_norm(self, dZ, B: int, limit: float) -> None:
+        """DeltaNorm (spec 3.13) of a layer's rows ``dZ``. Under MPI each row's norm is over
+        every rank's units: the ranks' sums of squares are added up (B float64 numbers), as
+        for a SoftMax row; one process needs none."""
+        kb = self.backend
+        if self.comm.size == 1:
+            kb.delta_norm(dZ, limit)
+            return
+        sums = kb.empty(B, np.float64)
+        kb.delta_norm_partials(sums, dZ)
+        kb.delta_norm_finish(dZ, self._summed_over_ranks(sums), limit)
+
     def _weight_norm(self, c: Connection) -> None:
         """WeightNorm (spec 3.13) of ``c``'s matrix. A rank holding its rows of every column
         (``shard.ROWS``) has part of each column: the ranks' sums of squares are added up
@@ -708,8 +718,7 @@ class Network:
             return
         sums = kb.empty(c.W.shape[1], np.float64)
         kb.weight_norm_partials(sums, c.W)
-        whole = self.comm.allreduce_sum(self.to_host(sums))
-        kb.weight_norm_finish(c.W, kb.to_device(whole), c.dest.weight_norm)
+        kb.weight_norm_finish(c.W, self._summed_over_ranks(sums), c.dest.weight_norm)
 
     def _compute_pending(self, c: Connection) -> None:
         if c.pending is not None:
