@@ -8,6 +8,10 @@ Conventions for every backend:
   of length B + 1, ``indices`` int32 of length K, ``values`` float32 of length K, or of length
   0 for indicator data (every listed value is 1). Dense arrays are C-contiguous float32.
 * Outputs are passed in, first; kernels allocate nothing the caller can reuse.
+* Kernels never communicate. What needs a whole row or column of a layer split across MPI
+  ranks (SoftMax, DeltaNorm, WeightNorm of a ``ROWS`` matrix) comes as a pair: ``*_partials``
+  reduces the rank's units to a few float64 numbers per row (or column), the network adds the
+  ranks' numbers up, and ``*_finish`` completes the rank's units with the whole row's (or column's).
 """
 
 from __future__ import annotations
