@@ -235,15 +235,12 @@ def test_softmax_loss_split_by_columns_is_the_whole_rows(backend, parts, err_fn)
     row sums of pre-deltas, and each block finishes its deltas: ``sparse_loss_delta`` of the
     whole rows, the error summed over the blocks. One block with no counts given counts its
     own (as one process)."""
-    from destiny.sparse import column_range
-
     loss = BACKENDS[backend][0]
     rng = np.random.default_rng(700 + 10 * err_fn + parts)
     rows, units = (3, 7) if tiny(backend) else (9, 23)
     a = activate("reference", rng.normal(scale=2.0, size=(rows, units)).astype(np.float32),
                  codes.SOFTMAX)
     blocks = [(units * r // parts, units * (r + 1) // parts) for r in range(parts)]
-    p = SMCE_PARAMS
     for boolean, weighted, ignore_zero in itertools.product([True, False], repeat=3):
         targets = sparse_targets(rng, rows, units, boolean, max_per_row=5)
         weights = (rng.uniform(0.5, 2.0, size=rows).astype(np.float32) if weighted
@@ -252,20 +249,10 @@ def test_softmax_loss_split_by_columns_is_the_whole_rows(backend, parts, err_fn)
                                           codes.SOFTMAX, ignore_zero, boost_one=3.0,
                                           boost_zero=0.5)
         counts = (np.diff(targets[0]) if parts > 1 else np.zeros(0)).astype(np.int64)
-        error, sums, pieces = 0.0, np.zeros(rows), []
-        for lo, hi in blocks:
-            args = (np.ascontiguousarray(a[:, lo:hi]), *column_range(*targets, lo, hi), weights,
-                    counts, err_fn, p["one_target"], p["zero_target"], p["one_scale"],
-                    p["zero_scale"], 3.0, 0.5, ignore_zero)
-            delta, mine = np.full((rows, hi - lo), np.nan, np.float32), np.full(rows, np.nan)
-            error += loss.softmax_loss_partials(delta, mine, *args)
-            sums += mine
-            pieces.append((delta, args))
-        for delta, args in pieces:
-            loss.softmax_loss_finish(delta, sums, *args)
+        error, delta = _softmax_loss_in_blocks(loss, blocks, a, targets, weights, counts, err_fn,
+                                               (3.0, 0.5), ignore_zero)
         assert error == pytest.approx(expected_error, rel=1e-5)
-        np.testing.assert_allclose(np.hstack([d for d, _ in pieces]), expected, rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(delta, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -276,15 +263,12 @@ def test_softmax_loss_split_by_columns_with_repeated_targets_is_this_backends_wh
     """Rows listing a unit twice (its last value wins, its error counts twice, and it counts
     twice in CrossEntropy's n), an empty row and rows whose targets lie in one block, on 2 and
     3 blocks: the same backend's ``sparse_loss_delta`` of the whole rows."""
-    from destiny.sparse import column_range
-
     loss = BACKENDS[backend][0]
     rng = np.random.default_rng(90 + err_fn)
     a = activate("reference", rng.normal(scale=2.0, size=(5, 9)).astype(np.float32),
                  codes.SOFTMAX)
     indptr = np.array([0, 4, 4, 7, 9, 12], np.int64)
     indices = np.array([1, 5, 1, 8, 0, 0, 2, 3, 3, 6, 7, 6], np.int32)
-    p = SMCE_PARAMS
     for boolean, ignore_zero, boost, parts in itertools.product(
             [True, False], [False, True], [(1.0, 1.0), (3.0, 0.5)], [2, 3]):
         values = (np.zeros(0, np.float32) if boolean
@@ -292,20 +276,33 @@ def test_softmax_loss_split_by_columns_with_repeated_targets_is_this_backends_wh
         targets, weights = (indptr, indices, values), np.zeros(0, np.float32)
         expected_error, expected = sparse(backend, a, targets, weights, err_fn, codes.SOFTMAX,
                                           ignore_zero, boost_one=boost[0], boost_zero=boost[1])
-        error, sums, pieces = 0.0, np.zeros(len(a)), []
-        for lo, hi in [(9 * r // parts, 9 * (r + 1) // parts) for r in range(parts)]:
-            args = (np.ascontiguousarray(a[:, lo:hi]), *column_range(*targets, lo, hi), weights,
-                    np.diff(indptr), err_fn, p["one_target"], p["zero_target"],
-                    p["one_scale"], p["zero_scale"], *boost, ignore_zero)
-            delta, mine = np.full((len(a), hi - lo), np.nan, np.float32), np.full(len(a), np.nan)
-            error += float(loss.softmax_loss_partials(delta, mine, *args))
-            sums += mine
-            pieces.append((delta, args))
-        for delta, args in pieces:
-            loss.softmax_loss_finish(delta, sums, *args)
+        blocks = [(9 * r // parts, 9 * (r + 1) // parts) for r in range(parts)]
+        error, delta = _softmax_loss_in_blocks(loss, blocks, a, targets, weights, np.diff(indptr),
+                                               err_fn, boost, ignore_zero)
         assert error == pytest.approx(expected_error, rel=1e-6)
-        np.testing.assert_allclose(np.hstack([d for d, _ in pieces]), expected, rtol=1e-6,
-                                   atol=1e-7)
+        np.testing.assert_allclose(delta, expected, rtol=1e-6, atol=1e-7)
+
+
+def _softmax_loss_in_blocks(loss, blocks, a, targets, weights, counts, err_fn, boost,
+                            ignore_zero):
+    """(error, delta) of SoftMax rows ``a`` split by columns into ``blocks`` (lo, hi), as the
+    ranks take them: each block's ``softmax_loss_partials``, the row sums added up, then each
+    block's ``softmax_loss_finish``."""
+    from destiny.sparse import column_range
+
+    p = SMCE_PARAMS
+    error, sums, pieces = 0.0, np.zeros(len(a)), []
+    for lo, hi in blocks:
+        args = (np.ascontiguousarray(a[:, lo:hi]), *column_range(*targets, lo, hi), weights,
+                counts, err_fn, p["one_target"], p["zero_target"], p["one_scale"],
+                p["zero_scale"], *boost, ignore_zero)
+        delta, mine = np.full((len(a), hi - lo), np.nan, np.float32), np.full(len(a), np.nan)
+        error += float(loss.softmax_loss_partials(delta, mine, *args))
+        sums += mine
+        pieces.append((delta, args))
+    for delta, args in pieces:
+        loss.softmax_loss_finish(delta, sums, *args)
+    return error, np.hstack([d for d, _ in pieces])
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

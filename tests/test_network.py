@@ -128,24 +128,7 @@ def test_a_skip_from_the_input_layer_runs_alike_in_every_backend():
     """The cpu's network, float32, against the reference's: same forward, loss and update."""
     rng = np.random.default_rng(3)
     rows = [sorted(rng.choice(5, rng.integers(0, 4), replace=False)) for _ in range(6)]
-    batch = Batch(size=6, inputs={"Input": csr(rows)}, targets={"Output": csr(rows)})
-    results = []
-    for backend in ("reference", "cpu"):
-        net = Network(parse_netdef(SKIP_INPUT), get_backend(backend), dtype=np.float32)
-        net.initialize(7)
-        net.init_optimizer(OptimizerConfig(mode=4, mu=0.9))
-        cast = Batch(size=6, inputs={"Input": _f32(batch.inputs["Input"])},
-                     targets={"Output": _f32(batch.targets["Output"])})
-        net.forward(cast, train=True, dropout_key=1)
-        loss = net.backward()
-        net.update(0.01, 1, OptimizerConfig(mode=4, mu=0.9))
-        results.append((loss, net.to_host(net.activation("Output", 6)).copy(),
-                        [net.to_host(c.W).copy() for c in net.connections]))
-    (loss0, a0, w0), (loss1, a1, w1) = results
-    assert loss1 == pytest.approx(loss0, rel=1e-5)
-    np.testing.assert_allclose(a1, a0, rtol=1e-5, atol=1e-6)
-    for x, y in zip(w0, w1, strict=True):
-        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+    _cpu_step_is_the_reference_step(SKIP_INPUT, rows)
 
 
 # The input joins both layers' sums and the output's product; the hidden layer its product
@@ -257,18 +240,24 @@ def test_an_input_read_by_products_and_skips_of_two_layers_runs_alike_in_every_b
     rng = np.random.default_rng(5)
     rows = [sorted(rng.choice(5, rng.integers(0, 4), replace=False)) for _ in range(6)]
     kept = [[i for i in r if rng.random() < 0.6] for r in rows]
+    _cpu_step_is_the_reference_step(SKIPS_AND_SOURCES, rows, {"Input": (_f32(csr(kept)), 2.0)})
+
+
+def _cpu_step_is_the_reference_step(definition, rows, denoise=None):
+    """One training step of ``definition`` (float32, the batch ``rows`` as input and target)
+    gives the reference's loss, output activations and weights on the cpu."""
     opt = OptimizerConfig(mode=4, mu=0.9)
+    batch = Batch(size=len(rows), inputs={"Input": _f32(csr(rows))},
+                  targets={"Output": _f32(csr(rows))})
     results = []
     for backend in ("reference", "cpu"):
-        net = Network(parse_netdef(SKIPS_AND_SOURCES), get_backend(backend), dtype=np.float32)
+        net = Network(parse_netdef(definition), get_backend(backend), dtype=np.float32)
         net.initialize(7)
         net.init_optimizer(opt)
-        cast = Batch(size=6, inputs={"Input": _f32(csr(rows))},
-                     targets={"Output": _f32(csr(rows))})
-        net.forward(cast, train=True, dropout_key=1, denoise={"Input": (_f32(csr(kept)), 2.0)})
+        net.forward(batch, train=True, dropout_key=1, denoise=denoise)
         loss = net.backward()
         net.update(0.01, 1, opt)
-        results.append((loss, net.to_host(net.activation("Output", 6)).copy(),
+        results.append((loss, net.to_host(net.activation("Output", len(rows))).copy(),
                         [net.to_host(c.W).copy() for c in net.connections]))
     (loss0, a0, w0), (loss1, a1, w1) = results
     assert loss1 == pytest.approx(loss0, rel=1e-5)
