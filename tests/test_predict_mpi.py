@@ -143,6 +143,17 @@ def assert_same_records(one, many, tol=1.5e-3, rtol=1e-6):
                 assert close(mine.get(item, theirs.get(item)), x[-1]), (name, item)
 
 
+def one_and_split(d, args, n, out):
+    """predict in one process into ``out``/one.txt, then with ``--split-layers`` under
+    ``mpiexec -n n`` into many.txt, each run succeeding: (one, many, single run, split run)."""
+    one, many = out / "one.txt", out / "many.txt"
+    single = run([PREDICT, *argv(d, *args, "-s", one)])
+    assert single.returncode == 0, single.stderr.decode()
+    done = mpiexec(n, *argv(d, *args, "--split-layers", "-s", many))
+    assert done.returncode == 0, done.stderr.decode()
+    return one, many, single, done
+
+
 @pytest.fixture(scope="module")
 def narrow(model, tmp_path_factory):  # noqa: F811
     """The model's data with a hidden layer narrower than the catalogue (37 units, 90 items),
@@ -239,11 +250,7 @@ def test_split_layers_write_what_one_process_writes(spread, tmp_path, n, case, w
     and rank 0 merges the ranks' k best (each rank's items numbered from its first unit)."""
     base = spread[which]
     args = [a.format(ratings=base / "ratings.txt") for a in CASES[case]]
-    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
-    single = run([PREDICT, *argv(base, *args, "-s", one)])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(base, *args, "--split-layers", "-s", many))
-    assert done.returncode == 0, done.stderr.decode()
+    one, many, single, done = one_and_split(base, args, n, tmp_path)
     assert_same_records(one, many)
     assert done.stderr.decode() == single.stderr.decode().replace("one.txt", "many.txt").replace(
         "backend cpu", f"backend cpu, layers split over {n} processes")  # the notes, once
@@ -257,11 +264,7 @@ def test_split_skip_from_the_input_as_one_process(model, tmp_path, hidden, n):  
     hidden units: the input's matrix split by rows) or all of them (128: by columns)."""
     movielens_like(model, tmp_path, hidden=hidden, epochs=1, output={"Skip": "Input"})
     args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
-    single = run([PREDICT, *argv(tmp_path, *args, "-s", tmp_path / "one.txt")])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(tmp_path, *args, "--split-layers", "-s", tmp_path / "many.txt"))
-    assert done.returncode == 0, done.stderr.decode()
-    assert_same_records(tmp_path / "one.txt", tmp_path / "many.txt")
+    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
 
 
 @pytest.mark.parametrize("split", [(), ("--split-layers",)])
@@ -386,11 +389,7 @@ def test_split_layers_score_a_tied_autoencoder_as_one_process(model, tmp_path, n
     blocks; H2 -> H3 by H3's units, and Hidden -> H2's W.T by Hidden's (a partial product)."""
     tied(model, tmp_path, hidden=37, middle=23)
     args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
-    single = run([PREDICT, *argv(tmp_path, *args, "-s", tmp_path / "one.txt")])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(tmp_path, *args, "--split-layers", "-s", tmp_path / "many.txt"))
-    assert done.returncode == 0, done.stderr.decode()
-    assert_same_records(tmp_path / "one.txt", tmp_path / "many.txt")
+    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
 
 
 def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
@@ -438,11 +437,7 @@ def test_split_layers_score_a_softmax_output_as_one_process_does(softmax, tmp_pa
     turns a last-digit difference of a pre-activation z into a relative one of about |z| ulps
     in the score (a score differed by 1.5e-6 of itself: 12 ulps)."""
     args = [a.format(ratings=softmax / "ratings.txt") for a in CASES[case]] + ["-p", "11.9f"]
-    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
-    single = run([PREDICT, *argv(softmax, *args, "-s", one)])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(softmax, *args, "--split-layers", "-s", many))
-    assert done.returncode == 0, done.stderr.decode()
+    one, many, _, _ = one_and_split(softmax, args, n, tmp_path)
     if case != "multiply":  # (which multiplies the scores by the filter's values)
         scores = np.concatenate([x for _, _, x in records(one)])
         assert 2 / 90 < scores.max() <= 1  # (not a uniform row of 90 items)
