@@ -159,19 +159,23 @@ def narrow(model, tmp_path_factory):  # noqa: F811
     """The model's data with a hidden layer narrower than the catalogue (37 units, 90 items),
     so that the input layer is split by rows (each rank its input features) and the output
     layer by columns; model's 128 units split them the other way round."""
-    return movielens_like(model, tmp_path_factory.mktemp("narrow"), hidden=37, epochs=3)
+    return trained_beside(model, tmp_path_factory.mktemp("narrow"), movielens_netdef(37), epochs=3)
 
 
-def movielens_like(model, d, *, hidden: int, epochs: int, output=None):
-    """netdefs/movielens.json with ``hidden`` units (and ``output``'s keys on its Output
-    layer) trained in ``d`` on the model's data, with the model's indices and ratings beside
-    it."""
+def movielens_netdef(hidden: int | None = None) -> dict:
+    """netdefs/movielens.json, with ``hidden`` units in its hidden layer where given."""
+    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    if hidden is not None:
+        netdef["Layers"][1]["N"] = hidden
+    return netdef
+
+
+def trained_beside(model, d, netdef: dict, *, epochs: int):
+    """``netdef`` trained in ``d`` on the model's data, with the model's indices and ratings
+    beside it."""
     from destiny.fit import fit
     from destiny.train import train_config
 
-    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][1]["N"] = hidden
-    netdef["Layers"][2].update(output or {})
     (d / "net.json").write_text(json.dumps(netdef))
     fit(config_path=d / "net.json", input_path=model / "gl_input.nc",
         output_path=model / "gl_output.nc", network_path=d / "gl.nc",
@@ -262,7 +266,9 @@ def test_split_skip_from_the_input_as_one_process(model, tmp_path, hidden, n):  
     """A network whose output adds its input (Skip, spec 3.16): each rank adds its own units'
     share of the sample's features, whether it holds the input's columns of its units (37
     hidden units: the input's matrix split by rows) or all of them (128: by columns)."""
-    movielens_like(model, tmp_path, hidden=hidden, epochs=1, output={"Skip": "Input"})
+    netdef = movielens_netdef(hidden)
+    netdef["Layers"][2]["Skip"] = "Input"
+    trained_beside(model, tmp_path, netdef, epochs=1)
     args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
     assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
 
@@ -359,11 +365,7 @@ def tied(model, d, *, hidden: int, middle: int) -> list[dict]:
     """netdefs/movielens.json as a tied-weights autoencoder trained in ``d`` for an epoch:
     Input -> Hidden -> H2 (``middle`` units) -> H3 -> Output, H2 and the output using H2 ->
     H3's and Input -> Hidden's matrices transposed (spec 3.14); its layers."""
-    from destiny.fit import fit
-    from destiny.train import train_config
-
-    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
-    netdef["Layers"][1]["N"] = hidden
+    netdef = movielens_netdef(hidden)
     netdef["Layers"][2:2] = [
         {"Name": "H2", "Kind": "Hidden", "N": middle, "Activation": "Tanh", "SharedWeights": {
             "InputLayer": "Hidden", "SourceInputLayer": "H2", "SourceOutputLayer": "H3",
@@ -372,12 +374,7 @@ def tied(model, d, *, hidden: int, middle: int) -> list[dict]:
     netdef["Layers"][4].update(Source="H3", SharedWeights={
         "InputLayer": "H3", "SourceInputLayer": "Input", "SourceOutputLayer": "Hidden",
         "Transposed": True})
-    (d / "net.json").write_text(json.dumps(netdef))
-    fit(config_path=d / "net.json", input_path=model / "gl_input.nc",
-        output_path=model / "gl_output.nc", network_path=d / "gl.nc",
-        cfg=train_config(batch=64, epochs=1), checkpoint_every=0)
-    for name in ("features_input", "features_output", "ratings.txt"):
-        os.symlink(model / name, d / name)
+    trained_beside(model, d, netdef, epochs=1)
     return netdef["Layers"]
 
 
@@ -411,19 +408,10 @@ def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_pat
 def softmax(model, tmp_path_factory):  # noqa: F811
     """The model's data and definition with a SoftMax output (CrossEntropy), trained, its
     best items dealt out over the ranks (``spread_items``)."""
-    from destiny.fit import fit
-    from destiny.train import train_config
-
-    trained = tmp_path_factory.mktemp("softmax_trained")
-    netdef = json.loads((ROOT / "netdefs" / "movielens.json").read_text())
+    netdef = movielens_netdef()
     netdef["Layers"][2]["Activation"] = "SoftMax"
     netdef["ErrorFunction"] = "CrossEntropy"
-    (trained / "net.json").write_text(json.dumps(netdef))
-    fit(config_path=trained / "net.json", input_path=model / "gl_input.nc",
-        output_path=model / "gl_output.nc", network_path=trained / "gl.nc",
-        cfg=train_config(batch=64, epochs=3), checkpoint_every=0)
-    for name in ("features_input", "features_output", "ratings.txt"):
-        os.symlink(model / name, trained / name)
+    trained = trained_beside(model, tmp_path_factory.mktemp("softmax_trained"), netdef, epochs=3)
     d = tmp_path_factory.mktemp("softmax")
     spread_items(trained, d)
     return d
