@@ -465,20 +465,9 @@ def test_ranks_train_a_network_with_weight_norm_as_one_process_does(data, tmp_pa
 # across the ranks (23 and 97 units over 2 and 3): its rows are normalized over all the ranks'
 # units, its CrossEntropy targets are 1/n with n counted over the whole row, and its Jacobian
 # sums over the whole row (DSSTNE normalized each GPU's slice alone).
-SOFTMAX_NETDEF = {
-    "Version": 0.7, "Name": "softmax", "Kind": "FeedForward", "ShuffleIndices": True,
-    "Denoising": {"p": 0.2}, "ErrorFunction": "CrossEntropy",
-    "Layers": [
-        {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
-        {"Name": "H1", "Kind": "Hidden", "Type": "FullyConnected", "N": 37,
-         "Activation": "Sigmoid", "pDropout": 0.1},
-        {"Name": "H2", "Kind": "Hidden", "Type": "FullyConnected", "N": 23,
-         "Activation": "SoftMax", "pDropout": 0.2},
-        {"Name": "Output", "Kind": "Output", "Type": "FullyConnected", "N": "auto",
-         "Source": ["H2", "H1"], "DataSet": "gl_output", "Activation": "SoftMax",
-         "Sparse": True},
-    ],
-}
+SOFTMAX_NETDEF = {**NETDEF, "Name": "softmax", "Layers": [
+    *NETDEF["Layers"][:2], dict(NETDEF["Layers"][2], Activation="SoftMax"),
+    dict(NETDEF["Layers"][4], Source=["H2", "H1"], Activation="SoftMax")]}
 SOFTMAX_CASES = {  # the definition's changes, and the targets' file
     "crossentropy": ({}, "gl_output.nc"),
     "smce": ({"ErrorFunction": "ScaledMarginalCrossEntropy", "ScaledMarginalCrossEntropy": {
