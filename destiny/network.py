@@ -92,6 +92,9 @@ class Connection:
         # computes it where it updates the rows: (indptr, indices, values, delta, scale).
         self.pending: tuple | None = None
         self._grad_fresh = False  # G already holds this batch's first contribution
+        # A dense product wrote all of G since it was last zero: a shared matrix that reads a
+        # sparse input as well must be zeroed before a batch's sparse gradient comes first.
+        self._dense_grad = False
         # The part of the whole [n_in, n_out] matrix this rank holds (all of it in one process).
         self.layout = shard.WHOLE
         self.rows = (0, source.n)
@@ -641,7 +644,16 @@ class Network:
                 if owner.current is not None and owner.sharing == 1:
                     owner.pending = (indptr, indices, values, delta, scale)  # see update
                 else:
+                    # The sparse gradient adds into G, zero outside the rows of the last
+                    # batch's sparse gradients (discard_gradients), unless a dense product
+                    # of a connection sharing the matrix wrote all of it: then zero it when
+                    # this batch's first contribution is this one (its dense user comes
+                    # earlier in the forward order), and have that product add to it.
+                    if not owner._grad_fresh and owner._dense_grad:
+                        kb.fill(owner.G, 0.0)
+                        owner._dense_grad = False
                     kb.sparse_fc_weight_grad(owner.G, indptr, indices, values, delta, scale)
+                    owner._grad_fresh = True
                 owner.touched.append(indices)
                 continue
             X = self._source_activation(c, B)
@@ -650,7 +662,7 @@ class Network:
             a, b = (delta, X) if c.transposed else (X, delta)
             kb.gemm(owner.G, a, b, trans_a=True, alpha=scale,
                     beta=1.0 if owner._grad_fresh else 0.0)
-            owner._grad_fresh = True
+            owner._grad_fresh = owner._dense_grad = True
 
     # -- update ---------------------------------------------------------------------------
 

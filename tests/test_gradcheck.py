@@ -183,3 +183,36 @@ def test_sparseness_penalty_changes_the_delta_not_the_loss():
     assert loss_at(net_a, batch) == pytest.approx(loss_at(net_b, batch))
     np.testing.assert_allclose(net_a.connections[1].G, net_b.connections[1].G)  # output weights
     assert not np.allclose(net_a.connections[0].G, net_b.connections[0].G)  # input weights
+
+
+def test_gradient_of_a_sparse_input_matrix_shared_by_an_earlier_layer():
+    # Input -> H3's matrix, read from the sparse input, is shared (transposed) by H1 -> H2,
+    # which comes earlier in the forward order: backward adds the sparse gradient first, and
+    # the dense product must add to it (it overwrote it), and the next batch's sparse gradient
+    # must not add to what the last batch's dense product left in G outside its rows.
+    d = {
+        "ErrorFunction": "L2", "ShuffleIndices": False,
+        "Layers": [
+            {"Name": "Input", "Kind": "Input", "N": 7, "DataSet": "in", "Sparse": True},
+            {"Name": "H1", "Kind": "Hidden", "N": 5, "Activation": "Tanh"},
+            {"Name": "H2", "Kind": "Hidden", "N": 7, "Activation": "Sigmoid",
+             "SharedWeights": {"SourceInputLayer": "Input", "SourceOutputLayer": "H3",
+                               "InputLayer": "H1", "Transposed": True}},
+            {"Name": "H3", "Kind": "Hidden", "N": 5, "Activation": "Tanh",
+             "Source": ["Input", "H2"]},
+            {"Name": "Output", "Kind": "Output", "N": 6, "DataSet": "out", "Source": "H3",
+             "Activation": "Sigmoid"},
+        ],
+    }
+    net, batch = build(parse_netdef(d))
+    assert net.connections[1].owner is net.connections[2]
+    check(net, batch)
+    # A batch of one example with one feature: its sparse gradient is a single row of G.
+    other = Batch(size=1, inputs={"Input": (np.array([0, 1]), np.array([3], np.int32),
+                                            np.zeros(0))},
+                  targets={"Output": (np.array([0, 1]), np.array([2], np.int32), np.zeros(0))})
+    loss_at(net, other)  # its gradients twice, without zeroing G by hand between them
+    first = net.connections[2].G.copy()
+    net.discard_gradients()
+    loss_at(net, other)
+    np.testing.assert_array_equal(net.connections[2].G, first)
