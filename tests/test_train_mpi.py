@@ -356,10 +356,21 @@ SHARED_NETDEFS = {
             {"InputLayer": "H1", "SourceInputLayer": "H1", "SourceOutputLayer": "H2"},
             {"InputLayer": "Input", "SourceInputLayer": "Input", "SourceOutputLayer": "H2"}]},
         NETDEF["Layers"][4]]},
+    # H1 -> H2 uses Input -> H3's matrix transposed: a sparse input's matrix whose dense user
+    # comes first in the forward order, last in the backward one.
+    "earlier": {**NETDEF, "Layers": [
+        *NETDEF["Layers"][:2],
+        {"Name": "H2", "Kind": "Hidden", "N": 128, "Activation": "Tanh", "SharedWeights": {
+            "InputLayer": "H1", "SourceInputLayer": "Input", "SourceOutputLayer": "H3",
+            "Transposed": True}},
+        {"Name": "H3", "Kind": "Hidden", "N": 37, "Source": ["Input", "H2"],
+         "Activation": "RELU"},
+        {**NETDEF["Layers"][4], "Source": "H3"}]},
 }
 SHARED_LAYOUTS = {  # (owner, sharer) of every share, as spec 7 splits them
     "tied": [(shard.COLS, shard.ROWS), (shard.ROWS, shard.COLS)],
     "untransposed": [(shard.ROWS, shard.ROWS)] * 2,
+    "earlier": [(shard.ROWS, shard.COLS)],
 }
 
 
@@ -375,7 +386,8 @@ def shared_single(data, tmp_path_factory):
     return trained
 
 
-@pytest.mark.parametrize("case, ranks", [("tied", 2), ("tied", 3), ("untransposed", 3)])
+@pytest.mark.parametrize("case, ranks", [("tied", 2), ("tied", 3), ("untransposed", 3),
+                                         ("earlier", 2)])
 def test_ranks_train_shared_weights_as_one_process_does(data, shared_single, tmp_path, case,
                                                         ranks):
     """Both connections' gradients add up in the owner's block on each rank (no collective
