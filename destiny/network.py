@@ -170,6 +170,10 @@ class Network:
                 owner = by_pair[(share.source_input_layer, share.source_output_layer)]
                 c.owner, c.transposed = owner, share.transposed
                 owner.sharing += 1
+                if c.transposed and c.source.kind == LayerKind.Input:
+                    # (refused here, as every rank builds the network, not in a forward pass)
+                    raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed "
+                                      "shared matrix cannot read a sparse input layer.")
 
     def _forward_order(self) -> list[str]:
         """Layers by longest distance from an input (sources and skips count; spec 3.4)."""
@@ -433,7 +437,6 @@ class Network:
         source = c.source
         if source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(source.name)
-            _refuse_transposed_input(c)
             self.backend.sparse_fc_forward(out, indptr, indices, values, c.owner.W, c.b)
             if q != 1.0 and len(values) == 0:
                 self.backend.scale(out, q)  # DSSTNE's boolean fast path scales the bias too
@@ -463,7 +466,6 @@ class Network:
         out = kb.empty((B, c.dest.n), self.dtype)
         if c.source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(c.source.name)
-            _refuse_transposed_input(c)
             kb.sparse_fc_forward(out, indptr, indices, values, c.owner.W,
                                  kb.zeros(c.dest.n, self.dtype))
             if q != 1.0 and len(values) == 0:
@@ -792,12 +794,6 @@ class Network:
             found = [k for k in self.comm.allgather(bad) if k is not None]
             bad = min(found) if found else None
         return None if bad is None else self.connections[bad].dest.name
-
-
-def _refuse_transposed_input(c: Connection) -> None:
-    if c.transposed:
-        raise NetDefError(f"Layers[{c.dest.index}].SharedWeights", "a transposed shared "
-                          "matrix cannot read a sparse input layer.")
 
 
 def softmax_row_stats(parts: np.ndarray) -> np.ndarray:

@@ -333,6 +333,26 @@ def test_unsplittable_definition_is_refused_once(data, tmp_path):
     assert os.listdir(tmp_path) == ["shared.json"]
 
 
+def test_transposed_share_of_a_sparse_input_is_refused_once(data, tmp_path):
+    # Input -> H1 uses H3 -> Output's matrix transposed (split by its rows: it would pass
+    # check_splittable): refused as the network is built, before any collective, naming the
+    # file, once (it was refused by each rank's first forward pass, which then aborted).
+    netdef = json.loads(json.dumps(NETDEF))
+    netdef["Layers"][1]["SharedWeights"] = {"InputLayer": "Input", "SourceInputLayer": "H3",
+                                            "SourceOutputLayer": "Output", "Transposed": True}
+    netdef["Layers"][3] = {**netdef["Layers"][3], "N": 37, "Source": "H1", "Skip": []}
+    netdef["Layers"][4]["Source"] = "H3"
+    (tmp_path / "shared.json").write_text(json.dumps(netdef))
+    for ranks in (1, 2):
+        done = train(data, tmp_path / "gl.nc", ranks=ranks,
+                     config=tmp_path / "shared.json")
+        assert done.returncode == 1
+        assert errors(done) == [f"Error: {tmp_path / 'shared.json'}: Layers[1].SharedWeights: "
+                                "a transposed shared matrix cannot read a sparse input layer."]
+        assert "Abort" not in done.stderr.decode()
+        assert os.listdir(tmp_path) == ["shared.json"]
+
+
 # Shared matrices (spec 3.14) split across the ranks: each rank uses its block of the owner's
 # matrix for every connection sharing it. "tied" is a tied-weights autoencoder, 128 -> 37 -> 23
 # -> 37 -> 128, whose decoder uses the encoder's matrices transposed: Input -> H1's, split by
