@@ -41,6 +41,7 @@ from destiny.kernels.counter_rng import stream_key
 from destiny.kernels.reference.optim import LAZY_MODES
 from destiny.netdef import Activation, LayerDef, LayerKind, NetworkDef
 from destiny.parallel import Comm, unit_counts, unit_range
+from destiny.sparse import column_range
 
 CSR = tuple  # (indptr int64, indices int32, values float32 or empty)
 
@@ -230,11 +231,19 @@ class Network:
         return hi - lo
 
     def input_columns(self, name: str) -> tuple[int, int]:
-        """The feature columns of input layer ``name`` this rank needs: its own units when
-        every matrix out of the layer is split by rows, else all of them."""
+        """The feature columns of input layer ``name`` this rank holds: its own units when
+        every matrix out of the layer is split by rows, else all of them (a matrix split by
+        rows beside one split otherwise reads its own share of them: ``_own_columns``)."""
         if all(c.layout == shard.ROWS for c in self.outgoing[name]):
             return self.units[name]
         return 0, self.layers[name].n
+
+    def _reads_own_columns(self, c: Connection | None) -> bool:
+        """Whether connection ``c`` out of an input layer reads this rank's own columns of a
+        batch that holds all of them: a ``ROWS`` matrix beside one split otherwise (the
+        input is split both ways, ``input_columns``); then ``_input_of`` filters them."""
+        return (c is not None and c.layout == shard.ROWS
+                and self.input_columns(c.source.name) != self.units[c.source.name])
 
     # -- buffers --------------------------------------------------------------------------
 
@@ -465,7 +474,7 @@ class Network:
         kb = self.backend
         out = kb.empty((B, c.dest.n), self.dtype)
         if c.source.kind == LayerKind.Input:
-            (indptr, indices, values), q = self._input_of(c.source.name)
+            (indptr, indices, values), q = self._input_of(c.source.name, c)
             kb.sparse_fc_forward(out, indptr, indices, values, c.owner.W,
                                  kb.zeros(c.dest.n, self.dtype))
             if q != 1.0 and len(values) == 0:
@@ -502,13 +511,17 @@ class Network:
         mine = self.comm.reduce_scatter_columns(self.to_host(partial), self.counts[name])
         return self.backend.to_device(np.ascontiguousarray(mine))
 
-    def _input_of(self, name: str) -> tuple[CSR, float]:
-        """The batch of an input layer as the forward pass sees it, and q (1: no denoising).
+    def _input_of(self, name: str, c: Connection | None = None) -> tuple[CSR, float]:
+        """The batch of an input layer as the forward pass sees it, and q (1: no denoising);
+        as connection ``c`` reads it where that is this rank's own columns of a batch holding
+        all of them (``_reads_own_columns``).
 
         Made once per batch: every product, skip and weight gradient of the layer reads the
         same arrays. The analog denoised values scaled by q are a copy, which stays alive
         until the next ``forward`` (a gradient left pending for ``update`` reads it).
         """
+        if self._reads_own_columns(c):
+            return self._own_columns(name)
         found = self._inputs.get(name)
         if found is not None:
             return found
@@ -525,14 +538,36 @@ class Network:
         self._inputs[name] = found
         return found
 
-    def _gradient_input(self, name: str) -> CSR:
-        """The batch of an input layer as its weight gradients read it: ``_input_of``'s, but
-        denoised Boolean data's entries count q each, an array of q made once per batch (kept
-        alive, as ``_input_of``'s copies are, by a gradient left pending for ``update``)."""
-        key = ("gradient", name)
+    def _own_columns(self, name: str) -> tuple[CSR, float]:
+        """``_input_of(name)``'s batch, denoised and scaled alike, in this rank's own columns
+        of the input only, their indices re-based to them (``_columns``'s shard): what a
+        ``ROWS`` matrix beside one split otherwise reads. Made once per batch.
+
+        Filtered on the host from the batch that holds all columns, rather than holding a
+        second copy of the data (and of each epoch's denoised data) in these columns alone: a
+        batch's entries are a few bytes each, fewer than the activations that the split
+        network's collectives take through the host every step anyway, and the filter is one
+        pass over them (``column_range``); the cpu's arrays are the host's, not copied."""
+        key = ("own", name)
         found = self._inputs.get(key)
         if found is None:
             (indptr, indices, values), q = self._input_of(name)
+            kb = self.backend
+            own = column_range(kb.to_host(indptr), kb.to_host(indices), kb.to_host(values),
+                               *self.units[name])
+            found = self._inputs[key] = (tuple(kb.to_device(np.ascontiguousarray(a))
+                                               for a in own), q)
+        return found
+
+    def _gradient_input(self, name: str, c: Connection | None = None) -> CSR:
+        """The batch of an input layer as its weight gradients read it (as connection ``c``
+        reads it, ``_input_of``): ``_input_of``'s, but denoised Boolean data's entries count
+        q each, an array of q made once per batch (kept alive, as ``_input_of``'s copies are,
+        by a gradient left pending for ``update``)."""
+        key = ("gradient", name, self._reads_own_columns(c))
+        found = self._inputs.get(key)
+        if found is None:
+            (indptr, indices, values), q = self._input_of(name, c)
             if len(values) == 0 and q != 1.0:
                 values = self.backend.empty(len(indices), self.dtype)
                 self.backend.fill(values, q)
@@ -642,7 +677,7 @@ class Network:
                 kb.copy(c.gb.reshape(1, -1), self.incoming[name][0].gb.reshape(1, -1))
             delta = self._full_delta(name, B) if c.layout == shard.ROWS else dZ
             if c.source.kind == LayerKind.Input:
-                indptr, indices, values = self._gradient_input(c.source.name)
+                indptr, indices, values = self._gradient_input(c.source.name, c)
                 if owner.current is not None and owner.sharing == 1:
                     owner.pending = (indptr, indices, values, delta, scale)  # see update
                 else:

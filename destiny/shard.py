@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from destiny.errors import NetDefError
-from destiny.netdef import LayerKind, NetworkDef
+from destiny.netdef import NetworkDef
 from destiny.parallel import Comm, agree, failure_message
 from destiny.wording import counted
 
@@ -59,7 +59,6 @@ def check_splittable(netdef: NetworkDef, size: int) -> None:
                               f"{counted(layer.n, 'unit')}, fewer than the {size} MPI ranks "
                               "that would each hold some of them; run on at most "
                               f"{counted(layer.n, 'rank')}, or {_UNSPLIT}.")
-    _check_input_layouts(netdef)
 
 
 def _check_shares_aligned(netdef: NetworkDef, layer, path: str) -> None:
@@ -85,27 +84,6 @@ def _check_shares_aligned(netdef: NetworkDef, layer, path: str) -> None:
             "would need another block of the matrix than the one it holds; it splits a "
             "transposed share only where one side has at most two thirds of the other's "
             f"units. Change the layers' sizes, give them their own weights, or {_UNSPLIT}.")
-
-
-def _check_input_layouts(netdef: NetworkDef) -> None:
-    """Refuse an input layer that feeds one matrix split by its units and another split by
-    the destination's: a rank would need the whole input for the second and its own share of
-    it for the first, and reads one of them (``Network.input_columns``)."""
-    for layer in netdef.layers:
-        if layer.kind != LayerKind.Input:
-            continue
-        fed = [dest for dest in netdef.layers if layer.name in dest.sources]
-        by_layout = {layout(layer.n, dest.n, 2): dest for dest in fed}
-        if len(by_layout) > 1:
-            rows, cols = by_layout[ROWS], by_layout[COLS]
-            later = max(rows, cols, key=lambda d: d.index)
-            raise NetDefError(
-                f"Layers[{later.index}].Source", f"the input layer {layer.name!r} ({layer.n} "
-                f"units) feeds {rows.name!r} ({rows.n} units), whose weights Destiny splits "
-                f"across MPI ranks by the input's units, and {cols.name!r} ({cols.n} units), "
-                "whose weights it splits by their own units (the larger side decides, spec "
-                "7); it does not split one input layer both ways. Give both layers more than "
-                f"two thirds of the input's units, or both fewer, or {_UNSPLIT}.")
 
 
 class Part:

@@ -651,3 +651,18 @@ def test_a_network_replaced_as_the_ranks_read_it_is_refused(model, tmp_path, spl
                          "so the processes may have read parts of two networks; nothing was "
                          "predicted. Run predict again once that run is done."), line
     assert os.listdir(out.parent) == []
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_split_input_feeding_a_narrow_and_a_wide_layer_as_one_process(model, tmp_path,  # noqa: F811
+                                                                      n):
+    """The input feeds the hidden layer of 37 units (its matrix split by the input's units)
+    and one of 128 (split by their own): each rank holds every feature of a batch and takes
+    its own share for the narrow layer's product."""
+    netdef = movielens_netdef(37)
+    netdef["Layers"].insert(2, {"Name": "Wide", "Kind": "Hidden", "Type": "FullyConnected",
+                                "N": 128, "Source": "Input", "Activation": "Sigmoid"})
+    netdef["Layers"][3]["Source"] = ["Hidden", "Wide"]
+    trained_beside(model, tmp_path, netdef, epochs=1)
+    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])

@@ -287,22 +287,37 @@ def test_a_share_whose_blocks_differ_is_refused():
         Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
 
 
-def test_an_input_split_both_ways_is_refused():
+def test_an_input_split_both_ways_reads_all_columns_and_its_own_for_the_rows_matrix():
     """An input feeding a narrow layer (its matrix split by the input's units) and a wide one
-    (split by the layer's own) gave wrong products on every rank: refused, with the path."""
-    from destiny.errors import NetDefError
+    (split by the layer's own): a rank holds every column, and the narrow layer's product and
+    gradient read its own share of the batch, denoised and scaled alike, indices re-based to
+    its block of rows. (Training and predicting with it: tests/test_*_mpi.py.)"""
+    from destiny.network import Batch
 
     mixed = dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
         NETDEF["Layers"][2], Source=["Hidden", "Input"])])  # Input -> Output: 300 -> 250, cols
     netdef = parse_netdef(mixed)
-    Network(netdef, get_backend("cpu"))  # one process: fine
-    with pytest.raises(NetDefError, match=r"Layers\[2\]\.Source: the input layer 'Input' \(300 "
-                                          r"units\) feeds 'Hidden' \(20 units\).*'Output' "
-                                          r"\(250 units\)"):
-        Network(netdef, get_backend("cpu"), comm=FakeComm(0, 2))
+    net = Network(netdef, get_backend("cpu"), comm=FakeComm(1, 2))
+    rows, cols = net.outgoing["Input"]
+    assert (rows.layout, cols.layout) == (shard.ROWS, shard.COLS)
+    assert net.input_columns("Input") == (0, 300) and rows.rows == (150, 300)
+    batch = (np.array([0, 3, 5]), np.array([2, 151, 299, 149, 150], dtype=np.int32),
+             np.array([1.0, 2.0, 3.0, 4.0, 5.0], dtype=np.float32))
+    net._batch, net._inputs = Batch(size=2, inputs={"Input": batch}), {}
+    for denoise, q in (({}, 1.0), ({"Input": (batch, 2.0)}, 2.0)):
+        net._denoise, net._inputs = denoise, {}
+        assert net._input_of("Input", cols)[0] is net._input_of("Input")[0]
+        (indptr, indices, values), got_q = net._input_of("Input", rows)
+        assert got_q == q
+        np.testing.assert_array_equal(indptr, [0, 2, 3])
+        np.testing.assert_array_equal(indices, [1, 149, 0])
+        np.testing.assert_array_equal(values, q * np.array([2.0, 3.0, 5.0]))
+        assert net._gradient_input("Input", rows)[1] is indices
     alike = dict(NETDEF, Layers=[*NETDEF["Layers"][:2], dict(
         NETDEF["Layers"][2], N=150, Source=["Hidden", "Input"])])  # 300 -> 150: rows too
-    Network(parse_netdef(alike), get_backend("cpu"), comm=FakeComm(1, 2))
+    net = Network(parse_netdef(alike), get_backend("cpu"), comm=FakeComm(1, 2))
+    assert net.input_columns("Input") == (150, 300)
+    assert not any(net._reads_own_columns(c) for c in net.outgoing["Input"])
 
 
 def test_a_layer_with_fewer_units_than_ranks_is_refused():

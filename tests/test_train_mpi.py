@@ -815,3 +815,26 @@ def test_a_nan_in_one_ranks_block_is_refused_as_one_process_refuses_it(
     assert f"the variable {variable!r} holds 1 value that is not finite" in message
     assert errors(split) == [message.replace("Error: ", "Error: rank 1 of 2: ", 1)]
     assert sorted(os.listdir(tmp_path)) == ["gl.nc1.nc"]
+
+
+@pytest.mark.parametrize("ranks, optimizer", [(2, "rmsprop"), (3, "adam")])
+def test_ranks_train_an_input_split_both_ways_as_one_process(data, tmp_path, ranks, optimizer):
+    """The input feeds a narrow layer (37 units: its matrix split by the input's units) and a
+    wide one (100, more than two thirds of the input's: split by their own), and the output
+    adds it (Skip): every rank holds all the input's columns and takes its own share of each
+    batch, denoised, for the narrow layer's product and gradient (RMSProp: the rows it
+    updates lazily). Split or not, the same network."""
+    (width,) = dataset_widths(data / "gl_input.nc").values()
+    assert [shard.layout(width, n, ranks) for n in (37, 100)] == [shard.ROWS, shard.COLS]
+    netdef = {**NETDEF, "Layers": [
+        NETDEF["Layers"][0],
+        {"Name": "Narrow", "Kind": "Hidden", "N": 37, "Source": "Input",
+         "Activation": "Sigmoid", "pDropout": 0.1},
+        {"Name": "Wide", "Kind": "Hidden", "N": 100, "Source": "Input", "Activation": "Tanh"},
+        {**NETDEF["Layers"][4], "Source": ["Wide", "Narrow"], "Skip": "Input"}]}
+    (tmp_path / "both.json").write_text(json.dumps(netdef))
+    for name, n in (("one", 1), ("many", ranks)):
+        done = train(data, tmp_path / f"{name}.nc", "-e", "2", "--optimizer", optimizer,
+                     "--checkpoint-every", "0", ranks=n, config=tmp_path / "both.json")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
