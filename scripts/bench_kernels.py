@@ -12,9 +12,11 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
 * ``sparse_add``: a Skip from the Input layer into the output layer (spec 3.16), the batch's
   entries added to the 256 x 27,392 sum, which is rewritten before each call (the output
   layer's product has just written it in a real step);
-* ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy);
+* ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy of a
+  Sigmoid output, CrossEntropy of a SoftMax output);
 * ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024;
-* ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass;
+* ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass, and
+  a SoftMax output's (a row's maximum, an exp per unit, the row sum);
 * ``top_k``: the 100 best of 256 x 27,392 scores, with and without the batch's own items
   filtered out (as ``predict`` does), and ``top_k_activated`` (the same from the output
   layer's pre-activations, the Sigmoid evaluated on the candidates only) beside the Sigmoid
@@ -140,24 +142,29 @@ def skip_case(batch_csr, rng) -> Case:
                 prepare=prepare)
 
 
-def loss_case(batch_csr, rng, err_fn, smce) -> Case:
+def loss_case(batch_csr, rng, err_fn, smce, act=codes.SIGMOID) -> Case:
     indptr, indices, values = batch_csr
     B = len(indptr) - 1
     # Early training: the output bias of -10.2 (benchmark.json) keeps most a near 4e-5; the
     # spread puts some units above any SMCE zeroTarget and listed units on both sides.
     z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
     a = np.empty_like(z)
-    cpu_pointwise.activation_forward(a, z, codes.SIGMOID, *NO_ACT_PARAMS)
+    # (SoftMax: the reference's, so that the inputs do not change with the cpu kernel.)
+    (cpu_pointwise if act == codes.SIGMOID else ref_pointwise).activation_forward(
+        a, z, act, *NO_ACT_PARAMS)
     delta = np.empty_like(a)
     weights = np.zeros(0, dtype=np.float32)
     result = np.zeros(1)
 
     def run(backend):
         result[0] = backend.sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn,
-                                              codes.SIGMOID, *NO_ACT_PARAMS, *smce, 1.0, 1.0)
+                                              act, *NO_ACT_PARAMS, *smce, 1.0, 1.0)
         return delta
 
-    name = f"sparse_loss_delta {codes.ERROR_FUNCTION_NAMES[err_fn]} {smce[:2]} {B}x{FEATURES}"
+    name = (f"sparse_loss_delta {codes.ERROR_FUNCTION_NAMES[err_fn]} {smce[:2]} {B}x{FEATURES}"
+            if act == codes.SIGMOID else
+            f"sparse_loss_delta {codes.ACTIVATION_NAMES[act]} "
+            f"{codes.ERROR_FUNCTION_NAMES[err_fn]} {B}x{FEATURES}")
     return Case(name, run, [delta, result], a.nbytes + delta.nbytes)
 
 
@@ -191,6 +198,18 @@ def sigmoid_case(rng, B, split: bool) -> Case:
     name = (f"activation_forward Sigmoid {B}x{FEATURES}" if split
             else f"one-pass Sigmoid {B}x{FEATURES} (NumPy, one thread)")
     return Case(name, run, [a], 2 * a.nbytes)
+
+
+def softmax_case(rng, B) -> Case:
+    """A SoftMax output layer's activation (a row's maximum, an exp per unit, the row sum)."""
+    z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
+    a = np.empty_like(z)
+
+    def run(backend):
+        backend.activation_forward(a, z, codes.SOFTMAX, *NO_ACT_PARAMS)
+        return a
+
+    return Case(f"activation_forward SoftMax {B}x{FEATURES}", run, [a], 2 * a.nbytes)
 
 
 def top_k_case(batch_csr, rng, k: int, filtered: bool) -> Case:
@@ -420,10 +439,12 @@ def main(argv=None) -> int:
              loss_case(batch_csr, rng, codes.SMCE, SMCE_BENCHMARK),
              loss_case(batch_csr, rng, codes.SMCE, SMCE_DEFAULT),
              loss_case(batch_csr, rng, codes.CROSS_ENTROPY, SMCE_DEFAULT),
+             loss_case(batch_csr, rng, codes.CROSS_ENTROPY, SMCE_DEFAULT, codes.SOFTMAX),
              backward_case(rng, args.batch, codes.SIGMOID),
              backward_case(rng, args.batch, codes.TANH),
              sigmoid_case(rng, args.batch, split=True),
              sigmoid_case(rng, args.batch, split=False),
+             softmax_case(rng, args.batch),
              top_k_case(batch_csr, rng, 100, filtered=True),
              top_k_case(batch_csr, rng, 100, filtered=False),
              top_k_activated_case(batch_csr, rng, 100, fused=True),
