@@ -7,7 +7,7 @@ from numba import njit
 
 from destiny.kernels import codes
 from destiny.kernels.cpu import pointwise
-from destiny.kernels.cpu.vecmath import LOOP_FLAGS, log1m32, sigmoid32
+from destiny.kernels.cpu.vecmath import LOOP_FLAGS, exp_shifted32, log1m32, sigmoid32
 
 
 @njit(**LOOP_FLAGS)
@@ -20,6 +20,12 @@ def _sigmoid_all(out, x):
 def _log1m_all(out, a):
     for j in range(len(a)):
         out[j] = log1m32(a[j])
+
+
+@njit(**LOOP_FLAGS)
+def _exp_shifted_all(out, z, m):
+    for j in range(len(z)):
+        out[j] = exp_shifted32(z[j], m)
 
 
 def _ulps(got, want):
@@ -54,6 +60,23 @@ def test_sigmoid32_special_values():
     _sigmoid_all(got, x)
     assert np.isnan(got[0])
     np.testing.assert_array_equal(got[1:], [1.0, 0.0, 0.5, 0.5, 1.0, 0.0, 0.5])
+
+
+@pytest.mark.parametrize("m", [0.0, 3.7, -1000.0, 1000.0])
+def test_exp_shifted32_within_two_ulps_whatever_the_shift(m):
+    """SoftMax's exp(z - m): the float32 difference's rounding (large when |z - m| is) is
+    compensated; the normal results within 2 ulps, the subnormal tail computed, below it 0."""
+    m = np.float32(m)
+    z = (m - np.linspace(0, 110, 2_000_001)).astype(np.float32)
+    got = np.empty_like(z)
+    _exp_shifted_all(got, z, m)
+    want = np.exp(z.astype(np.float64) - np.float64(m)).astype(np.float32)
+    normal = want >= np.finfo(np.float32).tiny
+    assert _ulps(got[normal], want[normal]).max() <= 2
+    assert np.abs(got[~normal] - want[~normal]).max() <= 2 * 2.0 ** -149
+    special = np.array([np.nan, -np.inf], np.float32)
+    _exp_shifted_all(got[:2], special, m)
+    assert np.isnan(got[0]) and got[1] == 0.0
 
 
 def test_log1m32_within_two_ulps_on_every_scale_of_a():

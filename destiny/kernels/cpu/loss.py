@@ -216,6 +216,8 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
     if not ignore_zero and _sigmoid_fast_path_applies(delta, err_fn, act):
         return _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, int(err_fn), prm,
                                     float(boost_one), float(boost_zero), boosting)
+    if _softmax_fast_path_applies(delta, a, err_fn, act):
+        return float(_softmax_ce_kernel(delta, a, indptr, indices, weights))
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
                                 prm, float(boost_one), float(boost_zero), boosting,
                                 bool(ignore_zero)))
@@ -381,6 +383,74 @@ def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, z
         err += _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm)
         if boosting:
             _boost_row(drow, indices, lo, hi, boost_one, boost_zero)
+        w = 1.0 if len(weights) == 0 else np.float64(weights[r])
+        _scale_row(drow, w)
+        row_err[r] = w * err
+    return row_err.sum()
+
+
+# --- SoftMax output with CrossEntropy: a recommender over the whole catalogue ----------------
+#
+# A zero target's error is -0 * log(a) and its pre-delta -0 (spec 5.5), and a listed unit's
+# target is 1 / n (spec 6.6): its pre-delta is p = float32(-1 / n), the same for every listed
+# unit of the row. The generic kernel still takes a scalar log of every unit and sums the row's
+# pre-deltas in float64 one after the other (both latency-bound). Here the row's sum is
+# u * float64(p), u the row's distinct listed units, which is what the sequential float64 sum of
+# u copies of a float32 p gives exactly (u < 2**29); then delta = -(a * sum) in one vectorised
+# pass, and the listed units are overwritten with p - a * sum. The result is the generic
+# kernel's bit for bit (float32 only; float64, the gradient checks, keeps the generic kernel),
+# save for an a holding NaN or inf at an unlisted unit: its -0 * log(a) made the error NaN.
+# DeltaBoost does not apply to SoftMax (spec 3.11).
+
+
+def _softmax_fast_path_applies(delta, a, err_fn, act):
+    return (act == SOFTMAX and err_fn == CROSS_ENTROPY and delta.ndim == 2
+            and delta.dtype == np.float32 and a.dtype == np.float32)
+
+
+@njit(cache=True)
+def _distinct_listed(drow, indices, lo, hi):
+    """The number of distinct indices in ``indices[lo:hi]`` (``drow`` is scratch: zeroed)."""
+    increasing = True
+    for k in range(lo + 1, hi):
+        if indices[k] <= indices[k - 1]:
+            increasing = False
+            break
+    if increasing:
+        return hi - lo
+    drow[:] = 0.0
+    distinct = 0
+    for k in range(lo, hi):
+        if drow[indices[k]] == 0.0:
+            drow[indices[k]] = 1.0
+            distinct += 1
+    return distinct
+
+
+@njit(cache=True)
+def _scaled_negative_row(drow, arow, total):
+    """``drow = -(a * total)``: a zero target's ``p - a * total`` with ``p = -0``."""
+    for j in range(len(arow)):
+        drow[j] = -(np.float64(arow[j]) * total)
+
+
+@njit(cache=True, parallel=True)
+def _softmax_ce_kernel(delta, a, indptr, indices, weights):
+    n_rows = a.shape[0]
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        drow, arow = delta[r], a[r]
+        lo, hi = indptr[r], indptr[r + 1]
+        t = 1.0 / (hi - lo) if hi > lo else 0.0
+        p = np.float64(np.float32(-t))  # the pre-delta as the generic kernel stores it
+        err = 0.0
+        for k in range(lo, hi):  # (an index listed twice counts twice, as in the generic one)
+            err += -t * _log(np.float64(arow[indices[k]]))
+        total = 0.0 + _distinct_listed(drow, indices, lo, hi) * p  # (+0, as the sum starts)
+        _scaled_negative_row(drow, arow, total)
+        for k in range(lo, hi):
+            j = indices[k]
+            drow[j] = p - np.float64(arow[j]) * total
         w = 1.0 if len(weights) == 0 else np.float64(weights[r])
         _scale_row(drow, w)
         row_err[r] = w * err

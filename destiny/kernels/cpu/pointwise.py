@@ -23,7 +23,7 @@ from destiny.kernels.codes import (ELU, LINEAR, LRELU, RELU, SELU, SIGMOID, SOFT
                                    SOFTSIGN, TANH)
 from destiny.kernels.cpu.dense import column_block_sums
 from destiny.kernels.cpu.rng import uniform
-from destiny.kernels.cpu.vecmath import LOOP_FLAGS, sigmoid32
+from destiny.kernels.cpu.vecmath import LOOP_FLAGS, exp_shifted32, sigmoid32
 
 
 @njit(cache=True)
@@ -62,7 +62,8 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
     A float32 Sigmoid is one vectorised numba pass (``vecmath.sigmoid32``, with the bias added
     in float32 as ``add_bias`` would). Tanh, and a float64 Sigmoid, go through NumPy's SIMD
     ``exp``/``tanh`` (5x faster here than a scalar loop, which LLVM cannot vectorise without
-    SVML), several passes; the others use the numba kernel. The bias goes into the first pass:
+    SVML), several passes. A float32 SoftMax is ``_softmax32_rows`` (vectorised passes over each
+    row); the others use the numba kernel. The bias goes into the first pass:
     the Sigmoid's first pass computes (-b) - z, which is -(z + b) exactly (rounding to nearest
     is symmetric), so the result is the same bit for bit as ``add_bias`` followed by the
     activation, one pass over the batch fewer.
@@ -80,6 +81,9 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
             in_row_blocks(lambda a_, z_: _numpy_sigmoid(a_, z_, minus_b), a, z)
         else:
             in_row_blocks(_numpy_sigmoid, a, z)
+    elif act == SOFTMAX and a.dtype == np.float32 and z.dtype == np.float32:
+        in_place = a.ctypes.data == z.ctypes.data and a.strides == z.strides
+        _softmax32_rows(a, z, bias if has_bias else z[:0, 0], in_place)
     elif act == TANH:
         if has_bias:
             in_row_blocks(lambda a_, z_: np.tanh(np.add(z_, bias, out=a_), out=a_), a, z)
@@ -87,6 +91,73 @@ def activation_forward(a, z, act, slope, alpha, lam, bias=None):
             in_row_blocks(np.tanh, z, a)
     else:
         _activation_forward(a, z, act, slope, alpha, lam, bias if has_bias else z[:0, 0])
+
+
+# A float32 SoftMax: the row's maximum, exp(z - m) and the row's float64 sum, each one
+# vectorised loop over the row while it is in cache (the generic kernel's scalar libm exp per
+# unit took 14x the time of one copy of the batch; docs/benchmarks.md). Same order of
+# operations as the generic kernel (the exp stored in float32, scaled by the float64 sum), but
+# exp from ``vecmath.exp_shifted32`` (within 2 units in the last place of float32), the sum
+# reassociated (partial sums, an order fixed by the code) and a multiplication by 1 / sum.
+
+
+@njit(cache=True)
+def _row_max32(z):
+    """The row's maximum (float32), found as the maximum of the floats' bits mapped to ordered
+    integers (LLVM vectorises an integer maximum, not a float one that must respect NaN). With
+    a NaN in the row it may be the NaN or a number: the NaN then reaches the sum through
+    exp_shifted32, and the whole row is NaN all the same."""
+    bits = z.view(np.int32)
+    m = np.int32(-2147483648)
+    for j in range(len(bits)):
+        i = bits[j]
+        m = max(m, i ^ ((i >> 31) & np.int32(0x7FFFFFFF)))
+    return np.int32(m ^ ((m >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _exp_shifted_row(out, z, m):
+    for j in range(len(z)):
+        out[j] = exp_shifted32(z[j], m)
+
+
+@njit(cache=True, fastmath={"reassoc", "nsz"})
+def _row_sum64(row):
+    total = 0.0
+    for j in range(len(row)):
+        total += np.float64(row[j])
+    return total
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _exp_shifted_in_place(row, m):
+    # Its own loop: with one array as both input and output, LLVM's runtime overlap check
+    # fails and the loop runs scalar (see _sigmoid32_in_place).
+    for j in range(len(row)):
+        row[j] = exp_shifted32(row[j], m)
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _scale_row32(row, factor):
+    for j in range(len(row)):
+        row[j] = np.float64(row[j]) * factor
+
+
+@njit(cache=True, parallel=True)
+def _softmax32_rows(a, z, b, in_place):
+    has_bias = len(b) != 0
+    if z.shape[1] == 0:
+        return
+    for r in prange(z.shape[0]):
+        arow, zrow = a[r], z[r]
+        if has_bias:
+            for j in range(len(zrow)):
+                arow[j] = zrow[j] + b[j]  # in float32, as add_bias adds it
+        if has_bias or in_place:
+            _exp_shifted_in_place(arow, _row_max32(arow))
+        else:
+            _exp_shifted_row(arow, zrow, _row_max32(zrow))
+        _scale_row32(arow, 1.0 / _row_sum64(arow))
 
 
 def _numpy_sigmoid(a, z, minus_b=None):

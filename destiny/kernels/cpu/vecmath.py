@@ -56,6 +56,24 @@ def _exp_nonpositive(x):
 
 
 @njit(cache=True, inline="always", **LOOP_FLAGS)
+def exp_shifted32(z, m):
+    """``exp(z - m)`` for float32 ``z <= m`` (``m`` a SoftMax row's maximum); NaN stays NaN,
+    results below the float32 range give 0.
+
+    z - m rounds in float32 (by up to half a unit of the difference: for z - m = -40, 1e-6 of
+    the result); its rounding error, recovered exactly by TwoSum, goes back in as the
+    first-order factor 1 + err, so the result is within ``_exp_nonpositive``'s accuracy of the
+    exact exp(z - m).
+    """
+    x = z - m
+    v = x - z
+    err = (z - (x - v)) + (-m - v)  # TwoSum: x + err = z - m exactly
+    e = _exp_nonpositive(max(x, _EXP_ARG_MIN))
+    e = e + e * err if x > _EXP_ARG_MIN else e  # (z = -inf: err is NaN, e is 0)
+    return x if x != x else e
+
+
+@njit(cache=True, inline="always", **LOOP_FLAGS)
 def sigmoid32(x):
     """``1 / (1 + exp(-x))`` for float32 ``x``; NaN stays NaN, +-inf give 1 and 0.
 
