@@ -571,8 +571,8 @@ class Network:
             if len(values) == 0 and q != 1.0:
                 values = self.backend.empty(len(indices), self.dtype)
                 self.backend.fill(values, q)
-            found = self._inputs[key] = (indptr, indices, values), q
-        return found[0]
+            found = self._inputs[key] = (indptr, indices, values)
+        return found
 
     # -- loss and backward ----------------------------------------------------------------
 
