@@ -283,6 +283,36 @@ def test_softmax_loss_split_by_columns_with_repeated_targets_is_this_backends_wh
         np.testing.assert_allclose(delta, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("ignore_zero", [False, True])
+def test_cpu_split_softmax_cross_entropy_is_the_generic_kernels_bit_for_bit(ignore_zero):
+    """The cpu's float32 SoftMax CrossEntropy partials (no log per unit) store the generic
+    kernel's pre-deltas, row sums and error exactly: rows with repeated and unsorted targets,
+    an empty row, weights, and counts over more units than this block holds."""
+    from destiny.kernels.cpu import loss as cpu_loss
+
+    rng = np.random.default_rng(77)
+    a = activate("reference", rng.normal(scale=2.0, size=(6, 50)).astype(np.float32),
+                 codes.SOFTMAX)
+    indptr = np.array([0, 3, 3, 8, 9, 12, 20], np.int64)
+    indices = np.array([4, 1, 4, 0, 9, 2, 7, 9, 49, 30, 10, 20, *range(40, 48)], np.int32)
+    counts = np.diff(indptr) + np.array([2, 0, 5, 1, 0, 3])
+    weights = rng.uniform(0.5, 2.0, size=6).astype(np.float32)
+    p = SMCE_PARAMS
+    for w, n in itertools.product([weights, weights[:0]], [counts, counts[:0]]):
+        got, want = np.full_like(a, np.nan), np.full_like(a, np.nan)
+        got_sums, want_sums = np.full(6, np.nan), np.full(6, np.nan)
+        error = cpu_loss.softmax_loss_partials(
+            got, got_sums, a, indptr, indices, np.zeros(0, np.float32), w, n,
+            codes.CROSS_ENTROPY, *p.values(), 1.0, 1.0, ignore_zero)
+        prm = cpu_loss._params(0.0, 0.0, 0.0, *p.values())
+        expected = cpu_loss._softmax_partials_kernel(
+            want, want_sums, a, indptr, indices, np.zeros(0, np.float32), w, n,
+            codes.CROSS_ENTROPY, prm, ignore_zero)
+        assert error == expected
+        np.testing.assert_array_equal(got_sums, want_sums)
+        np.testing.assert_array_equal(got, want)
+
+
 def _softmax_loss_in_blocks(loss, blocks, a, targets, weights, counts, err_fn, boost,
                             ignore_zero):
     """(error, delta) of SoftMax rows ``a`` split by columns into ``blocks`` (lo, hi), as the

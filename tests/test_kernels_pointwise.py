@@ -133,6 +133,37 @@ def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
         np.testing.assert_array_equal(g, dz[0])
 
 
+def test_cpu_split_softmax_float32_in_place_or_not_is_the_reference_on_wide_rows():
+    """The cpu's float32 split SoftMax (vectorised exp, as its one-pass SoftMax) on rows as
+    wide as a catalogue's share, in two blocks: the reference's activations within 2e-6, the
+    same bits whether ``a`` is ``z`` or not, and one process's vectorised SoftMax within 2e-6."""
+    from destiny.network import softmax_row_stats
+
+    kernels = BACKENDS["cpu"]
+    rng = np.random.default_rng(8)
+    z = random_pre_activations(rng, (5, 3001))
+    z[2] -= 400
+    z[3, 1500:] = -np.inf  # (the second block's units of a row all -inf)
+    blocks = column_blocks(3001, 2)
+    stats = []
+    for lo, hi in blocks:
+        stats.append(np.full((5, 2), np.nan))
+        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    whole = softmax_row_stats(np.hstack(stats))
+    apart, in_place = np.full_like(z, np.nan), z.copy()
+    for lo, hi in blocks:
+        block = np.ascontiguousarray(z[:, lo:hi])
+        out = np.full_like(block, np.nan)
+        kernels.softmax_forward_finish(out, block, whole)
+        kernels.softmax_forward_finish(block, block, whole)
+        apart[:, lo:hi], in_place[:, lo:hi] = out, block
+    np.testing.assert_array_equal(apart, in_place)
+    np.testing.assert_allclose(apart, forward("reference", z, codes.SOFTMAX), rtol=2e-6,
+                               atol=1e-12)
+    np.testing.assert_allclose(apart, forward("cpu", z, codes.SOFTMAX), rtol=2e-6, atol=1e-12)
+    assert (apart <= 1).all()
+
+
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # (NumPy's -inf - -inf)
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_softmax_split_by_columns_keeps_nan_and_minus_infinity_as_the_whole_rows(backend):

@@ -263,6 +263,9 @@ def softmax_loss_partials(delta, sums, a, indptr, indices, values, weights, coun
     check_loss_activation(err_fn, SOFTMAX)
     if np.may_share_memory(delta, a):
         raise ValueError("softmax_loss_partials: delta overlaps a; give delta memory of its own")
+    if _softmax_fast_path_applies(delta, a, err_fn, SOFTMAX):
+        return float(_softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights,
+                                                 counts))
     prm = _params(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
     return float(_softmax_partials_kernel(delta, sums, a, indptr, indices, values, weights,
                                           counts, int(err_fn), prm, bool(ignore_zero)))
@@ -454,6 +457,31 @@ def _softmax_ce_kernel(delta, a, indptr, indices, weights):
         w = 1.0 if len(weights) == 0 else np.float64(weights[r])
         _scale_row(drow, w)
         row_err[r] = w * err
+    return row_err.sum()
+
+
+@njit(cache=True, parallel=True)
+def _softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights, counts):
+    """``_softmax_partials_kernel`` for SoftMax CrossEntropy in float32, as ``_softmax_ce_kernel``
+    computes one process's rows (bit for bit the generic kernel's, save for NaN or inf at an
+    unlisted unit): the pre-deltas are -0 and, at the listed units, p = float32(-1 / n), n the
+    whole row's count; their sum is this rank's distinct listed units times p."""
+    n_rows = a.shape[0]
+    row_err = np.zeros(n_rows, dtype=np.float64)
+    for r in prange(n_rows):
+        drow, arow = delta[r], a[r]
+        lo, hi = indptr[r], indptr[r + 1]
+        count = hi - lo if len(counts) == 0 else counts[r]
+        t = 1.0 / count if count > 0 else 0.0
+        p = np.float64(np.float32(-t))
+        err = 0.0
+        for k in range(lo, hi):
+            err += -t * _log(np.float64(arow[indices[k]]))
+        sums[r] = 0.0 + _distinct_listed(drow, indices, lo, hi) * p
+        drow[:] = -0.0
+        for k in range(lo, hi):
+            drow[indices[k]] = p
+        row_err[r] = err * (1.0 if len(weights) == 0 else np.float64(weights[r]))
     return row_err.sum()
 
 

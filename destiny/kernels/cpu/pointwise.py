@@ -311,12 +311,39 @@ def _activation_backward(dz, da, a, act, slope, alpha, lam, mask):
 
 
 # A SoftMax layer split across MPI ranks: the row's maximum and sum, and its Jacobian product's
-# sum, are added up over the ranks between two kernels (see the reference).
+# sum, are added up over the ranks between two kernels (see the reference). A float32 layer
+# takes the one-process SoftMax's vectorised row passes (``_softmax32_rows``): the generic
+# kernels' scalar libm exp per unit, twice, took 23 ms a step at a rank's half of the
+# benchmark's output (256 x 13,696, one thread), against 1.4 ms for a whole one-process pass
+# there (docs/benchmarks.md).
+
+
+def softmax_forward_partials(stats, z):
+    """``stats[r] = (m, s)``: row r's maximum m and ``sum_j exp(z[r, j] - m)`` (reference).
+
+    For float32 ``z`` the sum is of exp(z - m) rounded to float32 (``exp_shifted32``, within 2
+    units in the last place), added in float64 in an order fixed by the code."""
+    if z.dtype == np.float32 and z.shape[1] != 0:
+        _softmax32_partials(stats, z)
+    else:
+        _softmax_forward_partials(stats, z)
 
 
 @njit(cache=True, parallel=True)
-def softmax_forward_partials(stats, z):
-    """``stats[r] = (m, s)``: row r's maximum m and ``sum_j exp(z[r, j] - m)`` (reference)."""
+def _softmax32_partials(stats, z):
+    for r in prange(z.shape[0]):
+        zrow = z[r]
+        m = _row_max32(zrow)
+        # (the exps go to a row of scratch, in cache, and are summed in a loop of their own:
+        # reassociating the sum in the exp's loop would fold away exp_shifted32's compensation)
+        scratch = np.empty(len(zrow), np.float32)
+        _exp_shifted_row(scratch, zrow, m)
+        stats[r, 0] = m
+        stats[r, 1] = _row_sum64(scratch)
+
+
+@njit(cache=True, parallel=True)
+def _softmax_forward_partials(stats, z):
     for r in prange(z.shape[0]):
         m = -np.inf
         for j in range(z.shape[1]):
@@ -328,10 +355,47 @@ def softmax_forward_partials(stats, z):
         stats[r, 1] = total
 
 
-@njit(cache=True, parallel=True)
 def softmax_forward_finish(a, z, stats):
     """``a = min(1, exp(z - M) / S)`` with ``stats[r] = (M, S)`` (reference); ``a`` may be ``z``.
-    NaN stays NaN (numba's ``min(1.0, nan)`` is 1.0)."""
+    NaN stays NaN (numba's ``min(1.0, nan)`` is 1.0).
+
+    For float32 ``a`` and ``z``: ``exp_shifted32(z, float32(M))`` times 1 / S in float64, then
+    rounded. M is a maximum of float32 ``z`` (``softmax_forward_partials``), so float32(M) is
+    M itself."""
+    if a.dtype == np.float32 and z.dtype == np.float32:
+        _softmax32_finish(a, z, stats, a.ctypes.data == z.ctypes.data and a.strides == z.strides)
+    else:
+        _softmax_forward_finish(a, z, stats)
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _exp_scaled_row(out, z, m, factor):
+    for j in range(len(z)):
+        x = np.float64(exp_shifted32(z[j], m)) * factor
+        out[j] = 1.0 if x > 1.0 else x
+
+
+@njit(cache=True, **LOOP_FLAGS)
+def _exp_scaled_in_place(row, m, factor):
+    # (its own loop, as _exp_shifted_in_place: one array as both sides runs scalar)
+    for j in range(len(row)):
+        x = np.float64(exp_shifted32(row[j], m)) * factor
+        row[j] = 1.0 if x > 1.0 else x
+
+
+@njit(cache=True, parallel=True)
+def _softmax32_finish(a, z, stats, in_place):
+    for r in prange(z.shape[0]):
+        m, total = np.float32(stats[r, 0]), stats[r, 1]
+        factor = 1.0 / total if total != 0.0 else np.inf  # (S = 0: a row all -inf, NaN)
+        if in_place:
+            _exp_scaled_in_place(a[r], m, factor)
+        else:
+            _exp_scaled_row(a[r], z[r], m, factor)
+
+
+@njit(cache=True, parallel=True)
+def _softmax_forward_finish(a, z, stats):
     for r in prange(z.shape[0]):
         m, total = stats[r, 0], stats[r, 1]
         for j in range(z.shape[1]):
