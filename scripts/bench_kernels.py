@@ -14,6 +14,9 @@ times, on those shapes and a batch of synthetic MovieLens-like examples (``desti
   layer's product has just written it in a real step);
 * ``sparse_loss_delta``: the output loss and delta, 256 x 27,392 (SMCE and CrossEntropy of a
   Sigmoid output, CrossEntropy of a SoftMax output);
+* ``softmax_forward_partials`` + ``softmax_forward_finish`` and ``softmax_loss_partials`` +
+  ``softmax_loss_finish``: a SoftMax CrossEntropy output split over two MPI ranks, one rank's
+  half (256 x 13,696), the other half's row numbers computed once beforehand;
 * ``activation_backward``: a hidden layer's Sigmoid / Tanh derivative, 256 x 1024;
 * ``activation_forward``: the output layer's Sigmoid, 256 x 27,392, beside one NumPy pass, and
   a SoftMax output's (a row's maximum, an exp per unit, the row sum);
@@ -212,6 +215,65 @@ def softmax_case(rng, B) -> Case:
     return Case(f"activation_forward SoftMax {B}x{FEATURES}", run, [a], 2 * a.nbytes)
 
 
+def split_softmax_case(rng, B) -> Case:
+    """One rank's share of a SoftMax output split over two MPI ranks (its first half of the
+    units): ``softmax_forward_partials``, the rows' statistics combined with the other half's
+    (computed once by the reference, as the all-gather would bring them), and
+    ``softmax_forward_finish``, as ``Network._softmax_forward`` calls them (in place there;
+    here into an array of its own, so that no copy of the input is timed)."""
+    from destiny.network import softmax_row_stats
+
+    half = FEATURES // 2
+    z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
+    other = np.empty((B, 2))
+    ref_pointwise.softmax_forward_partials(other, z[:, half:])
+    mine = np.ascontiguousarray(z[:, :half])
+    a = np.empty_like(mine)
+    stats = np.empty((B, 2))
+
+    def run(backend):
+        backend.softmax_forward_partials(stats, mine)
+        backend.softmax_forward_finish(a, mine, softmax_row_stats(np.hstack([stats, other])))
+        return a
+
+    return Case(f"softmax_forward_partials+finish {B}x{half} (a rank's half)", run, [a],
+                3 * a.nbytes)
+
+
+def split_softmax_loss_case(batch_csr, rng) -> Case:
+    """One rank's share of a SoftMax CrossEntropy output split over two ranks (its first half
+    of the units and their targets): ``softmax_loss_partials``, the row sums added to the
+    other half's (computed once by the reference), and ``softmax_loss_finish``, as
+    ``Network._softmax_loss`` calls them; the rows' target counts are the whole rows'."""
+    from destiny.sparse import column_range
+
+    indptr, indices, values = batch_csr
+    B, half = len(indptr) - 1, FEATURES // 2
+    z = rng.normal(-8.0, 3.0, size=(B, FEATURES)).astype(np.float32)
+    a = np.empty_like(z)
+    ref_pointwise.activation_forward(a, z, codes.SOFTMAX, *NO_ACT_PARAMS)
+    counts = np.diff(indptr).astype(np.int64)
+    weights = np.zeros(0, dtype=np.float32)
+    rest = (codes.CROSS_ENTROPY, *SMCE_DEFAULT, 1.0, 1.0)
+
+    def share(lo, hi):
+        return (np.ascontiguousarray(a[:, lo:hi]), *column_range(indptr, indices, values, lo, hi),
+                weights, counts, *rest)
+
+    mine, theirs = share(0, half), share(half, FEATURES)
+    other = np.empty(B)
+    ref_loss.softmax_loss_partials(np.empty_like(theirs[0]), other, *theirs)
+    delta, sums, result = np.empty_like(mine[0]), np.empty(B), np.zeros(1)
+
+    def run(backend):
+        result[0] = backend.softmax_loss_partials(delta, sums, *mine)
+        backend.softmax_loss_finish(delta, sums + other, *mine)
+        return delta
+
+    return Case(f"softmax_loss_partials+finish CrossEntropy {B}x{half} (a rank's half)", run,
+                [delta, result], 2 * mine[0].nbytes + delta.nbytes)
+
+
 def top_k_case(batch_csr, rng, k: int, filtered: bool) -> Case:
     """Top-k of the output layer's scores, the batch's own items filtered out or not."""
     indptr, indices, _ = batch_csr
@@ -381,7 +443,7 @@ def check(case: Case) -> bool:
 
 
 def _module(case: Case, backend: str):
-    kind = case.name.split()[0]
+    kind = case.name.split()[0].split("+")[0]
     if kind == "sparse_fc_weight_grad" and "+" in case.name:
         kind = "update_weight_rows"  # the two-call case: its run picks the sparse module
     modules = {"reference": {"sparse_fc_weight_grad": ref_sparse,
@@ -389,12 +451,14 @@ def _module(case: Case, backend: str):
                              "sparse_loss_delta": ref_loss,
                              "activation_backward": ref_pointwise,
                              "activation_forward": ref_pointwise, "top_k": ref_topk,
+                             "softmax_loss_partials": ref_loss,
+                             "softmax_forward_partials": ref_pointwise,
                              "top_k_activated": ref_topk,
                              "update_weights": ref_optim, "update_weight_rows": ref_optim,
                              "sparse_grad_update_rows": ref_optim, "catch_up_rows": ref_optim},
                "cpu": {"sparse_fc_weight_grad": cpu_sparse, "sparse_fc_forward": cpu_sparse,
                        "sparse_add": cpu_sparse,
-                       "sparse_loss_delta": cpu_loss,
+                       "sparse_loss_delta": cpu_loss, "softmax_loss_partials": cpu_loss,
                        "activation_backward": cpu_pointwise, "activation_forward": cpu_pointwise,
                        "top_k": cpu_topk, "top_k_activated": cpu_topk,
                        "update_weights": cpu_optim,
@@ -445,6 +509,8 @@ def main(argv=None) -> int:
              sigmoid_case(rng, args.batch, split=True),
              sigmoid_case(rng, args.batch, split=False),
              softmax_case(rng, args.batch),
+             split_softmax_case(rng, args.batch),
+             split_softmax_loss_case(batch_csr, rng),
              top_k_case(batch_csr, rng, 100, filtered=True),
              top_k_case(batch_csr, rng, 100, filtered=False),
              top_k_activated_case(batch_csr, rng, 100, fused=True),
