@@ -76,7 +76,11 @@ def shell_word(name: str) -> str:
     """A file name (its bytes that are not UTF-8 as surrogate escapes) as one word that bash
     reads back as the same bytes, for a command a message suggests: ``shlex.quote``'s where
     every character is printable; else bash's ``$'...'``, the other bytes as ``\\xNN``
-    escapes (in plain quotes, ``readable``'s \\xff would name a file with a backslash)."""
+    escapes (in plain quotes, ``readable``'s \\xff would name a file with a backslash). A
+    relative name starting with ``-`` gets ``./`` before it, so that the command does not read
+    it as an option."""
+    if name.startswith("-"):
+        name = "./" + name
     if name.isprintable():
         return shlex.quote(name)
     words = []

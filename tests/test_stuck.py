@@ -69,10 +69,10 @@ run_program(command, "command")
 """
 
 
-def run_signalled(how: str, signals=(signal.SIGTERM,), program: str = _PROGRAM, args=(), **env
-                  ) -> subprocess.CompletedProcess:
+def run_signalled(how: str, signals=(signal.SIGTERM,), program: str = _PROGRAM, args=(),
+                  cwd=None, **env) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, "-c", program, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd,
                             env=os.environ | {"HOW": how} | env)
     before = ""  # (what it wrote before "ready")
     while (line := proc.stdout.readline()) != "ready\n":
@@ -133,6 +133,16 @@ def test_the_message_names_the_file_being_read(tmp_path, name):
     pasted = subprocess.run(["bash", "-c", f'ncdump() {{ cat -- "$2"; }}; {command}'],
                             capture_output=True, text=True, env=os.environ | {"HOME": "/"})
     assert (pasted.returncode, pasted.stdout, pasted.stderr) == (0, "the file\n", ""), command
+
+
+def test_a_file_named_like_an_option_is_pasted_as_a_file(tmp_path):
+    """A relative name starting with "-": the suggested ``ncdump -h -x.nc`` read it as
+    options. The command names ./-x.nc."""
+    (tmp_path / "-x.nc").write_text("the file\n")
+    result = run_signalled("reading", cwd=tmp_path, FILE="-x.nc")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert "It was reading -x.nc: check that file (ncdump -h ./-x.nc).\n" in result.stderr, (
+        result.stderr)
 
 
 def test_the_message_names_the_output_being_written(tmp_path):
