@@ -259,6 +259,15 @@ class Predictor:
             raise exc.with_file(network_path) from None
         self.layer = layer
         self.own_units = self.net.units[layer]
+        if len(self.net.inputs) != 1:
+            # DSSTNE's predict binds one dataset, '<-d>_input' (spec 8.2); a second input
+            # layer would have no data, and -r gives one sample file.
+            names = ", ".join(map(repr, self.net.inputs))
+            raise DestinyError(
+                f"{network_path}: the network has {len(self.net.inputs)} input layers "
+                f"({names}), and predict feeds one, from the -r samples, as DSSTNE's predict "
+                "bound one dataset ('<-d>_input', spec 8.2); it scores networks with one Input "
+                "layer only.")
         (input_layer,) = [self.net.layers[n] for n in self.net.inputs]
         if dataset is not None and input_layer.dataset != f"{dataset}_input":
             raise DestinyError(

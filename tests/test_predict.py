@@ -1100,3 +1100,28 @@ def test_ranks_reading_as_many_samples_with_other_features_or_filters_stop():
                                                 rf"{theirs[1]} features and {theirs[2]} filter "
                                                 r"entries, but rank 0 read 2 with 3 and 1; "):
             _check_same_input(TwoRanks(theirs), records, filter_csr)
+
+
+def test_a_network_with_two_input_layers_is_refused_naming_them(tmp_path):
+    """predict feeds one input, the -r samples (DSSTNE's predict bound one dataset,
+    '<-d>_input', spec 8.2): a network trained with a second input layer is refused, naming
+    both (it was a ValueError's traceback)."""
+    from destiny.io.network_file import write_network
+    from destiny.netdef import parse_netdef
+
+    nd = parse_netdef({"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": 4, "DataSet": "gl_input", "Sparse": True},
+        {"Name": "Side", "Kind": "Input", "N": 4, "DataSet": "gl_side", "Sparse": True},
+        {"Name": "Output", "Kind": "Output", "N": 4, "DataSet": "gl_output",
+         "Source": ["Input", "Side"], "Activation": "Linear"}]}).resolve({})
+    write_network(tmp_path / "gl.nc", nd, {0: np.eye(4, dtype=np.float32),
+                                           1: np.eye(4, dtype=np.float32)},
+                  {0: np.zeros(4, np.float32), 1: np.zeros(4, np.float32)})
+    for name in ("features_input", "features_output"):
+        (tmp_path / name).write_text("a\t0\nb\t1\nc\t2\nd\t3\n")
+    (tmp_path / "in.txt").write_text("u1\ta:b\n")
+    out = tmp_path / "recs.txt"
+    result = run(tmp_path, "-r", str(tmp_path / "in.txt"), output=str(out))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "has 2 input layers ('Input', 'Side')" in result.output
+    assert not out.exists()
