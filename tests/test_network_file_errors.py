@@ -542,6 +542,26 @@ def test_a_dsstne_network_skipping_from_the_input_layer_predicts_with_it(tmp_pat
     np.testing.assert_allclose(net.activation("Output", 2), 1 / (1 + np.exp(-x)), rtol=1e-6)
 
 
+def test_an_auto_layer_beside_a_wider_layer_of_its_dataset_reads_back(tmp_path):
+    """An "auto" input layer takes its dataset's width, 19 (spec 3.4), and an output layer of
+    the same dataset may be wider (N=20: Nx >= width binds it). The copy of the definition
+    the file keeps resolved "auto" to the last such layer's N (20), and the network train
+    had just written was called damaged."""
+    from destiny.fit import fit
+    from destiny.train import train_config
+
+    write_dataset(tmp_path / "gl.nc", random_dataset("gl", rows=40, width=19, items=19))
+    (tmp_path / "net.json").write_text(json.dumps({"ErrorFunction": "L2", "Layers": [
+        {"Name": "Input", "Kind": "Input", "N": "auto", "DataSet": "gl", "Sparse": True},
+        {"Name": "Hidden", "Kind": "Hidden", "N": 6, "Activation": "Sigmoid"},
+        {"Name": "Output", "Kind": "Output", "N": 20, "DataSet": "gl",
+         "Activation": "Sigmoid"}]}))
+    fit(config_path=tmp_path / "net.json", input_path=tmp_path / "gl.nc",
+        output_path=tmp_path / "gl.nc", network_path=tmp_path / "net.nc",
+        cfg=train_config(batch=8, epochs=1), checkpoint_every=0)
+    assert [layer.n for layer in read_network(tmp_path / "net.nc").netdef.layers] == [19, 6, 20]
+
+
 def test_a_dsstne_network_whose_loss_cannot_train_its_output_layer_still_reads(model, tmp_path):
     """A JSON definition pairing ScaledMarginalCrossEntropy with a Linear output is refused
     for training (quirk 10.13); a network file, DSSTNE's, that does is read and predicts as

@@ -157,8 +157,13 @@ def _check_netdef_json(get: Getter, netdef: NetworkDef) -> None:
     key = "destiny_netdef_json"
     data = get.json(key, lambda v: isinstance(v, dict), "an object: the network definition "
                     "train was given")
-    try:  # ("N": "auto" is the width of the layer's dataset, as the file's layer has it)
-        copy = parse_netdef(data).resolve({layer.dataset: layer.n for layer in netdef.layers})
+    try:  # ("N": "auto" is the width of the layer's dataset, as the file's layer has it: an
+        #    auto layer's own, since another layer of the dataset may be wider, spec 3.4)
+        parsed = parse_netdef(data)
+        widths = {layer.dataset: layer.n for layer in netdef.layers}
+        widths.update((mine.dataset, theirs.n) for mine, theirs
+                      in zip(parsed.layers, netdef.layers, strict=False) if mine.n_auto)
+        copy = parsed.resolve(widths)
     except NetDefError as e:  # (damage, or a definition an earlier Destiny took)
         version = get.attrs.get("destiny_version")
         writer = f"Destiny {version}" if isinstance(version, str) else "another Destiny"
