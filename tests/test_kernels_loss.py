@@ -612,6 +612,24 @@ def test_smce_thresholds_are_strict(backend):
     np.testing.assert_allclose(delta, [[0.0, 0.0, 2.0 * (0.5 - 1), 0.5 * 0.5]], rtol=1e-6)
 
 
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("err_fn", [codes.SMCE, codes.DSMCE], ids=["SMCE", "DSMCE"])
+def test_a_zero_target_between_two_floats_is_compared_in_float64(backend, err_fn):
+    """zeroTarget 0.1, the default (spec 3.12), is no float32: float32(0.1) lies above it, so
+    a Sigmoid output of exactly float32(0.1) is above the threshold, as the reference compares
+    (float64(a) > zeroTarget). The cpu's Sigmoid fast path compared a with the threshold
+    rounded to float32 (equal: not above) for the zero targets, and in float64 for the listed
+    unit's correction: units 1 and 2 lost their deltas 0.5 * a, and the error subtracted a
+    zero-target term of unit 0 that it had never added."""
+    a = np.full((1, 3), 0.1, dtype=np.float32)
+    targets = (np.array([0, 1], np.int64), np.array([0], np.int32), np.zeros(0, np.float32))
+    error, delta = _hand_loss(backend, a, targets, err_fn, 0.9, 0.1, 2.0, 0.5)
+    x = float(np.float32(0.1))
+    assert x > 0.1
+    assert error == pytest.approx(-2.0 * np.log(x) - 2 * 0.5 * np.log(1 - x), rel=1e-6)
+    np.testing.assert_allclose(delta, [[2.0 * (x - 1), 0.5 * x, 0.5 * x]], rtol=1e-6)
+
 def test_cpu_refuses_a_delta_over_its_activations():
     """Both cpu kernels read a row of ``a`` after writing that row's delta: in place, the
     error came out 146 where it is 103. Refused rather than computed wrong."""

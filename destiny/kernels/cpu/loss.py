@@ -312,8 +312,20 @@ def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm
     if not logs_in_kernel:
         in_row_blocks(_log1m, delta, a)
     return float(_sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn,
-                                        a.dtype.type(zero_target), zero_scale, prm, boost_one,
-                                        boost_zero, boosting, logs_in_kernel))
+                                        _threshold_below(zero_target, a.dtype), zero_scale,
+                                        prm, boost_one, boost_zero, boosting, logs_in_kernel))
+
+
+def _threshold_below(threshold, dtype):
+    """The largest value of ``dtype`` not above ``threshold`` (a float64): for an ``a`` of
+    ``dtype``, ``a > it`` is exactly ``float64(a) > threshold``, the comparison of the reference
+    and of the generic helper (which corrects the listed units here), in the kernel's dtype.
+    The threshold rounded to nearest was not: float32(0.1), the default zeroTarget's, is above
+    0.1, so an output of exactly float32(0.1) lost its zero-target delta and error."""
+    below = dtype.type(threshold)
+    if float(below) > threshold:  # (float(): NumPy would compare in float32)
+        below = np.nextafter(below, dtype.type(-np.inf))
+    return below
 
 
 def _log1m(out, a):
