@@ -454,6 +454,29 @@ def test_top_k_activated_equals_top_k_of_the_activations(backend, act):
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("act", [(codes.SOFTSIGN, 0.0, 0.0, 0.0), (codes.SELU, 0.0, 1.0, 0.0)],
+                         ids=["SoftSign", "SELU-lambda-0"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # (f(inf))
+def test_top_k_activated_of_an_infinite_z_whose_score_is_nan(backend, act):
+    """SoftSign's z / (1 + |z|), and SELU's lambda * z with lambda 0, are NaN at z = +inf (as
+    in the reference and DSSTNE), and NaN ranks below every number: the best two of a row
+    with two infinite z are two finite ones (SoftSign: the two scoring f(1e30) = 1; SELU:
+    items 0 and 1, as every finite z scores 0). The cpu's floor took the infinite z as the
+    row's largest, and returned them, NaN."""
+    z = np.zeros((1, 96), np.float32)
+    z[0, [5, 40]] = np.inf
+    z[0, [70, 80]] = 1e30
+    scores = np.empty_like(z)
+    REFERENCE.activation_forward(scores, z, *act)
+    expected = run_top_k("reference", scores, 2)
+    assert expected[0].tolist() == [[70, 80] if act[0] == codes.SOFTSIGN else [0, 1]]
+    items, values = np.empty((1, 2), np.int32), np.empty((1, 2), np.float32)
+    BACKENDS[backend].top_k_activated(items, values, z, NONE_INT64, NONE_INT32, NONE_UINT8, 96,
+                                      *act)
+    np.testing.assert_array_equal(items, expected[0])
+    np.testing.assert_array_equal(values, expected[1])
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_top_k_activated_refuses_an_activation_that_can_decrease(backend):
     z = np.zeros((2, 64), np.float32)
     out = (np.empty((2, 3), np.int32), np.empty((2, 3), np.float32))

@@ -235,6 +235,11 @@ def _top_k_rows(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
     if has_allowed:
         for j in range(n_scan):
             n_not_allowed += allowed[j] == 0
+    # The floor counts items by their values, so it needs a number for f of every value it
+    # may take: f(+inf) is NaN for SoftSign (inf / inf) and for SELU with lambda 0 (0 * inf),
+    # as in the reference, and NaN ranks below every number. Their rows are scanned whole.
+    top = _score(act, np.inf, slope, alpha, lam) if act != LINEAR else np.float32(0.0)
+    floored = top == top
     for b in prange(n_rows):
         if k == 0:
             continue
@@ -257,7 +262,7 @@ def _top_k_rows(out_items, out_scores, scores, exclude_indptr, exclude_indices, 
         # The floor reads the row's float32 bits (of a float64 row it would read halves of
         # numbers, and skip the best): other scores are scanned whole.
         floor = (_floor_of_top_k(row, n_scan, k + n_not_allowed, maxima, filtered, excluded)
-                 if row.itemsize == 4 else -np.inf)
+                 if row.itemsize == 4 and floored else -np.inf)
         # With a floor, whole blocks whose maximum is below it are skipped: no item of theirs
         # can be among the K best. The items stay in ascending order either way. The floor is
         # on the row's values; at least K returnable items score f(floor) or more, so an item
