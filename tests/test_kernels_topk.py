@@ -477,6 +477,18 @@ def test_top_k_activated_of_an_infinite_z_whose_score_is_nan(backend, act):
     np.testing.assert_array_equal(values, expected[1])
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_top_k_activated_of_float64_z_ranks_the_float32_scores(backend):
+    """``top_k_activated``'s scores are f(z) rounded to float32, whatever z's precision (the
+    reference's contract), so Sigmoids of float64 z that all round to 1.0 tie, and go by
+    item. The GPU computed them in z's precision and ranked float64 scores: 2, 1, 0."""
+    z = np.array([[20.0, 20.5, 21.0, -1.0]])
+    items, values = np.empty((1, 3), np.int32), np.empty((1, 3), np.float32)
+    BACKENDS[backend].top_k_activated(items, values, z, NONE_INT64, NONE_INT32, NONE_UINT8, 4,
+                                      codes.SIGMOID, 0.0, 0.0, 0.0)
+    assert items.tolist() == [[0, 1, 2]]
+    assert values.tolist() == [[1.0, 1.0, 1.0]]
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_top_k_activated_refuses_an_activation_that_can_decrease(backend):
     z = np.zeros((2, 64), np.float32)
     out = (np.empty((2, 3), np.int32), np.empty((2, 3), np.float32))

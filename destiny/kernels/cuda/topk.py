@@ -393,10 +393,13 @@ def top_k_activated(out_items, out_scores, z, exclude_indptr, exclude_indices, a
     On the GPU the activation is one pass at memory speed (256 x 27,392 scores are 56 MB read
     and written, under 20 us at an H100's 3 TB/s), so this is ``activation_forward`` into a
     scratch array and ``top_k``, where the cpu evaluates f for the few candidates only; the
-    scores are the same (``unit_activation``).
+    scores are the same (``unit_activation``), rounded to float32 whatever z's precision, as
+    the reference ranks them (float64 scores of a float64 z would rank below float32's
+    resolution: items that tie at float32 went by score, not by item).
     """
     check_monotone(act, slope, alpha, lam)
-    scores = reshaped(scratch("top_k_activated.scores", z.size, z.dtype, exact=True), z.shape)
+    scores = reshaped(scratch("top_k_activated.scores", z.size, np.float32, exact=True),
+                      z.shape)
     activation_forward(scores, z, act, slope, alpha, lam)
     top_k(out_items, out_scores, scores, exclude_indptr, exclude_indices, allowed, n_valid)
 
