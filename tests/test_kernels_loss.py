@@ -630,6 +630,80 @@ def test_a_zero_target_between_two_floats_is_compared_in_float64(backend, err_fn
     assert error == pytest.approx(-2.0 * np.log(x) - 2 * 0.5 * np.log(1 - x), rel=1e-6)
     np.testing.assert_allclose(delta, [[2.0 * (x - 1), 0.5 * x, 0.5 * x]], rtol=1e-6)
 
+
+NAN_PAIRS = [(codes.CROSS_ENTROPY, codes.SIGMOID), (codes.CROSS_ENTROPY, codes.SOFTMAX),
+             (codes.HINGE, codes.TANH), (codes.HINGE, codes.LINEAR),
+             (codes.L2_HINGE, codes.LINEAR), (codes.L1, codes.LINEAR), (codes.L1, codes.RELU)]
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("ignore_zero", [False, True], ids=["", "ignore-zero"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("err_fn, act", NAN_PAIRS,
+                         ids=[f"{codes.ERROR_FUNCTION_NAMES[e]}-{codes.ACTIVATION_NAMES[a]}"
+                              for e, a in NAN_PAIRS])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_nan_output_has_the_references_nan_error_and_deltas(backend, ignore_zero, dtype,
+                                                              err_fn, act):
+    """An output of NaN (weights no longer finite) costs NaN in the reference: NumPy's
+    maximum keeps a NaN in log(max(MIN_ERROR, a)) and max(0, 1 - t a), and its sign of NaN is
+    NaN, so training's NaN guard (train.py) stops at that batch. The cpu and the GPU clamped
+    with max (and a GPU's fmax), which drops a NaN: each reported a finite error of its own
+    (CrossEntropy, Hinge, L2Hinge), and L1 or the cpu's Sigmoid CrossEntropy a delta of 0
+    where the reference's is NaN. Rows: a NaN at a zero target (which SparseIgnoreZero leaves
+    out of the error), at a listed one, none."""
+    w = np.zeros(0, dtype=np.float32)
+    for row, listed, nan in (([0.3, np.nan, 0.6], 0, not ignore_zero),
+                             ([0.2, 0.5, np.nan], 2, True), ([0.1, 0.7, 0.2], 1, False)):
+        a = np.array([row], dtype=dtype)
+        targets = (np.array([0, 1], np.int64), np.array([listed], np.int32),
+                   np.zeros(0, np.float32))
+        results = {}
+        for name in ("reference", backend):
+            delta = np.full_like(a, 7.0)
+            error = BACKENDS[name][0].sparse_loss_delta(delta, a, *targets, w,
+                                                        *loss_args(err_fn, act), ignore_zero)
+            results[name] = [error, delta]
+            if not ignore_zero:
+                dense_delta = np.full_like(a, 7.0)
+                t = effective_dense_targets(*targets, 3, err_fn, act).astype(dtype)
+                dense_error = BACKENDS[name][0].dense_loss_delta(dense_delta, a, t, w,
+                                                                 *loss_args(err_fn, act))
+                results[name] += [dense_error, dense_delta]
+        want, got = results["reference"], results[backend]
+        for k in range(0, len(want), 2):
+            assert np.isnan(want[k]) == nan
+            assert np.isnan(got[k]) == nan
+            assert nan or got[k] == pytest.approx(want[k], rel=1e-6)
+            np.testing.assert_allclose(got[k + 1], want[k + 1], rtol=1e-6)  # (NaN where NaN)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("ignore_zero", [False, True], ids=["", "ignore-zero"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_nan_output_of_a_split_softmax_has_the_references_error(backend, ignore_zero):
+    """A rank's part of a SoftMax CrossEntropy row with NaN at a zero target: its error is
+    NaN, as the reference's, unless the targets ignore zeros (the cpu's float32 fast path
+    summed the listed units alone)."""
+    a = np.array([[0.3, np.nan, 0.6], [0.2, 0.5, 0.3]], dtype=np.float32)
+    targets = (np.array([0, 1, 2], np.int64), np.array([0, 2], np.int32),
+               np.zeros(0, np.float32))
+    args = (np.zeros(0, np.float32), np.array([2, 1], np.int64), codes.CROSS_ENTROPY,
+            *SMCE_PARAMS.values(), 1.0, 1.0, ignore_zero)
+    errors = {}
+    for name in ("reference", backend):
+        delta, sums = np.full_like(a, 7.0), np.zeros(2)
+        errors[name] = BACKENDS[name][0].softmax_loss_partials(delta, sums, a, *targets, *args)
+        rows = []
+        for r in range(2):  # (row by row: the NaN row's error alone)
+            delta, sums = np.full_like(a[r:r + 1], 7.0), np.zeros(1)
+            rows.append(BACKENDS[name][0].softmax_loss_partials(
+                delta, sums, a[r:r + 1], np.array([0, 1], np.int64), targets[1][r:r + 1],
+                targets[2], args[0], args[1][r:r + 1], *args[2:]))
+        errors[name] = (errors[name], *rows)
+    assert np.isnan(errors["reference"]).tolist() == [not ignore_zero, not ignore_zero, False]
+    np.testing.assert_allclose(errors[backend], errors["reference"], rtol=1e-6)
+
 def test_cpu_refuses_a_delta_over_its_activations():
     """Both cpu kernels read a row of ``a`` after writing that row's delta: in place, the
     error came out 146 where it is 103. Refused rather than computed wrong."""

@@ -74,6 +74,27 @@ def sparseness_penalty(column_sum, n_rows, p, beta):
     return beta * (-p / rho + (1.0 - p) / (1.0 - rho))
 
 
+def at_least(x, floor):
+    """``max(floor, x)`` that keeps a NaN ``x``, as NumPy's maximum in the reference does
+    (Python's and numba's max, and a GPU's fmax, drop it). The losses clamp with it: a NaN
+    output then costs NaN, and training's NaN guard stops at that batch."""
+    return x if x > floor or x != x else floor
+
+
+def at_most(x, ceiling):
+    """``min(ceiling, x)`` that keeps a NaN ``x`` (see ``at_least``)."""
+    return x if x < ceiling or x != x else ceiling
+
+
+def sign(x):
+    """The sign of ``x``: -1, 0 or 1, and NaN for NaN, as NumPy's sign."""
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    return x * 0.0  # (0 for 0, NaN for NaN)
+
+
 def direction(gradient, w, lam, lam1):
     # g = G - lam*w - lam1*sgn(w), sgn(0) = 0 (spec 5.8): a zero weight gets no L1 push.
     g = gradient - lam * w

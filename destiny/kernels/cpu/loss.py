@@ -19,6 +19,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, prange
 
+from destiny.kernels import unit
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SIGMOID, SMCE,
                                    SOFTMAX, boost_applies, check_loss_activation)
 from destiny.kernels.cpu.pointwise import in_row_blocks, unit_derivative
@@ -34,16 +35,24 @@ LOG_EPS = math.log(EPS)
 LossParams = namedtuple("LossParams", "slope alpha lam one_target zero_target one_scale zero_scale")
 
 
+# NaN-keeping clamps and sign (``destiny.kernels.unit``): with max, min and a sign of
+# comparisons a NaN output lost its NaN, and cost a finite error where the reference's (NumPy's
+# maximum, minimum and sign) is NaN, so that training's NaN guard did not stop at that batch.
+_at_least = njit(cache=True)(unit.at_least)
+_at_most = njit(cache=True)(unit.at_most)
+_sign = njit(cache=True)(unit.sign)
+
+
 @njit(cache=True)
 def _log(x):
-    return math.log(max(EPS, x))
+    return math.log(_at_least(x, EPS))
 
 
 @njit(cache=True)
 def _hinge_gap(a, t):
     # L2Hinge: d = a - |t|, kept only on the wrong side of the target (spec 5.5).
     d = a - abs(t)
-    return min(0.0, d) if t > 0.0 else max(0.0, d)
+    return _at_most(d, 0.0) if t > 0.0 else _at_least(d, 0.0)
 
 
 @njit(cache=True)
@@ -81,14 +90,14 @@ def unit_loss(err_fn, act, a, t, one, prm):
     if err_fn == SMCE or err_fn == DSMCE:
         return _marginal_loss(err_fn, act, a, t, one, prm)
     if err_fn == L1:
-        e, g = abs(a - t), (1.0 if a > t else (-1.0 if a < t else 0.0))  # g = sgn(a - t)
+        e, g = abs(a - t), _sign(a - t)
     elif err_fn == L2:
         e, g = 0.5 * (a - t) * (a - t), a - t
     elif err_fn == L2_HINGE:
         g = _hinge_gap(a, t)
         e = 0.5 * g * g
     else:  # HINGE: the exact gradient, not DSSTNE's a < 0
-        e, g = max(0.0, 1.0 - t * a), (-t if t * a < 1.0 else 0.0)
+        e, g = _at_least(1.0 - t * a, 0.0), (-t if t * a < 1.0 else 0.0)
     if act == SOFTMAX:
         return e, a * g
     return e, g * unit_derivative(act, a, prm.slope, prm.alpha, prm.lam)
@@ -217,7 +226,7 @@ def sparse_loss_delta(delta, a, indptr, indices, values, weights, err_fn, act, s
         return _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, int(err_fn), prm,
                                     float(boost_one), float(boost_zero), boosting)
     if _softmax_fast_path_applies(delta, a, err_fn, act):
-        return float(_softmax_ce_kernel(delta, a, indptr, indices, weights))
+        return float(_softmax_ce_kernel(delta, a, indptr, indices, weights, bool(ignore_zero)))
     return float(_sparse_kernel(delta, a, indptr, indices, values, weights, int(err_fn), int(act),
                                 prm, float(boost_one), float(boost_zero), boosting,
                                 bool(ignore_zero)))
@@ -265,7 +274,7 @@ def softmax_loss_partials(delta, sums, a, indptr, indices, values, weights, coun
         raise ValueError("softmax_loss_partials: delta overlaps a; give delta memory of its own")
     if _softmax_fast_path_applies(delta, a, err_fn, SOFTMAX):
         return float(_softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights,
-                                                 counts))
+                                                 counts, bool(ignore_zero)))
     prm = _params(0.0, 0.0, 0.0, one_target, zero_target, one_scale, zero_scale)
     return float(_softmax_partials_kernel(delta, sums, a, indptr, indices, values, weights,
                                           counts, int(err_fn), prm, bool(ignore_zero)))
@@ -302,7 +311,10 @@ def _sigmoid_fast_path_applies(delta, err_fn, act):
 def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm, boost_one,
                          boost_zero, boosting):
     """The fast path of ``sparse_loss_delta`` (see above); returns the weighted error."""
-    if err_fn == CROSS_ENTROPY:  # every unit is a zero target, with unit scale
+    # CrossEntropy: every unit is a zero target (a NaN one too), with unit scale; SMCE and
+    # DSMCE: the units above zeroTarget (not a NaN one: the reference compares it).
+    every = err_fn == CROSS_ENTROPY
+    if every:
         zero_target, zero_scale = -np.inf, 1.0
     else:
         zero_target, zero_scale = prm.zero_target, prm.zero_scale
@@ -312,8 +324,9 @@ def _sigmoid_sparse_loss(delta, a, indptr, indices, values, weights, err_fn, prm
     if not logs_in_kernel:
         in_row_blocks(_log1m, delta, a)
     return float(_sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn,
-                                        _threshold_below(zero_target, a.dtype), zero_scale,
-                                        prm, boost_one, boost_zero, boosting, logs_in_kernel))
+                                        _threshold_below(zero_target, a.dtype), every,
+                                        zero_scale, prm, boost_one, boost_zero, boosting,
+                                        logs_in_kernel))
 
 
 def _threshold_below(threshold, dtype):
@@ -343,25 +356,34 @@ def _log1m_row(out, a):
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz"})
-def _active_log_sum(log_row, arow, zero_target):
-    """``sum of max(log(EPS), log_row[j])`` over the units with ``arow[j] > zero_target``.
+def _active_log_sum(log_row, arow, zero_target, every):
+    """``sum of max(log(EPS), log_row[j])`` over the units with ``arow[j] > zero_target``, or
+    over every unit; a NaN log (of a NaN output) is kept, as NumPy's maximum keeps it in the
+    reference: the error is NaN, where max dropped it.
 
     Float64 accumulation of the float32 logs. ``reassoc`` lets LLVM vectorise the sum (several
     partial sums): the order changes with the code, never with the data or the thread count.
     """
     total = 0.0
-    for j in range(len(arow)):
-        term = max(np.float64(log_row[j]), LOG_EPS)
-        total += term if arow[j] > zero_target else 0.0
+    if every:  # (a loop of its own: LLVM vectorises each of the two)
+        for j in range(len(arow)):
+            x = np.float64(log_row[j])
+            total += x if not x <= LOG_EPS else LOG_EPS  # (not <=: a NaN is kept)
+    else:
+        for j in range(len(arow)):
+            x = np.float64(log_row[j])
+            term = x if not x <= LOG_EPS else LOG_EPS
+            total += term if arow[j] > zero_target else 0.0
     return total
 
 
 @njit(cache=True)
-def _active_delta(drow, arow, zero_target, zero_scale):
-    """``drow = zero_scale * a`` where ``a > zero_target``, else 0: the zero-target delta."""
+def _active_delta(drow, arow, zero_target, every, zero_scale):
+    """``drow = zero_scale * a`` where ``a > zero_target`` (or everywhere), else 0: the
+    zero-target delta (NaN for a NaN output of CrossEntropy, a - 0, as in the reference)."""
     for j in range(len(arow)):
         x = arow[j]
-        drow[j] = zero_scale * x if x > zero_target else 0.0
+        drow[j] = zero_scale * x if every or x > zero_target else 0.0
 
 
 @njit(cache=True)
@@ -383,7 +405,8 @@ def _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm):
 
 @njit(cache=True, parallel=True)
 def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, zero_target,
-                           zero_scale, prm, boost_one, boost_zero, boosting, logs_in_kernel):
+                           every, zero_scale, prm, boost_one, boost_zero, boosting,
+                           logs_in_kernel):
     # Each delta row first holds log(1 - a) (written here, or on entry if not logs_in_kernel),
     # is read as logs and then overwritten.
     n_rows = a.shape[0]
@@ -392,8 +415,8 @@ def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, z
         drow, arow = delta[r], a[r]
         if logs_in_kernel:
             _log1m_row(drow, arow)
-        err = -zero_scale * _active_log_sum(drow, arow, zero_target)
-        _active_delta(drow, arow, zero_target, zero_scale)
+        err = -zero_scale * _active_log_sum(drow, arow, zero_target, every)
+        _active_delta(drow, arow, zero_target, every, zero_scale)
         lo, hi = indptr[r], indptr[r + 1]
         err += _listed_correction(drow, arow, indices, values, lo, hi, err_fn, prm)
         if boosting:
@@ -413,9 +436,11 @@ def _sigmoid_sparse_kernel(delta, a, indptr, indices, values, weights, err_fn, z
 # u * float64(p), u the row's distinct listed units, which is what the sequential float64 sum of
 # u copies of a float32 p gives exactly (u < 2**29); then delta = -(a * sum) in one vectorised
 # pass, and the listed units are overwritten with p - a * sum. The result is the generic
-# kernel's bit for bit (float32 only; float64, the gradient checks, keeps the generic kernel),
-# save for an a holding NaN or inf at an unlisted unit: its -0 * log(a) made the error NaN.
-# DeltaBoost does not apply to SoftMax (spec 3.11).
+# kernel's bit for bit (float32 only; float64, the gradient checks, keeps the generic kernel).
+# An a holding NaN or +inf at an unlisted unit makes the error NaN there, its -0 * log(a)
+# (``_nan_or_plus_inf``), as in the generic kernel and the reference: training's NaN guard
+# stops at that batch (unless the targets ignore zeros, SparseIgnoreZero: then the unlisted
+# units have no error at all). DeltaBoost does not apply to SoftMax (spec 3.11).
 
 
 def _softmax_fast_path_applies(delta, a, err_fn, act):
@@ -442,15 +467,41 @@ def _distinct_listed(drow, indices, lo, hi):
     return distinct
 
 
+@njit(cache=True, inline="always")
+def _nan_or_plus_inf(b):
+    """Whether the float32 of int32 bits ``b`` is NaN (either sign) or +inf: a zero target's
+    error -0 * log(max(EPS, a)) is NaN there (at -inf, log(EPS): 0). Integer operations, so
+    that the loops taking it vectorise (a float one would need fast-math's no-NaN promise)."""
+    return ((b & 0x7FFFFFFF) > 0x7F800000) | (b == 0x7F800000)
+
+
+@njit(cache=True)
+def _negative_zero_row(drow, arow):
+    """``drow = -0``, the pre-deltas of the zero targets; returns the sum of their errors
+    -0 * log(max(EPS, a)) over the float32 row ``arow``: 0, or NaN where a unit is NaN or
+    +inf (a listed unit's correction leaves that NaN, as in the generic kernel)."""
+    bits = arow.view(np.int32)
+    bad = False
+    for j in range(len(bits)):
+        drow[j] = -0.0
+        bad |= _nan_or_plus_inf(bits[j])
+    return np.nan if bad else 0.0
+
+
 @njit(cache=True)
 def _scaled_negative_row(drow, arow, total):
-    """``drow = -(a * total)``: a zero target's ``p - a * total`` with ``p = -0``."""
+    """``drow = -(a * total)``: a zero target's ``p - a * total`` with ``p = -0``; returns the
+    sum of the zero targets' errors, as ``_negative_zero_row``, in the same pass over the row."""
+    bits = arow.view(np.int32)
+    bad = False
     for j in range(len(arow)):
         drow[j] = -(np.float64(arow[j]) * total)
+        bad |= _nan_or_plus_inf(bits[j])
+    return np.nan if bad else 0.0
 
 
 @njit(cache=True, parallel=True)
-def _softmax_ce_kernel(delta, a, indptr, indices, weights):
+def _softmax_ce_kernel(delta, a, indptr, indices, weights, ignore_zero):
     n_rows = a.shape[0]
     row_err = np.zeros(n_rows, dtype=np.float64)
     for r in prange(n_rows):
@@ -462,7 +513,9 @@ def _softmax_ce_kernel(delta, a, indptr, indices, weights):
         for k in range(lo, hi):  # (an index listed twice counts twice, as in the generic one)
             err += -t * _log(np.float64(arow[indices[k]]))
         total = 0.0 + _distinct_listed(drow, indices, lo, hi) * p  # (+0, as the sum starts)
-        _scaled_negative_row(drow, arow, total)
+        zero_targets = _scaled_negative_row(drow, arow, total)
+        if not ignore_zero:
+            err += zero_targets
         for k in range(lo, hi):
             j = indices[k]
             drow[j] = p - np.float64(arow[j]) * total
@@ -473,11 +526,12 @@ def _softmax_ce_kernel(delta, a, indptr, indices, weights):
 
 
 @njit(cache=True, parallel=True)
-def _softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights, counts):
+def _softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights, counts,
+                                ignore_zero):
     """``_softmax_partials_kernel`` for SoftMax CrossEntropy in float32, as ``_softmax_ce_kernel``
-    computes one process's rows (bit for bit the generic kernel's, save for NaN or inf at an
-    unlisted unit): the pre-deltas are -0 and, at the listed units, p = float32(-1 / n), n the
-    whole row's count; their sum is this rank's distinct listed units times p."""
+    computes one process's rows (bit for bit the generic kernel's): the pre-deltas are -0 and,
+    at the listed units, p = float32(-1 / n), n the whole row's count; their sum is this rank's
+    distinct listed units times p."""
     n_rows = a.shape[0]
     row_err = np.zeros(n_rows, dtype=np.float64)
     for r in prange(n_rows):
@@ -490,7 +544,9 @@ def _softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights, counts
         for k in range(lo, hi):
             err += -t * _log(np.float64(arow[indices[k]]))
         sums[r] = 0.0 + _distinct_listed(drow, indices, lo, hi) * p
-        drow[:] = -0.0
+        zero_targets = _negative_zero_row(drow, arow)
+        if not ignore_zero:
+            err += zero_targets
         for k in range(lo, hi):
             drow[indices[k]] = p
         row_err[r] = err * (1.0 if len(weights) == 0 else np.float64(weights[r]))

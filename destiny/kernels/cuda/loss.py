@@ -34,6 +34,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from destiny.kernels import unit
 from destiny.kernels.codes import (CROSS_ENTROPY, DSMCE, L1, L2, L2_HINGE, SMCE, SOFTMAX,
                                    boost_applies, check_loss_activation)
 from destiny.kernels.cuda.launch import (MAX_BLOCKS, ROW_THREADS, SIMULATED, device_arrays,
@@ -50,16 +51,24 @@ PART_UNITS = 4 if SIMULATED else 4 * ROW_THREADS
 MAX_PARTS = 64
 
 
+# NaN-keeping clamps and sign (``destiny.kernels.unit``): with max, min and a sign of
+# comparisons a NaN output lost its NaN, and cost a finite error where the reference's (NumPy's
+# maximum, minimum and sign) is NaN, so that training's NaN guard did not stop at that batch.
+_at_least = cuda.jit(device=True)(unit.at_least)
+_at_most = cuda.jit(device=True)(unit.at_most)
+_sign = cuda.jit(device=True)(unit.sign)
+
+
 @cuda.jit(device=True)
 def _log(x):
-    return math.log(max(EPS, x))
+    return math.log(_at_least(x, EPS))
 
 
 @cuda.jit(device=True)
 def _hinge_gap(a, t):
     # L2Hinge: d = a - |t|, kept only on the wrong side of the target (spec 5.5).
     d = a - abs(t)
-    return min(0.0, d) if t > 0.0 else max(0.0, d)
+    return _at_most(d, 0.0) if t > 0.0 else _at_least(d, 0.0)
 
 
 @cuda.jit(device=True)
@@ -91,14 +100,14 @@ def unit_loss(err_fn, act, a, t, one, prm):
     if err_fn == SMCE or err_fn == DSMCE:
         return _marginal_loss(err_fn, act, a, t, one, prm)
     if err_fn == L1:
-        e, g = abs(a - t), (1.0 if a > t else (-1.0 if a < t else 0.0))  # g = sgn(a - t)
+        e, g = abs(a - t), _sign(a - t)
     elif err_fn == L2:
         e, g = 0.5 * (a - t) * (a - t), a - t
     elif err_fn == L2_HINGE:
         g = _hinge_gap(a, t)
         e = 0.5 * g * g
     else:  # HINGE: the exact gradient, not DSSTNE's a < 0
-        e, g = max(0.0, 1.0 - t * a), (-t if t * a < 1.0 else 0.0)
+        e, g = _at_least(1.0 - t * a, 0.0), (-t if t * a < 1.0 else 0.0)
     if act == SOFTMAX:
         return e, a * g
     return e, g * unit_derivative(act, a, prm[0], prm[1], prm[2])
