@@ -194,6 +194,30 @@ def test_softmax_split_by_columns_keeps_nan_and_minus_infinity_as_the_whole_rows
     np.testing.assert_allclose(a, expected, rtol=2e-6, atol=1e-9)  # (NaN where NaN)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # (NumPy's -inf - -inf)
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_split_by_columns_with_a_block_of_nan_units_is_a_nan_row(backend, dtype):
+    """A block whose units of a row are all NaN, or NaN and -inf, makes the whole row NaN, as
+    in one process: its maximum m is NaN, as the reference's (NumPy's max keeps a NaN). The cpu
+    and the GPU took the maximum of the numbers alone, -inf there, and softmax_row_stats then
+    dropped the block as one of units all -inf: the other block's units came out finite."""
+    from destiny.network import softmax_row_stats
+
+    kernels = BACKENDS[backend]
+    nan = np.array([np.nan, -np.nan], dtype=dtype)  # (x86's NaN from inf - inf is negative)
+    z = np.array([[nan[0], nan[1], 0.0, 1.0], [nan[1], -np.inf, 0.0, 1.0],
+                  [-np.inf, -np.inf, 0.0, 1.0]], dtype=dtype)
+    stats = []
+    for lo, hi in column_blocks(4, 2):
+        stats.append(np.full((3, 2), 7.0))
+        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    assert np.isnan(stats[0][:2, 0]).all() and stats[0][2, 0] == -np.inf
+    whole = softmax_row_stats(np.hstack(stats))
+    a = np.full_like(z, -1.0)
+    kernels.softmax_forward_finish(a, z, whole)
+    assert np.isnan(a[:2]).all() and np.isfinite(a[2]).all()
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_backward_matches_finite_differences(backend, act):

@@ -338,8 +338,22 @@ def _softmax32_partials(stats, z):
         # reassociating the sum in the exp's loop would fold away exp_shifted32's compensation)
         scratch = np.empty(len(zrow), np.float32)
         _exp_shifted_row(scratch, zrow, m)
-        stats[r, 0] = m
-        stats[r, 1] = _row_sum64(scratch)
+        total = _row_sum64(scratch)
+        stats[r, 0] = _nan_if_any(zrow, m) if total != total else m
+        stats[r, 1] = total
+
+
+@njit(cache=True)
+def _nan_if_any(row, m):
+    """NaN where ``row`` holds one, else ``m``: the maximum of a row holding NaN is NaN, as the
+    reference's (NumPy's max). A part of a split row whose units are all NaN (or NaN and -inf)
+    then makes the whole row NaN, as in one process; its maximum of the numbers, -inf, made
+    ``softmax_row_stats`` drop it as a part of units all -inf. Asked only where the sum is NaN
+    (a NaN unit, or units all -inf), so the integer maximum above stays as fast."""
+    for j in range(len(row)):
+        if row[j] != row[j]:
+            return np.nan
+    return m
 
 
 @njit(cache=True, parallel=True)
@@ -351,7 +365,7 @@ def _softmax_forward_partials(stats, z):
         total = 0.0
         for j in range(z.shape[1]):
             total += math.exp(np.float64(z[r, j]) - m)
-        stats[r, 0] = m
+        stats[r, 0] = _nan_if_any(z[r], m) if total != total else m  # (see _nan_if_any)
         stats[r, 1] = total
 
 

@@ -224,6 +224,11 @@ def _softmax_forward_partials(stats, z):
             total += math.exp(np.float64(z[r, j]) - m)
         total = _block_sum(shared, total)
         if t == 0:
+            if total != total:  # a NaN unit, or units all -inf: the maximum of a row holding
+                for j in range(n_units):  # NaN is NaN, as the reference's (NumPy's max) and
+                    if z[r, j] != z[r, j]:  # the cpu's (_nan_if_any there); fmax drops it
+                        m = math.nan
+                        break
             stats[r, 0] = m
             stats[r, 1] = total
 
