@@ -50,12 +50,15 @@ CSR = tuple  # (indptr int64, indices int32, values float32 or empty)
 class Batch:
     """One minibatch: sparse inputs and targets by layer name, as CSR triples; ``ignore_zero``
     names the output layers whose targets are SparseIgnoreZero (spec 2.3, 5.5): only their
-    listed entries count in the loss."""
+    listed entries count in the loss. ``analog`` names the input layers whose data is analog:
+    a batch of it that lists no entries (all dropped by denoising, or none in a rank's columns)
+    stores no values, as Boolean data does, and must not take the Boolean path's bias."""
 
     size: int
     inputs: dict[str, CSR]
     targets: dict[str, CSR] = field(default_factory=dict)
     ignore_zero: frozenset[str] = frozenset()
+    analog: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -447,7 +450,7 @@ class Network:
         if source.kind == LayerKind.Input:
             (indptr, indices, values), q = self._input_of(source.name)
             self.backend.sparse_fc_forward(out, indptr, indices, values, c.owner.W, c.b)
-            if q != 1.0 and len(values) == 0:
+            if q != 1.0 and self._boolean(source.name, values):
                 self.backend.scale(out, q)  # DSSTNE's boolean fast path scales the bias too
                 #                             (quirk 10.18)
         else:
@@ -463,8 +466,8 @@ class Network:
         own (a skip joins layers of one size, split alike); no delta flows back to data."""
         (indptr, indices, values), q = self._input_of(source)
         offset = self.units[dest][0] - self.input_columns(source)[0]
-        self.backend.sparse_add(Z, indptr, indices, values, q if len(values) == 0 else 1.0,
-                                offset)
+        self.backend.sparse_add(Z, indptr, indices, values,
+                                q if self._boolean(source, values) else 1.0, offset)
 
     def _partial_product(self, c: Connection, B: int) -> tuple[np.ndarray, float]:
         """(input rows of this rank) @ (their rows of W): [B, all units of c.dest], and the
@@ -477,7 +480,7 @@ class Network:
             (indptr, indices, values), q = self._input_of(c.source.name, c)
             kb.sparse_fc_forward(out, indptr, indices, values, c.owner.W,
                                  kb.zeros(c.dest.n, self.dtype))
-            if q != 1.0 and len(values) == 0:
+            if q != 1.0 and self._boolean(c.source.name, values):
                 kb.scale(out, q)
                 return out, q
             return out, 1.0
@@ -538,6 +541,12 @@ class Network:
         self._inputs[name] = found
         return found
 
+    def _boolean(self, name: str, values) -> bool:
+        """Whether input layer ``name``'s batch, whose values are ``values``, is Boolean data:
+        it stores no values, and its layer is not one ``Batch.analog`` names (an analog batch
+        that lists no entries stores none either, and keeps the analog path: spec 5.4)."""
+        return len(values) == 0 and name not in self._batch.analog
+
     def _own_columns(self, name: str) -> tuple[CSR, float]:
         """``_input_of(name)``'s batch, denoised and scaled alike, in this rank's own columns
         of the input only, their indices re-based to them (``_columns``'s shard): what a
@@ -568,7 +577,7 @@ class Network:
         found = self._inputs.get(key)
         if found is None:
             (indptr, indices, values), q = self._input_of(name, c)
-            if len(values) == 0 and q != 1.0:
+            if self._boolean(name, values) and q != 1.0:
                 values = self.backend.empty(len(indices), self.dtype)
                 self.backend.fill(values, q)
             found = self._inputs[key] = (indptr, indices, values)

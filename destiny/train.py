@@ -181,6 +181,11 @@ class TrainData:
         net.check_trainable()
         self.inputs: dict[str, SparseDataset] = {}
         self.targets: dict[str, SparseDataset] = {}
+        # The analog inputs, known from the whole datasets: a batch, or a rank's shard of it,
+        # that lists no entries stores no values, as Boolean data does (Batch.analog).
+        self._analog = frozenset(name for name in net.inputs
+                                 if datasets.get(net.layers[name].dataset) is not None
+                                 and datasets[net.layers[name].dataset].values is not None)
         for name in net.inputs + net.outputs:
             layer = net.layers[name]
             if layer.dataset not in datasets:
@@ -345,7 +350,8 @@ class TrainData:
             return gathered[id(h)]
 
         return Batch(size=len(rows), inputs={n: csr(n) for n in self.inputs},
-                     targets={n: csr(n) for n in self.targets}, ignore_zero=self._ignore_zero)
+                     targets={n: csr(n) for n in self.targets}, ignore_zero=self._ignore_zero,
+                     analog=self._analog)
 
 
 def _take(kb, held: tuple, rows: np.ndarray, rows_on_kb) -> tuple:

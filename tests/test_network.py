@@ -86,6 +86,29 @@ def test_denoised_input_is_scaled_by_q_and_boolean_data_scales_the_bias_too(anal
     np.testing.assert_allclose(c.gb, delta.mean(axis=0), rtol=1e-12)
 
 
+def test_a_denoised_analog_batch_left_no_entries_keeps_the_plain_bias():
+    """A batch of analog data whose entries denoising all dropped (or, under MPI, with none in
+    a rank's columns) stores no values, as Boolean data does: the bias must still be the
+    analog path's, unscaled (spec 5.4), not q times it as for Boolean data. TrainData's batch
+    says which inputs are analog."""
+    from destiny.io.dataset import SparseDataset
+    from destiny.train import TrainData
+
+    net = network(DENOISED)
+    (c,) = net.connections
+    b, q = c.b.copy(), 2.0
+    indptr, indices, values = csr(ROWS, VALUES)
+    data = TrainData(net, {
+        "in": SparseDataset("in", 5, indptr, indices, values.astype(np.float32)),
+        "out": SparseDataset("out", 3, *csr(TARGETS)[:2])})
+    none = np.zeros(0, np.int32)
+    data.set_denoised({"Input": (np.zeros(4, np.int64), none, np.zeros(0, np.float32))})
+    batch = data.batch(np.arange(3))
+    assert len(batch.inputs["Input"][2]) == 0  # (no entry, no value)
+    net.forward(batch, train=True, denoise={"Input": (batch.inputs["Input"], q)})
+    np.testing.assert_allclose(net.activation("Output", 3), np.tile(b, (3, 1)), rtol=1e-12)
+
+
 # -- a Skip from an Input layer (spec 3.16) ---------------------------------------------------
 
 SKIP_INPUT = {"ErrorFunction": "L2", "Denoising": {"p": 0.5}, "Layers": [

@@ -138,8 +138,9 @@ def run(command, env=ENV):
     return subprocess.run([str(c) for c in command], env=env, capture_output=True, timeout=120)
 
 
-def train(data, network, *args, ranks=1, config="net.json", launcher=(), targets="gl_output.nc"):
-    argv = ["-c", data / config, "-i", data / "gl_input.nc", "-o", data / targets,
+def train(data, network, *args, ranks=1, config="net.json", launcher=(), targets="gl_output.nc",
+          inputs="gl_input.nc"):
+    argv = ["-c", data / config, "-i", data / inputs, "-o", data / targets,
             "-n", network, "-b", "32", "-e", "3", "-q", *args]
     prefix = [MPIEXEC, "-n", ranks] if ranks > 1 else []
     return run([*prefix, *(launcher or [TRAIN]), *argv])
@@ -738,6 +739,27 @@ def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
         assert done.returncode == 0, done.stderr.decode()
     for suffix in (".nc", ".nc2.nc"):
         assert_same_network(tmp_path / f"one{suffix}", tmp_path / f"two{suffix}")
+
+
+def test_ranks_denoise_analog_input_as_one_process(data, tmp_path):
+    """Analog input, denoised (spec 3.9), one example a batch over 3 ranks: a rank often holds
+    none of a batch's entries in its columns, and stores no values then, as Boolean data does;
+    its partial product's bias must stay the analog path's, unscaled (5.4), not q times it as
+    the Boolean path's (it was, and the ranks trained another network)."""
+    from destiny import synthetic
+    from destiny.generate import generate_netcdf
+
+    # (the fixture's ratings, with the ratings as values: its timestamps saturate every unit)
+    synthetic.write_ratings_dsstne(tmp_path / "rated.txt", synthetic.generate_ratings(
+        users=160, items=97, mean_per_user=8, seed=4), value="rating")
+    generate_netcdf(input_path=tmp_path / "rated.txt", output=tmp_path / "analog_input.nc",
+                    dataset_name="gl_input", feature_index=data / "features_input",
+                    sample_index=data / "samples", analog=True)
+    for name, n in (("one", 1), ("many", 3)):
+        done = train(data, tmp_path / f"{name}.nc", "-b", "1", "-e", "1", "--checkpoint-every",
+                     "0", ranks=n, inputs=tmp_path / "analog_input.nc")
+        assert done.returncode == 0, done.stderr.decode()
+    assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
 
 
 @pytest.mark.parametrize("hidden, ranks, split", [(37, 2, shard.ROWS), (100, 3, shard.COLS)],
