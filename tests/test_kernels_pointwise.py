@@ -81,6 +81,16 @@ def column_blocks(units, parts):
     return [(units * r // parts, units * (r + 1) // parts) for r in range(parts)]
 
 
+def blocks_row_stats(kernels, z, blocks, fill=np.nan) -> list[np.ndarray]:
+    """Each block of columns' ``softmax_forward_partials`` of the rows ``z`` (a rank's), its
+    [B, 2] array filled with ``fill`` first."""
+    stats = []
+    for lo, hi in blocks:
+        stats.append(np.full((len(z), 2), fill))
+        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    return stats
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("parts", [1, 3])
 def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
@@ -97,11 +107,7 @@ def test_softmax_split_by_columns_is_the_whole_rows(backend, parts):
     z[1] -= 400  # (a row far below zero: its exponentials relative to its own maximum)
     expected = forward("reference", z, codes.SOFTMAX)
     blocks = column_blocks(units, parts)
-    stats = []
-    for lo, hi in blocks:
-        stats.append(np.full((rows, 2), np.nan))
-        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
-    whole = softmax_row_stats(np.hstack(stats))
+    whole = softmax_row_stats(np.hstack(blocks_row_stats(kernels, z, blocks)))
     a = z.copy()
     for lo, hi in blocks:  # (in place: a is z)
         block = np.ascontiguousarray(a[:, lo:hi])
@@ -145,11 +151,7 @@ def test_cpu_split_softmax_float32_in_place_or_not_is_the_reference_on_wide_rows
     z[2] -= 400
     z[3, 1500:] = -np.inf  # (the second block's units of a row all -inf)
     blocks = column_blocks(3001, 2)
-    stats = []
-    for lo, hi in blocks:
-        stats.append(np.full((5, 2), np.nan))
-        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
-    whole = softmax_row_stats(np.hstack(stats))
+    whole = softmax_row_stats(np.hstack(blocks_row_stats(kernels, z, blocks)))
     apart, in_place = np.full_like(z, np.nan), z.copy()
     for lo, hi in blocks:
         block = np.ascontiguousarray(z[:, lo:hi])
@@ -181,11 +183,7 @@ def test_softmax_split_by_columns_keeps_nan_and_minus_infinity_as_the_whole_rows
     assert np.isnan(expected[0]).all() and np.isnan(expected[3]).all()
     assert np.isfinite(expected[1:3]).all()
     blocks = column_blocks(4, 2)
-    stats = []
-    for lo, hi in blocks:
-        stats.append(np.full((4, 2), np.nan))
-        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
-    whole = softmax_row_stats(np.hstack(stats))
+    whole = softmax_row_stats(np.hstack(blocks_row_stats(kernels, z, blocks)))
     a = np.full_like(z, -1.0)
     for lo, hi in blocks:
         block = np.ascontiguousarray(z[:, lo:hi])
@@ -208,10 +206,7 @@ def test_softmax_split_by_columns_with_a_block_of_nan_units_is_a_nan_row(backend
     nan = np.array([np.nan, -np.nan], dtype=dtype)  # (x86's NaN from inf - inf is negative)
     z = np.array([[nan[0], nan[1], 0.0, 1.0], [nan[1], -np.inf, 0.0, 1.0],
                   [-np.inf, -np.inf, 0.0, 1.0]], dtype=dtype)
-    stats = []
-    for lo, hi in column_blocks(4, 2):
-        stats.append(np.full((3, 2), 7.0))
-        kernels.softmax_forward_partials(stats[-1], np.ascontiguousarray(z[:, lo:hi]))
+    stats = blocks_row_stats(kernels, z, column_blocks(4, 2), fill=7.0)
     assert np.isnan(stats[0][:2, 0]).all() and stats[0][2, 0] == -np.inf
     whole = softmax_row_stats(np.hstack(stats))
     a = np.full_like(z, -1.0)
