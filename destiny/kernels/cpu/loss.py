@@ -449,6 +449,18 @@ def _softmax_fast_path_applies(delta, a, err_fn, act):
 
 
 @njit(cache=True)
+def _listed_cross_entropy(arow, indices, lo, hi, count):
+    """(p, error) of a row's listed entries lo..hi-1, of ``count`` in the whole row: each one's
+    target is t = 1 / count, its pre-delta p = float32(-t) as the generic kernel stores it, and
+    its error -t * log(a) (an index listed twice counts twice, as in the generic kernel)."""
+    t = 1.0 / count if count > 0 else 0.0
+    err = 0.0
+    for k in range(lo, hi):
+        err += -t * _log(np.float64(arow[indices[k]]))
+    return np.float64(np.float32(-t)), err
+
+
+@njit(cache=True)
 def _distinct_listed(drow, indices, lo, hi):
     """The number of distinct indices in ``indices[lo:hi]`` (``drow`` is scratch: zeroed)."""
     increasing = True
@@ -507,11 +519,7 @@ def _softmax_ce_kernel(delta, a, indptr, indices, weights, ignore_zero):
     for r in prange(n_rows):
         drow, arow = delta[r], a[r]
         lo, hi = indptr[r], indptr[r + 1]
-        t = 1.0 / (hi - lo) if hi > lo else 0.0
-        p = np.float64(np.float32(-t))  # the pre-delta as the generic kernel stores it
-        err = 0.0
-        for k in range(lo, hi):  # (an index listed twice counts twice, as in the generic one)
-            err += -t * _log(np.float64(arow[indices[k]]))
+        p, err = _listed_cross_entropy(arow, indices, lo, hi, hi - lo)
         total = 0.0 + _distinct_listed(drow, indices, lo, hi) * p  # (+0, as the sum starts)
         zero_targets = _scaled_negative_row(drow, arow, total)
         if not ignore_zero:
@@ -537,12 +545,8 @@ def _softmax_ce_partials_kernel(delta, sums, a, indptr, indices, weights, counts
     for r in prange(n_rows):
         drow, arow = delta[r], a[r]
         lo, hi = indptr[r], indptr[r + 1]
-        count = hi - lo if len(counts) == 0 else counts[r]
-        t = 1.0 / count if count > 0 else 0.0
-        p = np.float64(np.float32(-t))
-        err = 0.0
-        for k in range(lo, hi):
-            err += -t * _log(np.float64(arow[indices[k]]))
+        p, err = _listed_cross_entropy(arow, indices, lo, hi,
+                                       hi - lo if len(counts) == 0 else counts[r])
         sums[r] = 0.0 + _distinct_listed(drow, indices, lo, hi) * p
         zero_targets = _negative_zero_row(drow, arow)
         if not ignore_zero:
