@@ -181,11 +181,6 @@ class TrainData:
         net.check_trainable()
         self.inputs: dict[str, SparseDataset] = {}
         self.targets: dict[str, SparseDataset] = {}
-        # The analog inputs, known from the whole datasets: a batch, or a rank's shard of it,
-        # that lists no entries stores no values, as Boolean data does (Batch.analog).
-        self._analog = frozenset(name for name in net.inputs
-                                 if datasets.get(net.layers[name].dataset) is not None
-                                 and datasets[net.layers[name].dataset].values is not None)
         for name in net.inputs + net.outputs:
             layer = net.layers[name]
             if layer.dataset not in datasets:
@@ -207,6 +202,9 @@ class TrainData:
             raise DestinyError(f"the datasets hold different numbers of examples ({sizes}); "
                                "build them from the same samples (one -s index, same input).")
         self.examples = rows.pop()
+        # The analog inputs (a rank's shard keeps its dataset's values array, empty or not): a
+        # batch that lists no entries stores no values, as Boolean data does (Batch.analog).
+        self._analog = frozenset(n for n, ds in self.inputs.items() if ds.values is not None)
         # The data on the host, by layer. An autoencoder's input and output datasets usually
         # hold the same entries (DSSTNE's examples write both from one file): they share one
         # copy on the backend, and each batch one gather.
