@@ -340,6 +340,13 @@ class _Progress:
                    f"{self.cfg.optimizer} ({optimizer_settings(self.cfg)}), "
                    f"{counted(data.examples, 'example')}, batch {self.cfg.batch}, "
                    f"epochs {state.epoch + 1}..{self.cfg.epochs}")
+        unused = net.netdef.unused_layers()
+        if unused:
+            names = ", ".join(f"{layer.name!r} ({layer.kind.name})" for layer in unused)
+            note(NAME, f"no Source or Skip leads from {names} to an Output layer: "
+                       f"{'they reach' if len(unused) > 1 else 'it reaches'} neither the loss "
+                       "nor the predictions, and trains or reads data for nothing (check the "
+                       "definition's Source and Skip entries)")
         self._check_space(net, state)
         if data.streamed:
             note(NAME, f"the training data takes {sized(data.bytes)} on the device, more than "

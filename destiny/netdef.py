@@ -171,6 +171,23 @@ class NetworkDef:
         """The layers of one kind, in JSON order."""
         return tuple(layer for layer in self.layers if layer.kind == kind)
 
+    def unused_layers(self) -> tuple[LayerDef, ...]:
+        """The layers, in JSON order, from which no Source or Skip leads to an Output layer:
+        what they compute reaches neither the loss nor the predictions. DSSTNE takes such a
+        network, so train notes them rather than refusing it: an Input layer's data is read
+        for nothing, a hidden layer trained for nothing, which is usually a definition's
+        mistake (a Source that names the wrong layer)."""
+        by_name = {layer.name: layer for layer in self.layers}
+        pending = [layer for layer in self.layers if layer.kind == LayerKind.Output]
+        used = {layer.name for layer in pending}
+        while pending:  # (back from the outputs, along what feeds each layer)
+            layer = pending.pop()
+            for name in layer.sources + layer.skips:
+                if name not in used:
+                    used.add(name)
+                    pending.append(by_name[name])
+        return tuple(layer for layer in self.layers if layer.name not in used)
+
     @property
     def is_resolved(self) -> bool:
         """True when every layer's N is known."""

@@ -217,6 +217,23 @@ def test_a_skip_from_an_input_layer_is_taken_and_its_size_checked_once_resolved(
         load_netdef(data, {"in": 16, "out": 20})
 
 
+def test_unused_layers_are_those_no_source_or_skip_leads_from_to_an_output():
+    data = minimal()
+    data["Layers"][1]["Name"] = "H"
+    data["Layers"][2]["Name"] = "Out"
+    assert load_netdef(data).unused_layers() == ()
+    data["Layers"][:0] = [{"Kind": "Input", "Name": "Idle", "N": 4, "DataSet": "idle"},
+                          {"Kind": "Input", "Name": "Skipped", "N": 4, "DataSet": "side"}]
+    data["Layers"] += [{"Kind": "Hidden", "Name": "Dead", "N": 4, "Source": ["H", "Idle"]},
+                       {"Kind": "Hidden", "Name": "Deader", "N": 4, "Source": "Dead"},
+                       {"Kind": "Hidden", "Name": "Side", "N": 4, "Source": "H",
+                        "Skip": "Skipped"},
+                       {"Kind": "Output", "Name": "Out2", "N": 4, "DataSet": "out2",
+                        "Source": "Side"}]
+    unused = load_netdef(data).unused_layers()
+    assert [layer.name for layer in unused] == ["Idle", "Dead", "Deader"]
+
+
 @pytest.mark.parametrize("share, message", [
     ({"InputLayer": "H2", "SourceInputLayer": "H2", "SourceOutputLayer": "H3"},
      "the weight H2 -> H3 is itself shared; a share reuses an unshared matrix (spec 3.14)"),

@@ -872,6 +872,21 @@ def test_dsstnes_alpha_or_mu_without_optimizer_says_that_adam_reads_them(files):
     assert "train: -mu sets adam's settings" in result.output
 
 
+def test_layers_that_lead_to_no_output_are_noted(files):
+    """DSSTNE trains a network with a layer that feeds nothing; train does too, but says
+    so: such a layer is usually a Source that names the wrong one."""
+    netdef = small_netdef()
+    netdef["Layers"].append({"Name": "Stray", "Kind": "Hidden", "N": 4, "Source": "Input"})
+    (files / "net.json").write_text(json.dumps(netdef))
+    result = run_train(files, "-e", "1", "-b", "64")
+    assert result.exit_code == 0, result.output
+    assert ("train: no Source or Skip leads from 'Stray' (Hidden) to an Output layer: it "
+            "reaches neither the loss nor the predictions") in result.output
+    (files / "net.json").write_text(json.dumps(small_netdef()))
+    result = run_train(files, "-e", "1", "-b", "64", "--force")
+    assert result.exit_code == 0 and "no Source or Skip" not in result.output, result.output
+
+
 def test_resume_without_a_checkpoint_says_it_trains_from_the_start(files):
     """--resume where there is no checkpoint (the first run of a cron rule, or a mistyped
     -n) trains afresh, as its help says, with a note; a resumed run, one that --resume-or-
