@@ -35,8 +35,8 @@ from destiny.netdef_fields import (
     LAYER_TYPE_NAMES, MAX_SOURCES, MIN_VERSION, NETWORK_KIND_NAMES, NN_VERSION, TOP_KEYS,
     WEIGHT_INIT_NAMES, Activation, ErrorFunction, LayerKind, LayerType, NetworkKind, WeightInit,
     DECAY, DENOISING_P, DROPOUT, GAUSSIAN_SCALE, NORM, PENALTY_BETA, PENALTY_P, check_range,
-    fold_keys, params_reader, ranged_reader, read_bool, read_enum, read_n, read_names,
-    read_number, read_str, setter, sub_path,
+    as_float32, fold_keys, params_reader, ranged_reader, read_bool, read_enum, read_float,
+    read_n, read_names, read_number, read_str, setter, sub_path,
 )
 
 __all__ = [
@@ -52,8 +52,8 @@ class SMCEParams:
 
     one_scale: float = 1.0
     zero_scale: float = 1.0
-    one_target: float = 0.9
-    zero_target: float = 0.1
+    one_target: float = as_float32(0.9)  # (the parameters are float32, as_float32)
+    zero_target: float = as_float32(0.1)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class LRNParams:
 
     k: float = 2.0
     n: float = 5.0
-    alpha: float = 0.0001
+    alpha: float = as_float32(0.0001)
     beta: float = 0.75
 
 
@@ -131,7 +131,7 @@ class LayerDef:
     delta_norm: float = 0.0
     relu_slope: float = 1.0
     elu_alpha: float = 1.0
-    selu_lambda: float = 1.050701
+    selu_lambda: float = as_float32(1.050701)
     sparseness_penalty: SparsenessPenalty = SparsenessPenalty()
     shared_weights: tuple[SharedWeight, ...] = ()
     denoising: bool = False
@@ -154,7 +154,7 @@ class NetworkDef:
     shuffle_indices: bool = True  # CDL.txt says false; the code says true (quirk 10.11)
     relu_slope: float = 1.0  # makes LReLU the identity unless set (quirk 10.14)
     elu_alpha: float = 1.0
-    selu_lambda: float = 1.050701
+    selu_lambda: float = as_float32(1.050701)
     decay: float = 0.0
     lrn: LRNParams = LRNParams()
     maxout_k: float = 2.0
@@ -369,9 +369,9 @@ _TOP_READERS = {
     "DeltaBoost": setter("delta_boost", _read_boost),
     "ScaledMarginalCrossEntropy": setter("smce", _read_smce),
     "ShuffleIndices": setter("shuffle_indices", read_bool),
-    "RELUSlope": setter("relu_slope", read_number),
-    "ELUAlpha": setter("elu_alpha", read_number),
-    "SELULambda": setter("selu_lambda", read_number),
+    "RELUSlope": setter("relu_slope", read_float),
+    "ELUAlpha": setter("elu_alpha", read_float),
+    "SELULambda": setter("selu_lambda", read_float),
     "Decay": setter("decay", ranged_reader(DECAY)),
     "ErrorFunction": setter("error_function", lambda p, v: read_enum(
         p, v, ERROR_FUNCTION_NAMES, ERROR_FUNCTION_REFUSED)),
@@ -477,7 +477,7 @@ def _read_weight_init(path, value) -> WeightInitDef:
     for key in ("Scale", "Bias"):
         if key in found:
             w, v = found[key]
-            args[key.lower()] = read_number(f"{path}.{w}", v)
+            args[key.lower()] = read_float(f"{path}.{w}", v)
     init = WeightInitDef(**args)
     if init.scheme == WeightInit.Gaussian and "Scale" in found:  # (numpy refused it with a
         check_range(f"{path}.{found['Scale'][0]}", init.scale, GAUSSIAN_SCALE)  # traceback)
@@ -527,9 +527,9 @@ _LAYER_READERS = {
     "Skip": setter("skips", read_names),
     "DataSet": setter("dataset", read_str),
     "Activation": setter("activation", _activation),
-    "RELUSlope": setter("relu_slope", read_number),
-    "ELUAlpha": setter("elu_alpha", read_number),
-    "SELULambda": setter("selu_lambda", read_number),
+    "RELUSlope": setter("relu_slope", read_float),
+    "ELUAlpha": setter("elu_alpha", read_float),
+    "SELULambda": setter("selu_lambda", read_float),
     "WeightNorm": setter("weight_norm", ranged_reader(NORM)),
     "DeltaNorm": setter("delta_norm", ranged_reader(NORM)),
     "WeightInit": setter("weight_init", _read_weight_init),

@@ -10,6 +10,7 @@ The numeric enum values are the ones DSSTNE stores in network NetCDF files (spec
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -301,6 +302,28 @@ def read_number(path: str, value) -> float:
     return number
 
 
+def as_float32(number: float) -> float:
+    """``number`` rounded to float32, the precision in which DSSTNE holds a definition's
+    parameters (NNFloat) and network files store them (spec 4.1): a run trains with the
+    values its network file keeps, and compares as DSSTNE does (an output above float32(0.1),
+    SMCE's zeroTarget, spec 5.5). OverflowError beyond float32's range."""
+    rounded = struct.unpack("f", struct.pack("f", number))[0]
+    if math.isinf(rounded) and not math.isinf(number):  # (struct packs 1e39 as inf)
+        raise OverflowError(f"{number!r} is beyond float32's range")
+    return rounded
+
+
+def read_float(path: str, value) -> float:
+    """A JSON number (``read_number``), rounded to float32 (``as_float32``)."""
+    number = read_number(path, value)
+    try:
+        return as_float32(number)
+    except OverflowError:
+        raise NetDefError(path, f"{number:g} is beyond float32's range (3.4e38 either way), "
+                                "the precision in which DSSTNE and network files hold it; "
+                                "expected a smaller number") from None
+
+
 def read_bool(path: str, value) -> bool:
     """A JSON boolean, or the number 0 or 1: DSSTNE reads these keys with jsoncpp's asBool,
     which takes numbers, so definitions written for it may say ``"Sparse": 1``."""
@@ -362,7 +385,7 @@ def params_reader(cls, fields: dict[str, str]):
 
     def read(path: str, value):
         found = fold_keys(value, path, keys, "a parameter")
-        args = {fields[k]: read_number(f"{path}.{w}", v) for k, (w, v) in found.items()}
+        args = {fields[k]: read_float(f"{path}.{w}", v) for k, (w, v) in found.items()}
         return cls(**args)
     return read
 
@@ -370,13 +393,34 @@ def params_reader(cls, fields: dict[str, str]):
 def check_range(path: str, value: float, rule: Range) -> float:
     """``value`` if ``rule`` holds for it; else the error at JSON path ``path``."""
     if not rule.holds(value):
-        raise NetDefError(path, f"{value} is out of range; expected {rule.expected}")
+        raise NetDefError(path, f"{shown_float(value)} is out of range; expected "
+                                f"{rule.expected}")
     return value
 
 
+def shown_float(value: float) -> str:
+    """``value`` as a message shows it: a float32 value with the fewest digits that read
+    back to it (-0.3, where its float64 repr is -0.30000001192092896)."""
+    if math.isfinite(value) and as_float32(value) == value:
+        for digits in range(1, 10):
+            text = f"{value:.{digits}g}"
+            if as_float32(float(text)) == value:
+                return repr(float(text))
+    return repr(value)
+
+
 def ranged_reader(rule: Range):
-    """Reader of a JSON number in ``rule``'s range (pDropout, WeightNorm, Decay, ...)."""
-    return lambda path, value: check_range(path, read_number(path, value), rule)
+    """Reader of a JSON number in ``rule``'s range (pDropout, WeightNorm, Decay, ...), as
+    float32 (``read_float``): the range holds for the value the run uses."""
+    def read(path: str, value) -> float:
+        number = check_range(path, read_number(path, value), rule)
+        rounded = read_float(path, number)
+        if not rule.holds(rounded):  # (0.99999999 is 1 as float32)
+            raise NetDefError(path, f"{number!r} is {rounded!r} as float32, the precision in "
+                                    f"which DSSTNE and network files hold it, which is out of "
+                                    f"range; expected {rule.expected}")
+        return rounded
+    return read
 
 
 def setter(name, reader):

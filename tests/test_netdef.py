@@ -14,6 +14,7 @@ from destiny.errors import DestinyError, NetDefError
 from destiny.netdef import (
     Activation, ErrorFunction, LayerKind, NetworkDef, WeightInit, load_netdef,
 )
+from destiny.netdef_fields import as_float32 as f32
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = {"gl_input": 27392, "gl_output": 27392}
@@ -35,7 +36,7 @@ def test_movielens_netdef_loads():
     assert net.error_function == ErrorFunction.ScaledMarginalCrossEntropy
     assert (net.smce.one_target, net.smce.zero_target) == (1.0, 0.0)
     assert net.shuffle_indices is False
-    assert net.denoising.p == 0.2 and net.layers[0].denoising
+    assert net.denoising.p == f32(0.2) and net.layers[0].denoising
     assert (net.sparseness_penalty.p, net.sparseness_penalty.beta) == (0.5, 2.0)
     assert net.layer("Output").activation == Activation.Sigmoid
     assert net.layer("Output").sources == ("Hidden",)
@@ -47,9 +48,9 @@ def test_benchmark_netdef_loads():
     hidden = net.layers_of(LayerKind.Hidden)
     assert [h.n for h in hidden] == [1024] * 3
     assert all(h.p_dropout == 0.5 and h.weight_init.scheme == WeightInit.Gaussian
-               and h.weight_init.scale == 0.01 for h in hidden)
+               and h.weight_init.scale == f32(0.01) for h in hidden)
     out = net.layer("Output")
-    assert (out.weight_init.scale, out.weight_init.bias) == (0.01, -10.2)
+    assert (out.weight_init.scale, out.weight_init.bias) == (f32(0.01), f32(-10.2))
     assert net.error_function == ErrorFunction.ScaledMarginalCrossEntropy
     resolved = net.resolve(WIDTHS)
     assert resolved.is_resolved and resolved.layer("Input").n == 27392
@@ -60,8 +61,8 @@ def test_defaults_follow_dsstne():
     assert isinstance(net, NetworkDef)
     assert net.shuffle_indices is True  # quirk 10.11
     assert net.error_function == ErrorFunction.CrossEntropy
-    assert net.relu_slope == 1.0 and net.elu_alpha == 1.0 and net.selu_lambda == 1.050701
-    assert (net.smce.one_target, net.smce.zero_target) == (0.9, 0.1)
+    assert net.relu_slope == 1.0 and net.elu_alpha == 1.0 and net.selu_lambda == f32(1.050701)
+    assert (net.smce.one_target, net.smce.zero_target) == (f32(0.9), f32(0.1))
     assert net.version == 0.9 and net.decay == 0.0
     hidden = net.layers[1]
     assert hidden.activation == Activation.Sigmoid
@@ -103,7 +104,7 @@ def test_case_insensitive_keys_values_and_aliases():
         "Slope": 0.5, "LocalResponseNormalization": {"k": 3}}
     net = load_netdef(data)
     assert net.layers[1].activation == Activation.RectifiedLinear
-    assert net.layers[1].relu_slope == 0.1 and net.layers[2].relu_slope == 0.5
+    assert net.layers[1].relu_slope == f32(0.1) and net.layers[2].relu_slope == 0.5
     assert net.layers[1].weight_init.scheme == WeightInit.CaffeXavier
     assert net.error_function == ErrorFunction.CrossEntropy
     assert net.smce.one_scale == 30 and net.lrn.k == 3
@@ -648,27 +649,54 @@ def test_keys_the_spec_allows_on_input_and_hidden_layers():
     data["Layers"][0]["pDropout"] = 0.2
     data["Layers"][1]["BatchNormalization"] = False
     net = load_netdef(data)
-    assert net.layers[0].p_dropout == 0.2
+    assert net.layers[0].p_dropout == f32(0.2)
+
+
+def test_parameters_are_float32_as_dsstne_and_network_files_hold_them():
+    """A run trains with the values its network file keeps (spec 4.1 stores them as float),
+    and compares as DSSTNE did: an output above float32(0.1) for SMCE's zeroTarget."""
+    data = minimal()
+    data["ScaledMarginalCrossEntropy"] = {"zeroTarget": 0.1, "oneScale": 3}
+    data["Layers"][1].update({"pDropout": 0.3, "RELUSlope": 0.01, "WeightInit": {"Scale": 0.7}})
+    net = load_netdef(data)
+    assert net.smce.zero_target == f32(0.1) > 0.1 and net.smce.one_scale == 3.0
+    hidden = net.layers[1]
+    assert (hidden.p_dropout, hidden.relu_slope, hidden.weight_init.scale) == (
+        f32(0.3), f32(0.01), f32(0.7))
+    data["Layers"][1]["pDropout"] = 0.99999999  # (below 1, but 1 as float32)
+    with pytest.raises(NetDefError, match=r"^Layers\[1\]\.pDropout: 0\.99999999 is 1\.0 as "
+                                          r"float32, the precision in which DSSTNE and network "
+                                          r"files hold it, which is out of range; expected a "
+                                          r"probability in \[0, 1\)"):
+        load_netdef(data)
+    data["Layers"][1]["pDropout"] = -0.3  # (shown as written, not as its float32's repr)
+    with pytest.raises(NetDefError, match=r"^Layers\[1\]\.pDropout: -0\.3 is out of range"):
+        load_netdef(data)
+    data["Layers"][1]["pDropout"] = 0.3
+    data["ScaledMarginalCrossEntropy"]["oneScale"] = 1e39
+    with pytest.raises(NetDefError, match=r"^ScaledMarginalCrossEntropy\.oneScale: 1e\+39 is "
+                                          r"beyond float32's range \(3\.4e38 either way\)"):
+        load_netdef(data)
 
 
 def test_every_network_default_of_spec_3_2():
     net = load_netdef(minimal())
     assert net.name == "" and net.kind.name == "FeedForward" and net.weights_data is None
     assert (net.smce.one_scale, net.smce.zero_scale, net.smce.one_target,
-            net.smce.zero_target) == (1.0, 1.0, 0.9, 0.1)
+            net.smce.zero_target) == (1.0, 1.0, f32(0.9), f32(0.1))
     assert (net.delta_boost.one, net.delta_boost.zero) == (1.0, 1.0)
     assert (net.sparseness_penalty.p, net.sparseness_penalty.beta) == (0.0, 0.0)
     assert net.denoising.p == 0.0
-    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, 0.0001, 0.75)
+    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, f32(0.0001), 0.75)
     assert net.maxout_k == 2.0
     # An object giving some of the parameters keeps the defaults of the others.
     net = load_netdef({**minimal(), "ScaledMarginalCrossEntropy": {"oneTarget": 1},
                        "DeltaBoost": {"one": 30}, "LRN": {"beta": 0.5}, "Maxout": {},
                        "Kind": "autoencoder"})
     assert (net.smce.one_scale, net.smce.zero_scale, net.smce.one_target,
-            net.smce.zero_target) == (1.0, 1.0, 1.0, 0.1)
+            net.smce.zero_target) == (1.0, 1.0, 1.0, f32(0.1))
     assert (net.delta_boost.one, net.delta_boost.zero) == (30.0, 1.0)
-    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, 0.0001, 0.5)
+    assert (net.lrn.k, net.lrn.n, net.lrn.alpha, net.lrn.beta) == (2.0, 5.0, f32(0.0001), 0.5)
     assert net.maxout_k == 2.0 and net.kind.name == "AutoEncoder"
     assert load_netdef({**minimal(), "Maxout": {"k": 3}}).maxout_k == 3.0
 

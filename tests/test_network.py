@@ -13,6 +13,7 @@ import pytest
 
 from destiny.kernels import get_backend
 from destiny.netdef import parse_netdef
+from destiny.netdef_fields import as_float32 as f32
 from destiny.network import Batch, Network, OptimizerConfig
 
 NONE = np.zeros(0, dtype=np.float64)
@@ -368,7 +369,7 @@ def test_the_penalty_takes_the_mean_of_the_dropped_out_activations():
     assert 0 < kept.sum() < kept.size
     np.testing.assert_allclose(out[kept], a[kept], rtol=1e-12)
     rho = np.clip(out.mean(axis=0), 1e-6, 0.999999)
-    penalty = beta * (-p / rho + (1 - p) / (1 - rho))
+    penalty = beta * (-f32(p) / rho + (1 - f32(p)) / (1 - rho))  # (float32, as parsed)
     np.testing.assert_allclose(gb_penal - gb_plain, (penalty * kept * a * (1 - a)).mean(axis=0),
                                rtol=1e-9, atol=1e-15)
 
@@ -395,7 +396,7 @@ def test_delta_norm_of_the_output_and_of_a_hidden_layer_after_its_derivative():
     d2_raw = H @ c2.W + c2.b - T
     d2 = _row_norm(d2_raw, 1.5)
     d1_raw = (d2 @ c2.W.T) * H * (1 - H)
-    d1 = _row_norm(d1_raw, 0.7)
+    d1 = _row_norm(d1_raw, f32(0.7))  # (float32, as parsed)
     for raw, limit in ((d2_raw, 1.5), (d1_raw, 0.7)):  # some rows above the limit, some below
         norms = np.sqrt((raw ** 2).sum(axis=1))
         assert (norms > limit).any() and (norms < limit).any()

@@ -21,6 +21,7 @@ from destiny.io.dataset import SparseDataset, write_dataset
 from destiny.io.network_file import read_network
 from destiny.kernels import get_backend
 from destiny.netdef import parse_netdef
+from destiny.netdef_fields import as_float32 as f32
 from destiny.network import Batch, Network
 from destiny.train import TrainConfig, TrainData, TrainState, train_epochs
 
@@ -870,6 +871,26 @@ def test_dsstnes_alpha_or_mu_without_optimizer_says_that_adam_reads_them(files):
         assert result.exit_code == 0 and "adam's settings" not in result.output, result.output
     result = run_train(files, "-e", "1", "--force", "-mu", "0.5")
     assert "train: -mu sets adam's settings" in result.output
+
+
+def test_the_network_file_keeps_the_parameters_the_run_trained_with(files):
+    """The definition's numbers are float32 from the start (as DSSTNE's, and as the file
+    stores them), so the network read back is the one trained, to the bit."""
+    netdef = small_netdef(ScaledMarginalCrossEntropy={"oneTarget": 0.9, "zeroTarget": 0.1,
+                                                       "oneScale": 1.3, "zeroScale": 0.7},
+                          Denoising={"p": 0.3}, DeltaBoost={"one": 1.1, "zero": 0.9})
+    netdef["Layers"][1].update({"pDropout": 0.3, "Activation": "LeakyRectifiedLinear",
+                                "RELUSlope": 0.01, "WeightNorm": 0.3, "DeltaNorm": 0.7})
+    (files / "net.json").write_text(json.dumps(netdef))
+    assert run_train(files, "-e", "1", "-b", "64").exit_code == 0
+    trained = parse_netdef(netdef).resolve({"gl_input": 128, "gl_output": 128})
+    saved = read_network(files / "net.nc").netdef
+    for key in ("smce", "denoising", "delta_boost", "sparseness_penalty"):
+        assert getattr(saved, key) == getattr(trained, key), key
+    for mine, theirs in zip(saved.layers, trained.layers, strict=True):
+        for key in ("p_dropout", "relu_slope", "elu_alpha", "selu_lambda", "weight_norm",
+                    "delta_norm", "sparseness_penalty"):
+            assert getattr(mine, key) == getattr(theirs, key), (mine.name, key)
 
 
 def test_layers_that_lead_to_no_output_are_noted(files):
@@ -2709,7 +2730,7 @@ def test_denoising_keeps_each_entry_with_probability_one_minus_p_and_scales_by_q
     kept = {1: [], 2: []}
     for n, denoise in enumerate(seen["denoise"]):
         (indptr, indices, values), q = denoise["Input"]
-        assert q == pytest.approx(1 / 0.7, rel=1e-12)
+        assert q == pytest.approx(1 / (1 - f32(0.3)), rel=1e-12)  # (p is float32, as parsed)
         assert len(values) == 0  # boolean data: q goes into the products (spec 5.4)
         kept[1 + n // 4] += indices.tolist()
     for epoch in (1, 2):
