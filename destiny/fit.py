@@ -34,6 +34,7 @@ from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.network_checks import is_settings
 from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
+from destiny.memory import check_training_memory
 from destiny.netdef import LayerKind, load_netdef, read_netdef_json
 from destiny.network import Network
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
@@ -128,6 +129,14 @@ def fit(
             except NetDefError as exc:  # (what the definition asks that cannot run here)
                 raise exc.with_file(config_path) from None
             data = TrainData(net, read_training_datasets(pool, net))
+        # Before any rank allocates its weights (each block ends once every rank is through
+        # it): a job too large for its machines is refused with a message, not ended by the
+        # OOM killer as the ranks write the blocks they were each granted (memory.py).
+        if kernels.device is None:  # (the host's memory: on a GPU the weights are there)
+            with all_or_none(comm):
+                check_training_memory(net, batch=cfg.batch, examples=data.examples,
+                                      epochs=cfg.epochs)
+        with all_or_none(comm):
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())
             # What a checkpoint must share to be resumed: all but -e, the data included

@@ -89,6 +89,7 @@ class Comm:
     # pick the process's GPU (``destiny.kernels.get_backend``'s ``process``, ``processes``).
     local_rank = 0
     local_size = 1
+    local_ranks: tuple[int, ...] = (0,)  # the ranks on this machine (``memory``'s sum)
 
     @property
     def is_root(self) -> bool:
@@ -171,6 +172,7 @@ class MPIComm(Comm):
         self.size = world.Get_size()
         host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (the ranks sharing this machine)
         self.local_rank, self.local_size = host.Get_rank(), host.Get_size()
+        self.local_ranks = tuple(host.allgather(self.rank))
         host.Free()
 
     @_collective
