@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from destiny.netdef import WeightInit
-from destiny.shard import block_rows
+from destiny.shard import block_columns, block_rows
 
 
 def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, n_in: int,
@@ -26,12 +26,20 @@ def initial_weights(rng: np.random.Generator, scheme: WeightInit, scale: float, 
     c0, c1 = cols or (0, n_out)
     out = np.empty((r1 - r0, c1 - c0), dtype=dtype)
     step = block_rows(n_out)  # a rank keeping a slice of a huge matrix never holds all of it
+    # A row wider than a block is drawn a block of columns at a time (in order: the same
+    # numbers): a whole row of a layer of 10^9 units took each rank 8 GB in float64, and as
+    # much again for each temporary, whatever its own share of the row.
+    width = block_columns(n_out)
     for start in range(0, n_in, step):
         stop = min(start + step, n_in)
-        block = _draw(rng, scheme, scale, n_in, n_out, (stop - start, n_out))
-        lo, hi = max(start, r0), min(stop, r1)
-        if lo < hi:
-            out[lo - r0:hi - r0] = block[lo - start:hi - start, c0:c1]
+        for first in range(0, n_out, width):  # (one piece, unless step is one row)
+            last = min(first + width, n_out)
+            block = _draw(rng, scheme, scale, n_in, n_out, (stop - start, last - first))
+            lo, hi = max(start, r0), min(stop, r1)
+            left, right = max(first, c0), min(last, c1)
+            if lo < hi and left < right:
+                out[lo - r0:hi - r0, left - c0:right - c0] = \
+                    block[lo - start:hi - start, left - first:right - first]
     return out
 
 

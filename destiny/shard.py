@@ -139,6 +139,12 @@ def block_rows(n_cols: int) -> int:
     return max(1, _BLOCK_VALUES // max(n_cols, 1))
 
 
+def block_columns(n_cols: int) -> int:
+    """Columns drawn at a time in a row of ``n_cols``: all of them, or, in a row wider than a
+    block (a block of its own, ``block_rows``), a block's worth."""
+    return max(1, min(n_cols, _BLOCK_VALUES))
+
+
 def write_gathered(comm: Comm, parts: dict, write: Callable[[dict], None]) -> None:
     """Rank 0 calls ``write({key: Gathered})``; the other ranks send it their parts meanwhile.
 

@@ -56,6 +56,37 @@ def test_a_block_of_the_initial_weights_is_a_block_of_the_whole_draw(scheme, mon
                                   whole)
 
 
+class _Counting:
+    """A generator that records how many numbers each of its draws returned."""
+
+    def __init__(self, seed):
+        self.rng, self.sizes = np.random.default_rng(seed), []
+
+    def random(self, shape):
+        self.sizes.append(int(np.prod(shape)))
+        return self.rng.random(shape)
+
+    def normal(self, loc, scale, size):
+        self.sizes.append(int(np.prod(size)))
+        return self.rng.normal(loc, scale, size=size)
+
+
+@pytest.mark.parametrize("scheme", list(WeightInit))
+def test_a_row_wider_than_a_block_is_drawn_a_block_at_a_time(scheme, monkeypatch):
+    """A rank drawing its block of a matrix into a layer of 10^9 units held a whole row of it
+    at a time, 8 GB in float64 and as much per temporary, on every rank: now at most a block,
+    and the same numbers."""
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 4)  # rows of 11: pieces of 4, 4 and 3
+    counting = _Counting(3)
+    part = initial_weights(counting, scheme, 0.5, 3, 11, rows=(1, 3), cols=(2, 9))
+    assert max(counting.sizes, default=0) <= 4
+    monkeypatch.setattr(shard, "_BLOCK_VALUES", 1 << 22)
+    whole_rng = np.random.default_rng(3)
+    whole = initial_weights(whole_rng, scheme, 0.5, 3, 11)
+    np.testing.assert_array_equal(part, whole[1:3, 2:9])
+    assert whole_rng.random() == counting.rng.random()  # the next matrix draws the same numbers
+
+
 def test_a_block_holds_at_least_one_row(monkeypatch):
     """A row wider than a block (a layer of more than 4 M units) is a block of its own."""
     monkeypatch.setattr(shard, "_BLOCK_VALUES", 40)
