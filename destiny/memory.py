@@ -153,7 +153,7 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
     comm = net.comm
     rows = min(batch, examples) if epochs > 0 else 0
     by_layer: dict[str, int] = {}
-    for rank in getattr(comm, "local_ranks", (comm.rank,)):
+    for rank in comm.local_ranks:
         for name, nbytes in training_bytes(net, rank, batch_rows=rows).items():
             by_layer[name] = by_layer.get(name, 0) + nbytes
     needed = sum(by_layer.values())
@@ -161,7 +161,7 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
         return
     layer = max(by_layer, key=by_layer.get)
     n = net.layers[layer].n
-    local = len(getattr(comm, "local_ranks", (0,)))
+    local = len(comm.local_ranks)
     what = ("the network's weights" + (", their gradients and a batch's activations"
                                        if rows else ""))
     if comm.size == 1:
