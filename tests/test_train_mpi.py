@@ -26,6 +26,8 @@ import pytest
 from destiny import shard
 from destiny.io.dataset import dataset_widths
 from destiny.io.network_file import connections, read_network
+from tests import batch
+from tests.batch import succeeded
 from tests.conftest import write_sample_data
 from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
@@ -138,12 +140,15 @@ def run(command, env=ENV):
     return subprocess.run([str(c) for c in command], env=env, capture_output=True, timeout=120)
 
 
-def train(data, network, *args, ranks=1, config="net.json", launcher=(), targets="gl_output.nc",
-          inputs="gl_input.nc"):
-    argv = ["-c", data / config, "-i", data / inputs, "-o", data / targets,
+def train_argv(data, network, *args, config="net.json", targets="gl_output.nc",
+               inputs="gl_input.nc") -> list:
+    return ["-c", data / config, "-i", data / inputs, "-o", data / targets,
             "-n", network, "-b", "32", "-e", "3", "-q", *args]
+
+
+def train(data, network, *args, ranks=1, launcher=(), **files):
     prefix = [MPIEXEC, "-n", ranks] if ranks > 1 else []
-    return run([*prefix, *(launcher or [TRAIN]), *argv])
+    return run([*prefix, *(launcher or [TRAIN]), *train_argv(data, network, *args, **files)])
 
 
 def errors(done) -> list[str]:
@@ -175,6 +180,23 @@ def layout(path) -> list:
                 [(n, len(d)) for n, d in nc.dimensions.items()]]
 
 
+# The tests that compare the networks one process and P ranks train read only what the runs
+# left: the runs of the tests selected go together (tests/batch.py), every one-process run in
+# one process and every run on P ranks in one mpiexec -n P job, the first time a test asks.
+BATCHED = batch.Batched("train")
+
+
+@pytest.fixture(scope="module")
+def batch_runs(softmax_data, tmp_path_factory, request) -> dict:
+    return BATCHED.run(request, tmp_path_factory, softmax_data, ENV, MPIEXEC)
+
+
+@pytest.fixture
+def runs(batch_runs, request) -> tuple:
+    """This test's runs (BATCHED): (its folder, {key: its run})."""
+    return batch_runs[request.node.originalname]
+
+
 @pytest.fixture(scope="module")
 def single(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
@@ -193,11 +215,21 @@ def test_ranks_write_the_network_a_few_rows_at_a_time(data, single, tmp_path):
         assert_same_network(single / name, out / name)
 
 
+def ranks_runs(data, d) -> dict:
+    """single's run on 2 and on 3 ranks, each in its folder."""
+    for ranks in (2, 3):
+        (d / str(ranks)).mkdir()
+    return {ranks: (ranks, train_argv(data, d / str(ranks) / "gl.nc", "--checkpoint-every",
+                                      "2", "--metrics", d / str(ranks) / "m.jsonl"))
+            for ranks in (2, 3)}
+
+
+@BATCHED(ranks_runs)
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_ranks_train_what_one_process_trains(data, single, tmp_path, ranks):
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", "--metrics",
-                 tmp_path / "m.jsonl", ranks=ranks)
-    assert done.returncode == 0, done.stderr.decode()
+def test_ranks_train_what_one_process_trains(single, runs, ranks):
+    d, done = runs
+    tmp_path = d / str(ranks)
+    succeeded(done[ranks])
     assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc2.nc", "m.jsonl"]  # no temporary
     for name in ("gl.nc", "gl.nc2.nc"):  # the checkpoint holds Adam's state, split like W
         assert_same_network(single / name, tmp_path / name)
@@ -209,10 +241,16 @@ def test_ranks_train_what_one_process_trains(data, single, tmp_path, ranks):
         assert [r[key] for r in many] == pytest.approx([r[key] for r in one], rel=1e-4), key
 
 
-def test_resume_on_other_ranks(data, single, tmp_path):
+def on_3_runs(data, d) -> dict:
+    """The network checkpointed each epoch on 3 ranks."""
+    return {3: (3, train_argv(data, d / "gl.nc", "--checkpoint-every", "1"))}
+
+
+@BATCHED(on_3_runs)
+def test_resume_on_other_ranks(data, single, runs):
     # Checkpoint on 3 ranks, then continue on 2: the same run as one process.
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", ranks=3)
-    assert done.returncode == 0, done.stderr.decode()
+    tmp_path, done = runs
+    succeeded(done[3])
     os.remove(tmp_path / "gl.nc")
     os.remove(tmp_path / "gl.nc3.nc")  # the last epoch's (spec 5.2)
     os.remove(tmp_path / "gl.nc2.nc")
@@ -223,18 +261,33 @@ def test_resume_on_other_ranks(data, single, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["gl.nc", "gl.nc3.nc"]  # rank 0 removed the rest
 
 
-@pytest.mark.parametrize("state, message", [
-    ("destiny_bias_state0_0", "the optimizer state 'destiny_bias_state0_0' holds 3 values; the "
-                              "layer 'H1' it is for has 37 units."),
-    ("destiny_state1_1", "the optimizer state 'destiny_state1_1' holds 3 values; the weights "
-                         "H1 -> H2 it is for hold 37 x 23."),
-])
-def test_resume_refuses_optimizer_state_of_another_size(data, tmp_path, state, message):
+RESIZED_STATES = {
+    "destiny_bias_state0_0": "the optimizer state 'destiny_bias_state0_0' holds 3 values; the "
+                             "layer 'H1' it is for has 37 units.",
+    "destiny_state1_1": "the optimizer state 'destiny_state1_1' holds 3 values; the weights "
+                        "H1 -> H2 it is for hold 37 x 23.",
+}
+
+
+def checkpointed_on_2_runs(data, d) -> dict:
+    """For each state of RESIZED_STATES, in its folder, 2 epochs checkpointed on 2 ranks."""
+    runs = {}
+    for state in RESIZED_STATES:
+        (d / state).mkdir()
+        runs[state] = (2, train_argv(data, d / state / "gl.nc", "--checkpoint-every", "1",
+                                     "-e", "2"))
+    return runs
+
+
+@BATCHED(checkpointed_on_2_runs)
+@pytest.mark.parametrize("state, message", RESIZED_STATES.items())
+def test_resume_refuses_optimizer_state_of_another_size(data, runs, state, message):
     """Each rank reads its block of a checkpoint's optimizer state: one of another size than
     its weights or biases is refused as damage, one message, as one process refuses it (a
     rank's block was read from what the variable held)."""
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "-e", "2", ranks=2)
-    assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / state
+    succeeded(done[state])
     os.remove(tmp_path / "gl.nc")
     with netCDF4.Dataset(tmp_path / "gl.nc2.nc", "a") as nc:  # (no resizing in place)
         nc.renameVariable(state, state + "_old")
@@ -302,20 +355,28 @@ def test_every_rank_resumes_from_the_checkpoint_rank_0_found(data, tmp_path):
     assert json.loads(done.stdout) == {"rank 0": each, "rank 1": each}
 
 
-def test_metrics_and_notes_come_once(data, tmp_path):
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "0", "--metrics",
-                 tmp_path / "m.jsonl", ranks=2)
-    assert done.returncode == 0, done.stderr.decode()
+def notes_runs(data, d) -> dict:
+    """Quiet with metrics in a file and loud with them on standard output (which every rank
+    has) on 2 ranks, and loud in one process."""
+    loud = ["-c", data / "net.json", "-i", data / "gl_input.nc", "-o", data / "gl_output.nc",
+            "-b", "32", "-e", "1"]
+    return {"quiet": (2, train_argv(data, d / "gl.nc", "--checkpoint-every", "0", "--metrics",
+                                    d / "m.jsonl")),
+            "loud": (2, [*loud, "-n", d / "loud.nc", "--metrics", "-"]),
+            "one": (1, [*loud, "-n", d / "one.nc"])}
+
+
+@BATCHED(notes_runs)
+def test_metrics_and_notes_come_once(runs):
+    tmp_path, done = runs
+    succeeded(done["quiet"])
     assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
-    loud = run([MPIEXEC, "-n", 2, TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc",
-                "-o", data / "gl_output.nc", "-n", tmp_path / "loud.nc", "-b", "32", "-e", "1",
-                "--metrics", "-"])  # (on standard output, which every rank has)
+    loud = done["loud"]
     assert loud.returncode == 0, loud.stderr.decode()
     text = loud.stderr.decode()
     assert text.count("epoch 1/1: loss") == 1 and "(2 MPI ranks x 1 thread)" in text, text
     assert [json.loads(line)["epoch"] for line in loud.stdout.decode().splitlines()] == [1]
-    one = run([TRAIN, "-c", data / "net.json", "-i", data / "gl_input.nc", "-o",
-               data / "gl_output.nc", "-n", tmp_path / "one.nc", "-b", "32", "-e", "1"])
+    one = done["one"]
     assert one.returncode == 0 and "backend cpu (1 thread)" in one.stderr.decode(), one.stderr
 
 
@@ -395,22 +456,33 @@ SHARED_LAYOUTS = {  # (owner, sharer) of every share, as spec 7 splits them
 }
 
 
-@pytest.fixture(scope="module")
-def shared_single(data, tmp_path_factory):
-    """Each network of SHARED_NETDEFS trained by one process: {case: folder}."""
-    trained = {}
+SHARED_RANKS = [("tied", 2), ("tied", 3), ("untransposed", 3), ("earlier", 2)]
+
+
+def shared_runs(data, d) -> dict:
+    """Each network of SHARED_NETDEFS trained by one process, and on the ranks of
+    SHARED_RANKS: {(case, ranks): ...}, each in the folder case/ranks."""
     for case, netdef in SHARED_NETDEFS.items():
         (data / f"{case}.json").write_text(json.dumps(netdef))
-        out = trained[case] = tmp_path_factory.mktemp(case)
-        done = train(data, out / "gl.nc", "--checkpoint-every", "2", config=f"{case}.json")
-        assert done.returncode == 0, done.stderr.decode()
-    return trained
+    runs = {}
+    for case, ranks in [(case, 1) for case in SHARED_NETDEFS] + SHARED_RANKS:
+        (d / case / str(ranks)).mkdir(parents=True)
+        runs[case, ranks] = (ranks, train_argv(data, d / case / str(ranks) / "gl.nc",
+                                               "--checkpoint-every", "2", config=f"{case}.json"))
+    return runs
 
 
-@pytest.mark.parametrize("case, ranks", [("tied", 2), ("tied", 3), ("untransposed", 3),
-                                         ("earlier", 2)])
-def test_ranks_train_shared_weights_as_one_process_does(data, shared_single, tmp_path, case,
-                                                        ranks):
+@pytest.fixture(scope="module")
+def shared_single(batch_runs):
+    """Each network of SHARED_NETDEFS trained by one process (shared_runs): {case: folder}."""
+    d, done = batch_runs["test_ranks_train_shared_weights_as_one_process_does"]
+    succeeded(*(done[case, 1] for case in SHARED_NETDEFS))
+    return {case: d / case / "1" for case in SHARED_NETDEFS}
+
+
+@BATCHED(shared_runs, "test_ranks_resume_shared_weights_on_other_ranks")
+@pytest.mark.parametrize("case, ranks", SHARED_RANKS)
+def test_ranks_train_shared_weights_as_one_process_does(shared_single, runs, case, ranks):
     """Both connections' gradients add up in the owner's block on each rank (no collective
     of their own), and rank 0 writes the owners' matrices alone, as one process does."""
     from destiny.kernels import get_backend
@@ -421,19 +493,25 @@ def test_ranks_train_shared_weights_as_one_process_does(data, shared_single, tmp
     net = Network(netdef, get_backend("cpu"), comm=FakeComm(0, ranks))
     assert [(c.owner.layout, c.layout) for c in net.connections if c.shared] == \
         SHARED_LAYOUTS[case]
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "2", ranks=ranks,
-                 config=f"{case}.json")
-    assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / case / str(ranks)
+    succeeded(done[case, ranks])
     for name in ("gl.nc", "gl.nc2.nc"):  # (the checkpoint: the owners' Adam state)
         assert_same_network(shared_single[case] / name, tmp_path / name)
         assert layout(tmp_path / name) == layout(shared_single[case] / name)
 
 
-def test_ranks_resume_shared_weights_on_other_ranks(data, shared_single, tmp_path):
+def tied_on_3_runs(data, d) -> dict:
+    """The tied autoencoder checkpointed each epoch on 3 ranks."""
+    return {3: (3, train_argv(data, d / "gl.nc", "--checkpoint-every", "1",
+                              config="tied.json"))}
+
+
+@BATCHED(tied_on_3_runs)
+def test_ranks_resume_shared_weights_on_other_ranks(data, shared_single, runs):
     # The tied autoencoder checkpointed on 3 ranks, continued on 2: one process's run.
-    done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", ranks=3,
-                 config="tied.json")
-    assert done.returncode == 0, done.stderr.decode()
+    tmp_path, done = runs
+    succeeded(done[3])
     for name in ("gl.nc", "gl.nc3.nc", "gl.nc2.nc"):
         os.remove(tmp_path / name)
     done = train(data, tmp_path / "gl.nc", "--checkpoint-every", "1", "--resume", ranks=2,
@@ -443,18 +521,23 @@ def test_ranks_resume_shared_weights_on_other_ranks(data, shared_single, tmp_pat
         assert_same_network(shared_single["tied"] / name, tmp_path / name)
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_ranks_train_a_network_with_delta_norm_as_one_process_does(data, tmp_path, ranks):
-    """DeltaNorm rescales each row of a layer's delta to a norm over all its units: each rank
-    sums its units' squares, and the ranks add the sums up (a hidden layer split 12/12/13
-    units, the output 32/32/33; limits that some rows exceed and others do not)."""
+def delta_norm_runs(data, d) -> dict:
+    """NETDEF with DeltaNorm limits, trained by 1, 2 and 3 ranks into d/RANKS.nc."""
     netdef = json.loads(json.dumps(NETDEF))
     netdef["Layers"][1]["DeltaNorm"] = 0.3
     netdef["Layers"][4]["DeltaNorm"] = 3.0
     (data / "delta_norm.json").write_text(json.dumps(netdef))
-    for n in (1, ranks):
-        done = train(data, tmp_path / f"{n}.nc", ranks=n, config="delta_norm.json")
-        assert done.returncode == 0, done.stderr.decode()
+    return {n: (n, train_argv(data, d / f"{n}.nc", config="delta_norm.json")) for n in (1, 2, 3)}
+
+
+@BATCHED(delta_norm_runs)
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_train_a_network_with_delta_norm_as_one_process_does(runs, ranks):
+    """DeltaNorm rescales each row of a layer's delta to a norm over all its units: each rank
+    sums its units' squares, and the ranks add the sums up (a hidden layer split 12/12/13
+    units, the output 32/32/33; limits that some rows exceed and others do not)."""
+    tmp_path, done = runs
+    succeeded(done[1], done[ranks])
     assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
 
 
@@ -463,22 +546,36 @@ def test_ranks_train_a_network_with_delta_norm_as_one_process_does(data, tmp_pat
 WEIGHT_NORMS = {"adam": {1: 0.76, 3: 0.7, 4: 0.5}, "rmsprop": {1: 0.65, 3: 0.63, 4: 0.33}}
 
 
-@pytest.mark.parametrize("ranks, optimizer", [(2, "adam"), (3, "rmsprop")])
-def test_ranks_train_a_network_with_weight_norm_as_one_process_does(data, tmp_path, ranks,
-                                                                    optimizer):
+WEIGHT_NORM_RANKS = [(2, "adam"), (3, "rmsprop")]
+
+
+def weight_norm_runs(data, d) -> dict:
+    """NETDEF with WEIGHT_NORMS' limits, trained with each optimizer by one process and by the
+    ranks of WEIGHT_NORM_RANKS into d/OPTIMIZER/RANKS.nc."""
+    runs = {}
+    for ranks, optimizer in WEIGHT_NORM_RANKS:
+        netdef = json.loads(json.dumps(NETDEF))
+        for i, limit in WEIGHT_NORMS[optimizer].items():
+            netdef["Layers"][i]["WeightNorm"] = limit
+        (data / f"weight_norm_{optimizer}.json").write_text(json.dumps(netdef))
+        (d / optimizer).mkdir()
+        for n in (1, ranks):
+            runs[optimizer, n] = (n, train_argv(data, d / optimizer / f"{n}.nc", "--optimizer",
+                                                optimizer, config=f"weight_norm_{optimizer}.json"))
+    return runs
+
+
+@BATCHED(weight_norm_runs)
+@pytest.mark.parametrize("ranks, optimizer", WEIGHT_NORM_RANKS)
+def test_ranks_train_a_network_with_weight_norm_as_one_process_does(runs, ranks, optimizer):
     """WeightNorm rescales each column of a matrix into the layer (a unit's incoming weights)
     to a norm over all its rows: a matrix split by rows (Input -> H1, H1 -> H3, Input -> H3)
     has each rank sum its rows' squares and the ranks add the sums up; one split by columns
     (H3 -> Output, H1 -> Output) holds whole columns. RMSProp updates only the batch's rows
     of the input layers' matrices (Network.update), then WeightNorm takes the whole columns."""
-    netdef = json.loads(json.dumps(NETDEF))
-    for i, limit in WEIGHT_NORMS[optimizer].items():
-        netdef["Layers"][i]["WeightNorm"] = limit
-    (data / f"weight_norm_{optimizer}.json").write_text(json.dumps(netdef))
-    for n in (1, ranks):
-        done = train(data, tmp_path / f"{n}.nc", "--optimizer", optimizer, ranks=n,
-                     config=f"weight_norm_{optimizer}.json")
-        assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / optimizer
+    succeeded(done[optimizer, 1], done[optimizer, ranks])
     assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
     one, names = read_network(tmp_path / "1.nc"), [layer["Name"] for layer in NETDEF["Layers"]]
     limited = {names[i]: limit for i, limit in WEIGHT_NORMS[optimizer].items()}
@@ -530,20 +627,36 @@ def softmax_data(data):
     return data
 
 
-@pytest.mark.parametrize("case,ranks", [("crossentropy", 2), ("crossentropy", 3), ("smce", 3),
-                                        ("crossentropy-analog", 2), ("l1-boost-analog", 3),
-                                        ("l2", 2), ("hinge", 3), ("l2hinge-analog", 2)])
-def test_ranks_train_a_softmax_network_as_one_process_does(softmax_data, tmp_path, case, ranks):
-    """Split SoftMax layers, hidden and output, train the network one process trains."""
+SOFTMAX_RANKS = [("crossentropy", 2), ("crossentropy", 3), ("smce", 3),
+                 ("crossentropy-analog", 2), ("l1-boost-analog", 3), ("l2", 2), ("hinge", 3),
+                 ("l2hinge-analog", 2)]
+
+
+def softmax_runs(softmax_data, d) -> dict:
+    """Each case of SOFTMAX_CASES trained by one process and by the ranks of SOFTMAX_RANKS,
+    into d/CASE/RANKS.nc with its metrics in d/CASE/RANKS.jsonl."""
     runs = {}
+    for case, ranks in SOFTMAX_RANKS:
+        (d / case).mkdir(exist_ok=True)
+        for n in (1, ranks):
+            runs[case, n] = (n, train_argv(softmax_data, d / case / f"{n}.nc", "--metrics",
+                                           d / case / f"{n}.jsonl", config=f"{case}.json",
+                                           targets=SOFTMAX_CASES[case][1]))
+    return runs
+
+
+@BATCHED(softmax_runs)
+@pytest.mark.parametrize("case,ranks", SOFTMAX_RANKS)
+def test_ranks_train_a_softmax_network_as_one_process_does(runs, case, ranks):
+    """Split SoftMax layers, hidden and output, train the network one process trains."""
+    d, done = runs
+    tmp_path, losses = d / case, {}
     for n in (1, ranks):
-        done = train(softmax_data, tmp_path / f"{n}.nc", "--metrics", tmp_path / f"{n}.jsonl",
-                     ranks=n, config=f"{case}.json", targets=SOFTMAX_CASES[case][1])
-        assert done.returncode == 0, done.stderr.decode()
-        runs[n] = [json.loads(line)["loss"] for line in
-                   (tmp_path / f"{n}.jsonl").read_text().splitlines()]
+        succeeded(done[case, n])
+        losses[n] = [json.loads(line)["loss"] for line in
+                     (tmp_path / f"{n}.jsonl").read_text().splitlines()]
     assert_same_network(tmp_path / "1.nc", tmp_path / f"{ranks}.nc")
-    assert runs[ranks] == pytest.approx(runs[1], rel=1e-5)
+    assert losses[ranks] == pytest.approx(losses[1], rel=1e-5)
 
 
 # A test-only launcher: the memory free on the machine reads FREE_BYTES (a real shortage would
@@ -768,22 +881,24 @@ def test_divergence_is_reported_once(data, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_ranks_update_the_input_rows_lazily_alike(data, tmp_path):
+def lazy_runs(data, d) -> dict:
+    return {name: (ranks, train_argv(data, d / f"{name}.nc", "--optimizer", "rmsprop",
+                                     "--checkpoint-every", "2"))
+            for name, ranks in (("one", 1), ("two", 2))}
+
+
+@BATCHED(lazy_runs)
+def test_ranks_update_the_input_rows_lazily_alike(runs):
     """RMSProp updates only the batch's rows of the input layer (Network.update), each rank
     its part; checkpoints hold the settled state. Split or not, the same network."""
-    for name, ranks in (("one", 1), ("two", 2)):
-        done = train(data, tmp_path / f"{name}.nc", "--optimizer", "rmsprop",
-                     "--checkpoint-every", "2", ranks=ranks)
-        assert done.returncode == 0, done.stderr.decode()
+    tmp_path, done = runs
+    succeeded(done["one"], done["two"])
     for suffix in (".nc", ".nc2.nc"):
         assert_same_network(tmp_path / f"one{suffix}", tmp_path / f"two{suffix}")
 
 
-def test_ranks_denoise_analog_input_as_one_process(data, tmp_path):
-    """Analog input, denoised (spec 3.9), one example a batch over 3 ranks: a rank often holds
-    none of a batch's entries in its columns, and stores no values then, as Boolean data does;
-    its partial product's bias must stay the analog path's, unscaled (5.4), not q times it as
-    the Boolean path's (it was, and the ranks trained another network)."""
+def denoise_runs(data, tmp_path) -> dict:
+    """The fixture's ratings, analog, trained one example a batch by one process and 3 ranks."""
     from destiny import synthetic
     from destiny.generate import generate_netcdf
 
@@ -793,38 +908,85 @@ def test_ranks_denoise_analog_input_as_one_process(data, tmp_path):
     generate_netcdf(input_path=tmp_path / "rated.txt", output=tmp_path / "analog_input.nc",
                     dataset_name="gl_input", feature_index=data / "features_input",
                     sample_index=data / "samples", analog=True)
-    for name, n in (("one", 1), ("many", 3)):
-        done = train(data, tmp_path / f"{name}.nc", "-b", "1", "-e", "1", "--checkpoint-every",
-                     "0", ranks=n, inputs=tmp_path / "analog_input.nc")
-        assert done.returncode == 0, done.stderr.decode()
+    return {name: (n, train_argv(data, tmp_path / f"{name}.nc", "-b", "1", "-e", "1",
+                                 "--checkpoint-every", "0", inputs=tmp_path / "analog_input.nc"))
+            for name, n in (("one", 1), ("many", 3))}
+
+
+@BATCHED(denoise_runs)
+def test_ranks_denoise_analog_input_as_one_process(runs):
+    """Analog input, denoised (spec 3.9), one example a batch over 3 ranks: a rank often holds
+    none of a batch's entries in its columns, and stores no values then, as Boolean data does;
+    its partial product's bias must stay the analog path's, unscaled (5.4), not q times it as
+    the Boolean path's (it was, and the ranks trained another network)."""
+    tmp_path, done = runs
+    succeeded(done["one"], done["many"])
     assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
 
 
+HIDDEN_RANKS = [(37, 2), (100, 3)]  # (the input's matrix split by rows, then by columns)
+
+
+def skip_runs(data, d) -> dict:
+    """For each of HIDDEN_RANKS, in d/HIDDEN: an output adding the input, trained by one
+    process into one.nc and by the ranks into many.nc."""
+    runs = {}
+    for hidden, ranks in HIDDEN_RANKS:
+        (d / str(hidden)).mkdir()
+        netdef = {**NETDEF, "Layers": [
+            NETDEF["Layers"][0],
+            {"Name": "H", "Kind": "Hidden", "N": hidden, "Activation": "Tanh", "pDropout": 0.1},
+            {**NETDEF["Layers"][4], "Source": "H", "Skip": "Input"}]}
+        (d / str(hidden) / "skip.json").write_text(json.dumps(netdef))
+        for name, n in (("one", 1), ("many", ranks)):
+            runs[hidden, name] = (n, train_argv(data, d / str(hidden) / f"{name}.nc",
+                                                "--checkpoint-every", "0",
+                                                config=d / str(hidden) / "skip.json"))
+    return runs
+
+
+@BATCHED(skip_runs)
 @pytest.mark.parametrize("hidden, ranks, split", [(37, 2, shard.ROWS), (100, 3, shard.COLS)],
                          ids=["rows", "columns"])
-def test_ranks_skip_from_the_input_layer_as_one_process(data, tmp_path, hidden, ranks, split):
+def test_ranks_skip_from_the_input_layer_as_one_process(data, runs, hidden, ranks, split):
     """The output adds the denoised input (spec 3.16), each rank its own units' columns of it.
     A rank holds the input's columns of its own units where the input's matrix is split by
     rows (37 hidden units), or every column where it is split by the hidden units (100, more
     than two thirds of the input's: spec 7), and then adds only its share."""
     (width,) = dataset_widths(data / "gl_input.nc").values()
     assert shard.layout(width, hidden, ranks) == split
-    netdef = {**NETDEF, "Layers": [
-        NETDEF["Layers"][0],
-        {"Name": "H", "Kind": "Hidden", "N": hidden, "Activation": "Tanh", "pDropout": 0.1},
-        {**NETDEF["Layers"][4], "Source": "H", "Skip": "Input"}]}
-    (tmp_path / "skip.json").write_text(json.dumps(netdef))
-    for name, n in (("one", 1), ("many", ranks)):
-        done = train(data, tmp_path / f"{name}.nc", "--checkpoint-every", "0", ranks=n,
-                     config=tmp_path / "skip.json")
-        assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / str(hidden)
+    succeeded(done[hidden, "one"], done[hidden, "many"])
     assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
     assert read_network(tmp_path / "one.nc").netdef.layers[2].skips == ("Input",)
 
 
+def echo_runs(data, d) -> dict:
+    """For each of HIDDEN_RANKS, in d/HIDDEN: an output adding a second input layer that feeds
+    nothing else, trained by one process into one.nc and by the ranks into many.nc."""
+    runs = {}
+    for hidden, ranks in HIDDEN_RANKS:
+        (d / str(hidden)).mkdir()
+        netdef = {**NETDEF, "Layers": [
+            NETDEF["Layers"][0],
+            {"Name": "Echo", "Kind": "Input", "N": "auto", "DataSet": "gl_input",
+             "Sparse": True},
+            {"Name": "H", "Kind": "Hidden", "N": hidden, "Source": "Input",
+             "Activation": "Tanh", "pDropout": 0.1},
+            {**NETDEF["Layers"][4], "Source": "H", "Skip": "Echo"}]}
+        (d / str(hidden) / "echo.json").write_text(json.dumps(netdef))
+        for name, n in (("one", 1), ("many", ranks)):
+            runs[hidden, name] = (n, train_argv(data, d / str(hidden) / f"{name}.nc", "-e", "2",
+                                                "--checkpoint-every", "0",
+                                                config=d / str(hidden) / "echo.json"))
+    return runs
+
+
+@BATCHED(echo_runs)
 @pytest.mark.parametrize("hidden, ranks, split", [(37, 2, shard.ROWS), (100, 3, shard.COLS)],
                          ids=["rows", "columns"])
-def test_ranks_add_an_input_layer_that_feeds_only_through_a_skip(data, tmp_path, hidden, ranks,
+def test_ranks_add_an_input_layer_that_feeds_only_through_a_skip(data, runs, hidden, ranks,
                                                                   split):
     """A second input layer, of the same dataset, that only the output's Skip reads: no matrix
     out of it, so every rank reads its own units' columns of it (spec 7), while the first
@@ -833,17 +995,9 @@ def test_ranks_add_an_input_layer_that_feeds_only_through_a_skip(data, tmp_path,
     (width,) = dataset_widths(data / "gl_input.nc").values()
     assert shard.layout(width, hidden, ranks) == split
     assert dataset_widths(data / "gl_output.nc") == {"gl_output": width}  # (a skip: one size)
-    netdef = {**NETDEF, "Layers": [
-        NETDEF["Layers"][0],
-        {"Name": "Echo", "Kind": "Input", "N": "auto", "DataSet": "gl_input", "Sparse": True},
-        {"Name": "H", "Kind": "Hidden", "N": hidden, "Source": "Input", "Activation": "Tanh",
-         "pDropout": 0.1},
-        {**NETDEF["Layers"][4], "Source": "H", "Skip": "Echo"}]}
-    (tmp_path / "echo.json").write_text(json.dumps(netdef))
-    for name, n in (("one", 1), ("many", ranks)):
-        done = train(data, tmp_path / f"{name}.nc", "-e", "2", "--checkpoint-every", "0",
-                     ranks=n, config=tmp_path / "echo.json")
-        assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / str(hidden)
+    succeeded(done[hidden, "one"], done[hidden, "many"])
     assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
     assert read_network(tmp_path / "one.nc").netdef.layers[3].skips == ("Echo",)
 
@@ -877,8 +1031,32 @@ def test_a_nan_in_one_ranks_block_is_refused_as_one_process_refuses_it(
     assert sorted(os.listdir(tmp_path)) == ["gl.nc1.nc"]
 
 
-@pytest.mark.parametrize("ranks, optimizer", [(2, "rmsprop"), (3, "adam")])
-def test_ranks_train_an_input_split_both_ways_as_one_process(data, tmp_path, ranks, optimizer):
+BOTH_WAYS_RANKS = [(2, "rmsprop"), (3, "adam")]
+
+
+def both_ways_runs(data, d) -> dict:
+    """The input feeding a narrow and a wide layer, with each optimizer of BOTH_WAYS_RANKS in
+    d/OPTIMIZER: trained by one process into one.nc and by the ranks into many.nc."""
+    netdef = {**NETDEF, "Layers": [
+        NETDEF["Layers"][0],
+        {"Name": "Narrow", "Kind": "Hidden", "N": 37, "Source": "Input",
+         "Activation": "Sigmoid", "pDropout": 0.1},
+        {"Name": "Wide", "Kind": "Hidden", "N": 100, "Source": "Input", "Activation": "Tanh"},
+        {**NETDEF["Layers"][4], "Source": ["Wide", "Narrow"], "Skip": "Input"}]}
+    (d / "both.json").write_text(json.dumps(netdef))
+    runs = {}
+    for ranks, optimizer in BOTH_WAYS_RANKS:
+        (d / optimizer).mkdir()
+        for name, n in (("one", 1), ("many", ranks)):
+            runs[optimizer, name] = (n, train_argv(
+                data, d / optimizer / f"{name}.nc", "-e", "2", "--optimizer", optimizer,
+                "--checkpoint-every", "0", config=d / "both.json"))
+    return runs
+
+
+@BATCHED(both_ways_runs)
+@pytest.mark.parametrize("ranks, optimizer", BOTH_WAYS_RANKS)
+def test_ranks_train_an_input_split_both_ways_as_one_process(data, runs, ranks, optimizer):
     """The input feeds a narrow layer (37 units: its matrix split by the input's units) and a
     wide one (100, more than two thirds of the input's: split by their own), and the output
     adds it (Skip): every rank holds all the input's columns and takes its own share of each
@@ -886,15 +1064,7 @@ def test_ranks_train_an_input_split_both_ways_as_one_process(data, tmp_path, ran
     updates lazily). Split or not, the same network."""
     (width,) = dataset_widths(data / "gl_input.nc").values()
     assert [shard.layout(width, n, ranks) for n in (37, 100)] == [shard.ROWS, shard.COLS]
-    netdef = {**NETDEF, "Layers": [
-        NETDEF["Layers"][0],
-        {"Name": "Narrow", "Kind": "Hidden", "N": 37, "Source": "Input",
-         "Activation": "Sigmoid", "pDropout": 0.1},
-        {"Name": "Wide", "Kind": "Hidden", "N": 100, "Source": "Input", "Activation": "Tanh"},
-        {**NETDEF["Layers"][4], "Source": ["Wide", "Narrow"], "Skip": "Input"}]}
-    (tmp_path / "both.json").write_text(json.dumps(netdef))
-    for name, n in (("one", 1), ("many", ranks)):
-        done = train(data, tmp_path / f"{name}.nc", "-e", "2", "--optimizer", optimizer,
-                     "--checkpoint-every", "0", ranks=n, config=tmp_path / "both.json")
-        assert done.returncode == 0, done.stderr.decode()
+    d, done = runs
+    tmp_path = d / optimizer
+    succeeded(done[optimizer, "one"], done[optimizer, "many"])
     assert_same_network(tmp_path / "one.nc", tmp_path / "many.nc")
