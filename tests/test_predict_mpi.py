@@ -18,6 +18,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests import batch
+from tests.batch import succeeded
 from tests.conftest import ROOT
 from tests.test_parallel import MPIEXEC, needs_mpiexec, rank_env
 
@@ -97,15 +99,54 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("n,case", [(2, "plain"), (3, "plain"), (2, "filter"), (3, "filter"),
-                                    (3, "multiply")])
-def test_ranks_write_what_one_process_writes(model, tmp_path, n, case):  # noqa: F811
-    args = [a.format(ratings=model / "ratings.txt") for a in CASES[case]]
+# The tests that compare what one process and P ranks predict read only what the runs left:
+# the runs of the tests selected go together (tests/batch.py), every one-process run in one
+# process and every run on P ranks in one mpiexec -n P job, the first time a test asks. A
+# test's make(fixture, d) gets its fixtures by name (fixture("model")).
+BATCHED = batch.Batched("predict")
+
+
+@pytest.fixture(scope="module")
+def batch_runs(tmp_path_factory, request) -> dict:
+    return BATCHED.run(request, tmp_path_factory, request.getfixturevalue, ENV, MPIEXEC)
+
+
+@pytest.fixture
+def runs(batch_runs, request) -> tuple:
+    """This test's runs (BATCHED): (its folder, {key: its run})."""
+    return batch_runs[request.node.originalname]
+
+
+def param_folder(d, *param) -> pathlib.Path:
+    """The folder of a test's parameters ``param`` in its folder ``d``, made."""
+    out = d / "-".join(str(p) for p in param)
+    out.mkdir()
+    return out
+
+
+SHARED_OUT = [(2, "plain"), (3, "plain"), (2, "filter"), (3, "filter"), (3, "multiply")]
+
+
+def shared_out_runs(fixture, d) -> dict:
+    """For each of SHARED_OUT, in d/N-CASE: one process's records into one.txt, N ranks' into
+    many.txt."""
+    model, runs = fixture("model"), {}
+    for n, case in SHARED_OUT:
+        out = param_folder(d, n, case)
+        args = [a.format(ratings=model / "ratings.txt") for a in CASES[case]]
+        runs[n, case, "one"] = (1, argv(model, *args, "-s", out / "one.txt"))
+        runs[n, case, "many"] = (n, argv(model, *args, "-s", out / "many.txt"))
+    return runs
+
+
+@BATCHED(shared_out_runs)
+@pytest.mark.parametrize("n,case", SHARED_OUT)
+def test_ranks_write_what_one_process_writes(runs, n, case):
+    d, ran = runs
+    tmp_path = d / f"{n}-{case}"
     one, many = tmp_path / "one.txt", tmp_path / "many.txt"
-    single = run([PREDICT, *argv(model, *args, "-s", one)])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(model, *args, "-s", many))
-    assert done.returncode == 0, done.stderr.decode()
+    single, done = ran[n, case, "one"], ran[n, case, "many"]
+    succeeded(single, done)
     assert many.read_bytes() == one.read_bytes()
     assert done.stderr.decode() == single.stderr.decode().replace("one.txt", "many.txt").replace(
         "backend cpu", f"backend cpu, samples shared out over {n} processes")  # the notes, once
@@ -143,15 +184,22 @@ def assert_same_records(one, many, tol=1.5e-3, rtol=1e-6):
                 assert close(mine.get(item, theirs.get(item)), x[-1]), (name, item)
 
 
-def one_and_split(d, args, n, out):
-    """predict in one process into ``out``/one.txt, then with ``--split-layers`` under
-    ``mpiexec -n n`` into many.txt, each run succeeding: (one, many, single run, split run)."""
-    one, many = out / "one.txt", out / "many.txt"
-    single = run([PREDICT, *argv(d, *args, "-s", one)])
-    assert single.returncode == 0, single.stderr.decode()
-    done = mpiexec(n, *argv(d, *args, "--split-layers", "-s", many))
-    assert done.returncode == 0, done.stderr.decode()
-    return one, many, single, done
+def one_and_split_runs(d, args, n, out, *key) -> dict:
+    """predict with ``d``'s network in one process into ``out``/one.txt, and with
+    ``--split-layers`` under ``mpiexec -n n`` into many.txt: {(*key, "one"), (*key, "split")}
+    for a batch (``one_and_split``)."""
+    return {(*key, "one"): (1, argv(d, *args, "-s", out / "one.txt")),
+            (*key, "split"): (n, argv(d, *args, "--split-layers", "-s", out / "many.txt"))}
+
+
+def one_and_split(runs, *key):
+    """The runs of ``one_and_split_runs`` with ``key``, each succeeding: (one, many, single
+    run, split run)."""
+    d, ran = runs
+    single, done = ran[(*key, "one")], ran[(*key, "split")]
+    succeeded(single, done)
+    out = d / "-".join(str(p) for p in key)
+    return out / "one.txt", out / "many.txt", single, done
 
 
 @pytest.fixture(scope="module")
@@ -246,31 +294,57 @@ def spread(model, narrow, tmp_path_factory):  # noqa: F811
     return out
 
 
-@pytest.mark.parametrize("n,case,which", [(2, "plain", "model"), (3, "filter", "model"),
-                                          (2, "filter", "narrow"), (3, "multiply", "narrow"),
-                                          (3, "many", "narrow")])
-def test_split_layers_write_what_one_process_writes(spread, tmp_path, n, case, which):
+SPLIT_LAYERS = [(2, "plain", "model"), (3, "filter", "model"), (2, "filter", "narrow"),
+                (3, "multiply", "narrow"), (3, "many", "narrow")]
+
+
+def split_layers_runs(fixture, d) -> dict:
+    runs = {}
+    for n, case, which in SPLIT_LAYERS:
+        base = fixture("spread")[which]
+        args = [a.format(ratings=base / "ratings.txt") for a in CASES[case]]
+        runs |= one_and_split_runs(base, args, n, param_folder(d, n, case, which), n, case,
+                                   which)
+    return runs
+
+
+@BATCHED(split_layers_runs)
+@pytest.mark.parametrize("n,case,which", SPLIT_LAYERS)
+def test_split_layers_write_what_one_process_writes(runs, n, case, which):
     """--split-layers: each rank holds its share of every layer, scores every sample with it,
     and rank 0 merges the ranks' k best (each rank's items numbered from its first unit)."""
-    base = spread[which]
-    args = [a.format(ratings=base / "ratings.txt") for a in CASES[case]]
-    one, many, single, done = one_and_split(base, args, n, tmp_path)
+    one, many, single, done = one_and_split(runs, n, case, which)
+    tmp_path = one.parent
     assert_same_records(one, many)
     assert done.stderr.decode() == single.stderr.decode().replace("one.txt", "many.txt").replace(
         "backend cpu", f"backend cpu, layers split over {n} processes")  # the notes, once
     assert sorted(os.listdir(tmp_path)) == ["many.txt", "one.txt"]
 
 
-@pytest.mark.parametrize("hidden, n", [(37, 2), (128, 3)])
-def test_split_skip_from_the_input_as_one_process(model, tmp_path, hidden, n):  # noqa: F811
+SKIP_FROM_THE_INPUT = [(37, 2), (128, 3)]
+
+
+def skip_runs(fixture, d) -> dict:
+    """For each of SKIP_FROM_THE_INPUT, in d/HIDDEN-N: the model with ``hidden`` units whose
+    output adds the input, trained for an epoch; one_and_split_runs with it."""
+    model, runs = fixture("model"), {}
+    for hidden, n in SKIP_FROM_THE_INPUT:
+        out = param_folder(d, hidden, n)
+        netdef = movielens_netdef(hidden)
+        netdef["Layers"][2]["Skip"] = "Input"
+        trained_beside(model, out, netdef, epochs=1)
+        args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+        runs |= one_and_split_runs(out, args, n, out, hidden, n)
+    return runs
+
+
+@BATCHED(skip_runs)
+@pytest.mark.parametrize("hidden, n", SKIP_FROM_THE_INPUT)
+def test_split_skip_from_the_input_as_one_process(runs, hidden, n):
     """A network whose output adds its input (Skip, spec 3.16): each rank adds its own units'
     share of the sample's features, whether it holds the input's columns of its units (37
     hidden units: the input's matrix split by rows) or all of them (128: by columns)."""
-    netdef = movielens_netdef(hidden)
-    netdef["Layers"][2]["Skip"] = "Input"
-    trained_beside(model, tmp_path, netdef, epochs=1)
-    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
-    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
+    assert_same_records(*one_and_split(runs, hidden, n)[:2])
 
 
 @pytest.mark.parametrize("split", [(), ("--split-layers",)])
@@ -325,10 +399,14 @@ def predict_file_size_limited(model, tmp_path, *args):
     return done, out
 
 
-def test_ranks_write_stdout(model):  # noqa: F811
-    args = argv(model, "-k", "7", "-b", "16", "-s", "-")
-    single = run([PREDICT, *args])
-    done = mpiexec(3, *args)
+def stdout_runs(fixture, d) -> dict:
+    args = argv(fixture("model"), "-k", "7", "-b", "16", "-s", "-")
+    return {"one": (1, args), "many": (3, args)}
+
+
+@BATCHED(stdout_runs)
+def test_ranks_write_stdout(runs):
+    single, done = runs[1]["one"], runs[1]["many"]
     assert single.returncode == done.returncode == 0, done.stderr.decode()
     assert done.stdout == single.stdout and done.stdout.count(b"\n") == 300
     assert done.stderr.decode().count("wrote 300 recommendation lines") == 1
@@ -378,15 +456,26 @@ def tied(model, d, *, hidden: int, middle: int) -> list[dict]:
     return netdef["Layers"]
 
 
+def tied_runs(fixture, d) -> dict:
+    """The tied autoencoder (37 -> 23 -> 37 units), trained in d/N; one_and_split_runs with it
+    on 2 and 3 ranks."""
+    model, runs = fixture("model"), {}
+    for n in (2, 3):
+        out = param_folder(d, n)
+        tied(model, out, hidden=37, middle=23)
+        args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+        runs |= one_and_split_runs(out, args, n, out, n)
+    return runs
+
+
+@BATCHED(tied_runs)
 @pytest.mark.parametrize("n", [2, 3])
-def test_split_layers_score_a_tied_autoencoder_as_one_process(model, tmp_path, n):  # noqa: F811
+def test_split_layers_score_a_tied_autoencoder_as_one_process(runs, n):
     """Each rank scores with its block of each shared matrix, for the owner and for the
     transposed share: the input's 128 features -> 37 -> 23 -> 37 -> 128 items. Input ->
     Hidden is split by its input units, and the output's W.T by its output units: the same
     blocks; H2 -> H3 by H3's units, and Hidden -> H2's W.T by Hidden's (a partial product)."""
-    tied(model, tmp_path, hidden=37, middle=23)
-    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
-    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
+    assert_same_records(*one_and_split(runs, n)[:2])
 
 
 def test_a_network_split_layers_cannot_split_is_refused_naming_it(model, tmp_path):  # noqa: F811
@@ -417,26 +506,49 @@ def softmax(model, tmp_path_factory):  # noqa: F811
     return d
 
 
-@pytest.mark.parametrize("n,case", [(2, "plain"), (3, "filter"), (2, "multiply")])
-def test_split_layers_score_a_softmax_output_as_one_process_does(softmax, tmp_path, n, case):
+SOFTMAX_SPLIT = [(2, "plain"), (3, "filter"), (2, "multiply")]
+
+
+def softmax_runs(fixture, d) -> dict:
+    softmax, runs = fixture("softmax"), {}
+    for n, case in SOFTMAX_SPLIT:
+        args = [a.format(ratings=softmax / "ratings.txt") for a in CASES[case]] + ["-p", "11.9f"]
+        runs |= one_and_split_runs(softmax, args, n, param_folder(d, n, case), n, case)
+    return runs
+
+
+@BATCHED(softmax_runs)
+@pytest.mark.parametrize("n,case", SOFTMAX_SPLIT)
+def test_split_layers_score_a_softmax_output_as_one_process_does(runs, n, case):
     """--split-layers with a SoftMax output: every rank's scores are normalized over the whole
     layer (the ranks add up each row's sums), so the merged items and scores are one
     process's, to float32 rounding (printed with 9 digits here: 4.3f would hide it). exp
     turns a last-digit difference of a pre-activation z into a relative one of about |z| ulps
     in the score (a score differed by 1.5e-6 of itself: 12 ulps)."""
-    args = [a.format(ratings=softmax / "ratings.txt") for a in CASES[case]] + ["-p", "11.9f"]
-    one, many, _, _ = one_and_split(softmax, args, n, tmp_path)
+    one, many, _, _ = one_and_split(runs, n, case)
     if case != "multiply":  # (which multiplies the scores by the filter's values)
         scores = np.concatenate([x for _, _, x in records(one)])
         assert 2 / 90 < scores.max() <= 1  # (not a uniform row of 90 items)
     assert_same_records(one, many, tol=1e-9, rtol=1e-5)
 
 
-@pytest.mark.parametrize("split", [(), ("--split-layers",)])
-def test_an_input_with_no_records_gets_no_recommendations(model, tmp_path, split):  # noqa: F811
-    empty, out = tmp_path / "empty.txt", tmp_path / "recs.txt"
+def no_records_runs(fixture, d) -> dict:
+    """An empty input, predicted with and without --split-layers on 2 ranks into
+    d/SPLIT/recs.txt."""
+    model, runs = fixture("model"), {}
+    empty = d / "empty.txt"
     empty.touch()
-    done = mpiexec(2, *argv(model, "-s", out)[:-4], "-r", empty, "-s", out, *split)
+    for split in ((), ("--split-layers",)):
+        out = param_folder(d, len(split)) / "recs.txt"
+        runs[split] = (2, [*argv(model, "-s", out)[:-4], "-r", empty, "-s", out, *split])
+    return runs
+
+
+@BATCHED(no_records_runs)
+@pytest.mark.parametrize("split", [(), ("--split-layers",)])
+def test_an_input_with_no_records_gets_no_recommendations(runs, split):
+    d, ran = runs
+    out, done = d / str(len(split)) / "recs.txt", ran[split]
     assert done.returncode == 0, done.stderr.decode()
     assert done.stderr.decode().count("wrote 0 recommendation lines") == 1
     assert out.read_bytes() == b""
@@ -653,16 +765,26 @@ def test_a_network_replaced_as_the_ranks_read_it_is_refused(model, tmp_path, spl
     assert os.listdir(out.parent) == []
 
 
+def narrow_and_wide_runs(fixture, d) -> dict:
+    """The model's input feeding 37 and 128 hidden units, trained in d/N; one_and_split_runs
+    with it on 2 and 3 ranks."""
+    model, runs = fixture("model"), {}
+    for n in (2, 3):
+        out = param_folder(d, n)
+        netdef = movielens_netdef(37)
+        netdef["Layers"].insert(2, {"Name": "Wide", "Kind": "Hidden", "Type": "FullyConnected",
+                                    "N": 128, "Source": "Input", "Activation": "Sigmoid"})
+        netdef["Layers"][3]["Source"] = ["Hidden", "Wide"]
+        trained_beside(model, out, netdef, epochs=1)
+        args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
+        runs |= one_and_split_runs(out, args, n, out, n)
+    return runs
+
+
+@BATCHED(narrow_and_wide_runs)
 @pytest.mark.parametrize("n", [2, 3])
-def test_split_input_feeding_a_narrow_and_a_wide_layer_as_one_process(model, tmp_path,  # noqa: F811
-                                                                      n):
+def test_split_input_feeding_a_narrow_and_a_wide_layer_as_one_process(runs, n):
     """The input feeds the hidden layer of 37 units (its matrix split by the input's units)
     and one of 128 (split by their own): each rank holds every feature of a batch and takes
     its own share for the narrow layer's product."""
-    netdef = movielens_netdef(37)
-    netdef["Layers"].insert(2, {"Name": "Wide", "Kind": "Hidden", "Type": "FullyConnected",
-                                "N": 128, "Source": "Input", "Activation": "Sigmoid"})
-    netdef["Layers"][3]["Source"] = ["Hidden", "Wide"]
-    trained_beside(model, tmp_path, netdef, epochs=1)
-    args = [a.format(ratings=model / "ratings.txt") for a in CASES["filter"]]
-    assert_same_records(*one_and_split(tmp_path, args, n, tmp_path)[:2])
+    assert_same_records(*one_and_split(runs, n)[:2])
