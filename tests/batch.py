@@ -5,10 +5,11 @@ A process under ``mpiexec`` spends a second or two starting (Python, numba's cac
 run of a fraction of that on the tests' small data. ``run_batch`` runs every run of one size
 in one process (one rank: ``python tests/batch_worker.py``) or one job (``mpiexec -n P``),
 the runs one after another, each as its installed command runs it, and gives back each run's
-exit status, standard output and standard error as ``subprocess.run`` would have: the ranks'
-outputs one after another, in rank order. A run that fails ends the job there as it would end
-its own: the runs after it report the job's exit status and standard error. Runs whose point
-is how a process fails or stops (a signal, a rank that dies) keep a process of their own.
+exit status (the first rank's that is not 0), standard output and standard error as
+``subprocess.run`` would have: the ranks' outputs one after another, in rank order. A run that
+ends its process (MPI_Abort, a rank that dies, a traceback) ends the job there: it and the
+runs after it report the job's exit status and standard error. Runs whose point is how a
+process fails or stops (a signal, a rank that dies) keep a process of their own.
 """
 
 from __future__ import annotations
