@@ -188,6 +188,7 @@ BATCHED = batch.Batched("train")
 
 @pytest.fixture(scope="module")
 def batch_runs(softmax_data, tmp_path_factory, request) -> dict:
+    # (softmax_data is the data folder with the SoftMax cases' files added: one for all)
     return BATCHED.run(request, tmp_path_factory, softmax_data, ENV, MPIEXEC)
 
 
