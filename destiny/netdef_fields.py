@@ -321,7 +321,7 @@ def read_float(path: str, value) -> float:
     except OverflowError:
         raise NetDefError(path, f"{number:g} is beyond float32's range (3.4e38 either way), "
                                 "the precision in which DSSTNE and network files hold it; "
-                                "expected a smaller number") from None
+                                "expected a number within it") from None
 
 
 def read_bool(path: str, value) -> bool:
