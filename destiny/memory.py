@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from destiny import shard
+from destiny.addrspace import ADDRESS_SPACE_LIMIT, RAISE_THE_LIMIT, address_space_left
 from destiny.errors import DestinyError
 from destiny.netdef import LayerKind
 from destiny.parallel import unit_range
@@ -73,7 +74,9 @@ def training_bytes(net, rank: int, *, batch_rows: int) -> dict[str, int]:
 def available_memory() -> tuple[int, str] | None:
     """The bytes this process can still take on its machine, and where the figure comes from:
     /proc/meminfo's MemAvailable and SwapFree, or less where the process's cgroup (a
-    container's or a batch job's memory limit) leaves less. None where neither can be read."""
+    container's or a batch job's memory limit) leaves less, or where a limit on its address
+    space (ulimit -v: the limit less what it maps already, VmSize) does. None where none of
+    them can be read."""
     found = None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
@@ -83,9 +86,9 @@ def available_memory() -> tuple[int, str] | None:
                  "MemAvailable and SwapFree in /proc/meminfo")
     except (OSError, ValueError, KeyError, IndexError):
         pass
-    limited = _cgroup_headroom()
-    if limited is not None and (found is None or limited[0] < found[0]):
-        found = limited
+    for limited in (_cgroup_headroom(), address_space_left()):
+        if limited is not None and (found is None or limited[0] < found[0]):
+            found = limited
     return found
 
 
@@ -164,6 +167,9 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
     local = len(comm.local_ranks)
     what = ("the network's weights" + (", their gradients and a batch's activations"
                                        if rows else ""))
+    # (a limit on the address space is mended by raising it, not by another machine)
+    limited = (f" Here the limit on the address space (ulimit -v) leaves too little: "
+               f"{RAISE_THE_LIMIT}." if source.startswith(ADDRESS_SPACE_LIMIT) else "")
     if comm.size == 1:
         whose, more = "", ("split the layers over several machines with mpiexec (the README's "
                            "section on it)")
@@ -178,5 +184,5 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
         f"{sized(by_layer[layer])} of it is for layer {layer!r}, of {counted(n, 'unit')} "
         "(its weights, to and from narrower layers, and its activations). Nothing was trained, "
         f"and no output was replaced. Use fewer units, {more}, or run on a machine with more "
-        "memory.",
+        f"memory.{limited}",
         needed=needed, available=available, layer=layer)
