@@ -29,6 +29,7 @@ def default_ctrl_c_while_loading() -> None:
     system's failures while loading are worded, and numba's warning about its lock is left out
     (``_numbas_lock_warning_left_out``)."""
     _refuse_unusable_thread_count()
+    _refuse_too_small_address_space()
     _word_failures_of_the_system_while_loading()
     _numbas_lock_warning_left_out()
     from destiny.launcher import launched_by_mpi
@@ -94,6 +95,36 @@ def _refuse_unusable_thread_count() -> None:
     sys.exit(1)
 
 
+def _refuse_too_small_address_space() -> None:
+    """Exit 1 with a message where the limit on the address space (``ulimit -v``) is below
+    ``_LEAST_ADDRESS_SPACE``, under which no command can load: NumPy's OpenBLAS ended the
+    process with its own line ("Memory allocation still failed after 10 retries") and exit
+    status 1, or an import failed with a traceback. Help and the version are not refused
+    (they load less). Only the standard library is loaded here: NumPy itself cannot load
+    under the smallest limits."""
+    from destiny.addrspace import FIRST_RUN_NEEDS, RAISE_THE_LIMIT, address_space_limit
+
+    limit = address_space_limit()
+    if limit is None or limit >= _LEAST_ADDRESS_SPACE:
+        return
+    if any(arg in ("-h", "--help", "--version") for arg in sys.argv[1:]):
+        return
+    sys.stderr.write(
+        f"Error: the limit on this process's address space (ulimit -v) is {limit >> 20} MiB, too "
+        "small to run: loading Python, NumPy, numba's LLVM and netCDF4 maps about "
+        f"{_LOADING_NEEDS >> 20} MiB, and a first run, which compiles numba's kernels, needs "
+        f"{FIRST_RUN_NEEDS}. Nothing was done. To run, {RAISE_THE_LIMIT}.\n")
+    sys.exit(1)
+
+
+# The least address space any command ran in, measured by bisecting `ulimit -v` (x86-64,
+# Python 3.11, numba 0.6x, NUMBA_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, a warm kernel cache,
+# tiny data): train 373 MiB, generate-netcdf 410 MiB, predict 443 MiB (train --help: 303 MiB).
+# Below this, a fifth under the least, none can have run; each thread maps more.
+_LOADING_NEEDS = 373 << 20
+_LEAST_ADDRESS_SPACE = 300 << 20
+
+
 def _numbas_lock_warning_left_out() -> None:
     """numba warns in three lines where it cannot take its multiprocessing lock as it starts
     its thread pool: /dev/shm missing or read-only (some containers and sandboxes), or the
@@ -105,7 +136,8 @@ def _numbas_lock_warning_left_out() -> None:
 
 def _word_failures_of_the_system_while_loading() -> None:
     """Where a shared library cannot be loaded for want of memory as the command's modules load
-    (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), or the limit
+    (numba's LLVM, netCDF4's libraries, under ulimit -v or a container's limit), or any other
+    allocation fails there (a MemoryError: Python reading a module's code), or the limit
     on open files is reached there (a module loaded as click parses the command line), before
     any handler of the command's own, end with the one-paragraph message
     (errors.system_failure) and exit status 1 instead of a traceback of the imports. Anything
@@ -116,10 +148,12 @@ def _word_failures_of_the_system_while_loading() -> None:
         if not os.environ.get("DESTINY_DEBUG"):
             try:
                 from destiny.errors import (library_not_loaded, open_files_exhausted,
-                                            system_failure)
+                                            out_of_memory_loading, system_failure)
 
                 message = (system_failure(value) if library_not_loaded(value)
-                           or open_files_exhausted(value) else None)
+                           or open_files_exhausted(value) else
+                           out_of_memory_loading(value) if isinstance(value, MemoryError)
+                           else None)
             except Exception:  # noqa: BLE001 (destiny.errors itself not loaded: no memory)
                 message = None
             if message is not None:

@@ -74,3 +74,41 @@ def test_a_network_too_large_for_the_limit_on_the_address_space_is_refused_befor
             and "Here the limit on the address space (ulimit -v) leaves too little: raise the "
                 "limit" in done.stderr), done.stderr
     assert not (d / "net.nc").exists()
+
+
+def test_a_limit_on_the_address_space_too_small_to_load_is_refused_at_once(tmp_path):
+    """Under 300 MiB no command can load (the least measured was train's, 373 MiB): NumPy's
+    OpenBLAS ended the process with its own line ("OpenBLAS error: Memory allocation still
+    failed after 10 retries, giving up.") and exit status 1, or an import a traceback. Now
+    one paragraph naming the limit, what is needed and what to do; --help is not refused."""
+    argv = ["prlimit", f"--as={200 << 20}", str(BIN / "train"), "-c", "x.json", "-i", "x.nc",
+            "-o", "y.nc", "-n", "z.nc"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
+                          cwd=tmp_path, preexec_fn=_no_core_dumps)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "Error: the limit on this process's address space (ulimit -v) is 200 MiB, too small to "
+        "run: loading Python, NumPy, numba's LLVM and netCDF4 maps about 373 MiB, and a first "
+        "run, which compiles numba's kernels, needs about 1 GiB, more on a machine with many "
+        "cores. Nothing was done. To run, raise the limit (ulimit -v unlimited, or a larger "
+        "value), or, in a batch job, ask for memory (SLURM's --mem, PBS's mem) instead of "
+        "virtual memory (vmem), which counts every mapping rather than the memory used.\n")
+    done = subprocess.run(["prlimit", f"--as={400 << 20}", str(BIN / "train"), "--help"],
+                          capture_output=True, text=True, timeout=60, env=ENV,
+                          preexec_fn=_no_core_dumps)
+    assert done.returncode == 0 and "Usage: train" in done.stdout, done.stderr
+
+
+def test_an_allocation_that_fails_as_a_command_loads_is_a_message():
+    """Python reading a module's code under ulimit -v raises a MemoryError among the imports,
+    before the command's own handlers: a traceback. Now one paragraph, exit status 1."""
+    done = _child("from destiny.cli.entry import default_ctrl_c_while_loading\n"
+                  "default_ctrl_c_while_loading()\n"
+                  "raise MemoryError\n")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "Error: out of memory as the command loaded (an allocation failed); no output was "
+        "replaced (each is put in place only once complete). The memory free, or the address "
+        "space that a limit allows (ulimit -v, a container's or a job's memory limit), is too "
+        "small for the libraries it loads: free memory or raise the limit, then run the "
+        "command again.\n")
