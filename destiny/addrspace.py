@@ -3,14 +3,21 @@
 Many batch schedulers (SLURM's or PBS's vmem limits) and some cron setups run jobs under such a
 limit. It counts every mapping, not the memory used: the shared libraries (numba's LLVM alone
 maps about 100 MiB), each thread's stack and malloc arena, and what LLVM takes as numba
-compiles the kernels on a command's first run. ``memory.available_memory`` counts what the
-limit leaves beside the memory free.
+compiles the kernels on a command's first run. Where LLVM is refused memory it aborts the
+process (SIGABRT, exit status 134: "LLVM ERROR: out of memory" or ``std::bad_alloc``), with no
+Python exception to word, and no way to tell beforehand how much a compile will take (a
+threshold on what is left refused runs that would have compiled). So, while a limit is set,
+``watch_compiles`` turns that abort into a message and exit status 1, and
+``memory.available_memory`` counts what the limit leaves beside the memory free.
 
 It imports nothing but the standard library at first (the command line's start-up check reads
 it before NumPy loads, which itself fails under a limit too small).
 """
 
 from __future__ import annotations
+
+import os
+import signal
 
 try:
     import resource
@@ -67,3 +74,99 @@ def address_space_left() -> tuple[int, str] | None:
     return (max(0, limit - used),
             f"{ADDRESS_SPACE_LIMIT}, ulimit -v, of {sized(limit)}, less the {sized(used)} this "
             "process maps")
+
+
+class _CompileWatch:
+    """A numba.core.event listener (made one by ``watch_compiles``): while a top-level compile
+    runs (the overloads compiled while typing a kernel run inside it), LLVM's abort ends the
+    process with ``_abort_message`` and exit status 1 (``_on_abort``)."""
+
+    depth = 0
+    previous = None
+
+    def on_start(self, event):
+        global _abort_message
+        self.depth += 1
+        if self.depth > 1:
+            return
+        name = getattr(event.data.get("dispatcher"), "__qualname__", None) if isinstance(
+            event.data, dict) else None
+        _abort_message = _aborted_compile(name).encode("utf-8", "backslashreplace")
+        self.previous = _set_abort_handler(_on_abort_handler())
+
+    def on_end(self, event):
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0:
+            _set_abort_handler(self.previous)
+            self.previous = None
+
+
+def _aborted_compile(name: str | None) -> str:
+    """The message for LLVM's abort in compiling the kernel ``name``, worded as it begins (a
+    handler of SIGABRT must not allocate much: the memory is exhausted)."""
+    from destiny.wording import sized
+
+    limit, found = address_space_limit(), address_space_left()
+    left = "" if found is None else f", {sized(found[0])} of it left as it began"
+    kernel = f" {name}" if name else ""
+    return (f"Error: out of memory: numba's compiler (LLVM) aborted in compiling the kernel"
+            f"{kernel} (the lines above are its own), the limit on this process's address space "
+            f"(ulimit -v) being {sized(limit or 0)}{left}. A command compiles its kernels on its "
+            f"first run (and after an upgrade of Destiny or numba), which needs {FIRST_RUN_NEEDS}"
+            ", and caches them, so that later runs need less. No output being written was "
+            "replaced (each is put in place only once complete); their temporary files are "
+            "left as a kill would leave them (the next run removes them). To run, "
+            f"{RAISE_THE_LIMIT}; or run the command once without the limit, to fill the "
+            "cache.\n")
+
+
+_abort_message = b""
+_handler = None  # (the ctypes callback, kept alive while installed)
+_libc_signal = None
+
+
+def _on_abort(signum: int) -> None:
+    """SIGABRT's handler while a kernel compiles: LLVM calls abort() where an allocation fails
+    ("LLVM ERROR: out of memory", or std::bad_alloc thrown through a C function), with no
+    exception to catch. It runs in the compiling thread, in C's signal context, so it only
+    writes the prepared message and exits; nothing else is safe (and the memory is gone)."""
+    os.write(2, _abort_message)
+    os._exit(1)
+
+
+def _on_abort_handler():
+    """``_on_abort`` as a C function pointer: a Python-level handler (``signal.signal``) would
+    never run, as abort() raises the signal again, with the default action, once the C-level
+    handler Python installs returns."""
+    global _handler, _libc_signal
+    if _handler is None:
+        import ctypes
+
+        _libc_signal = ctypes.CDLL(None).signal
+        _libc_signal.restype = ctypes.c_void_p
+        _libc_signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        _handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_abort)
+    return _handler
+
+
+def _set_abort_handler(handler):
+    """Install ``handler`` (a C function pointer; None: the default action) for SIGABRT with
+    the C library's signal(); return the one it replaces."""
+    return _libc_signal(signal.SIGABRT, handler)
+
+
+_watch: _CompileWatch | None = None
+
+
+def watch_compiles() -> None:
+    """While a limit on the address space is set, end the process with a message and exit
+    status 1 where LLVM aborts it as numba compiles a kernel (``_CompileWatch``), instead of
+    SIGABRT's exit status 134 (and a core dump, where they are enabled). Without a limit (or
+    with DESTINY_DEBUG set, to debug the abort), nothing is done. Idempotent."""
+    global _watch
+    if _watch is not None or address_space_limit() is None or os.environ.get("DESTINY_DEBUG"):
+        return
+    from numba.core import event
+
+    _watch = type("CompileWatch", (_CompileWatch, event.Listener), {})()
+    event.register("numba:compile", _watch)
