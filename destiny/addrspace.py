@@ -48,6 +48,18 @@ def address_space_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
 
 
+def data_limit() -> int | None:
+    """The soft limit on this process's data (RLIMIT_DATA, ``ulimit -d``: since Linux 4.7, its
+    private writable mappings too, so it stops LLVM as ``ulimit -v`` does), or None."""
+    if resource is None:
+        return None
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+
+
 def address_space_in_use() -> int | None:
     """The bytes this process maps (VmSize in /proc/self/status), or None where unreadable."""
     try:
@@ -77,47 +89,58 @@ def address_space_left() -> tuple[int, str] | None:
 
 
 class _CompileWatch:
-    """A numba.core.event listener (made one by ``watch_compiles``): while a top-level compile
-    runs (the overloads compiled while typing a kernel run inside it), LLVM's abort ends the
-    process with ``_abort_message`` and exit status 1 (``_on_abort``)."""
+    """A numba.core.event listener (made one by ``watch_compiles``) of the compiler's lock and
+    of compiles: while the lock is held (a compile, or a kernel loaded from the cache, which
+    LLVM links in too; the overloads compiled while typing a kernel take it again, inside),
+    LLVM's abort ends the process with ``_abort_message`` and exit status 1 (``_on_abort``);
+    the message names the kernel once its compile begins."""
 
     depth = 0
     previous = None
 
     def on_start(self, event):
         global _abort_message
-        self.depth += 1
-        if self.depth > 1:
+        if event.kind == "numba:compile":
+            data = event.data if isinstance(event.data, dict) else {}
+            name = getattr(data.get("dispatcher"), "__qualname__", None)
+            if name and self.depth == 1:  # (the kernel itself, not an overload inside it)
+                _abort_message = _aborted_compile(name)
             return
-        name = getattr(event.data.get("dispatcher"), "__qualname__", None) if isinstance(
-            event.data, dict) else None
-        _abort_message = _aborted_compile(name).encode("utf-8", "backslashreplace")
-        self.previous = _set_abort_handler(_on_abort_handler())
+        self.depth += 1
+        if self.depth == 1:
+            _abort_message = _aborted_compile(None)
+            self.previous = _set_abort_handler(_on_abort_handler())
 
     def on_end(self, event):
+        if event.kind == "numba:compile":
+            return
         self.depth = max(0, self.depth - 1)
         if self.depth == 0:
             _set_abort_handler(self.previous)
             self.previous = None
 
 
-def _aborted_compile(name: str | None) -> str:
-    """The message for LLVM's abort in compiling the kernel ``name``, worded as it begins (a
-    handler of SIGABRT must not allocate much: the memory is exhausted)."""
+def _aborted_compile(name: str | None) -> bytes:
+    """The message for LLVM's abort as numba compiles the kernel ``name`` (None: compiles or
+    loads a kernel), worded beforehand (a handler of SIGABRT must not allocate much: the memory
+    is exhausted)."""
     from destiny.wording import sized
 
     limit, found = address_space_limit(), address_space_left()
-    left = "" if found is None else f", {sized(found[0])} of it left as it began"
-    kernel = f" {name}" if name else ""
-    return (f"Error: out of memory: numba's compiler (LLVM) aborted in compiling the kernel"
-            f"{kernel} (the lines above are its own), the limit on this process's address space "
-            f"(ulimit -v) being {sized(limit or 0)}{left}. A command compiles its kernels on its "
-            f"first run (and after an upgrade of Destiny or numba), which needs {FIRST_RUN_NEEDS}"
-            ", and caches them, so that later runs need less. No output being written was "
-            "replaced (each is put in place only once complete); their temporary files are "
-            "left as a kill would leave them (the next run removes them). To run, "
-            f"{RAISE_THE_LIMIT}; or run the command once without the limit, to fill the "
-            "cache.\n")
+    said = [] if limit is None else [f"ulimit -v {sized(limit)}" + (
+        f", {sized(found[0])} of it left as it began" if found else "")]
+    data = data_limit()
+    if data is not None:
+        said.append(f"ulimit -d {sized(data)}")
+    kernel = f"compiling the kernel {name}" if name else "compiling or loading a kernel"
+    return (f"Error: out of memory: numba's compiler (LLVM) aborted in {kernel} (the lines "
+            f"above are its own), under a limit on this process's memory ({'; '.join(said)}). "
+            "A command compiles its kernels on its first run (and after an upgrade of Destiny "
+            f"or numba), which needs {FIRST_RUN_NEEDS}, and caches them, so that later runs need "
+            "less. No output being written was replaced (each is put in place only once "
+            "complete); their temporary files are left as a kill would leave them (the next run "
+            f"removes them). To run, {RAISE_THE_LIMIT}; or run the command once without the "
+            "limit, to fill the cache.\n").encode("utf-8", "backslashreplace")
 
 
 _abort_message = b""
@@ -159,14 +182,17 @@ _watch: _CompileWatch | None = None
 
 
 def watch_compiles() -> None:
-    """While a limit on the address space is set, end the process with a message and exit
-    status 1 where LLVM aborts it as numba compiles a kernel (``_CompileWatch``), instead of
-    SIGABRT's exit status 134 (and a core dump, where they are enabled). Without a limit (or
-    with DESTINY_DEBUG set, to debug the abort), nothing is done. Idempotent."""
+    """While a limit on the address space (or on data: ``ulimit -d``) is set, end the process
+    with a message and exit status 1 where LLVM aborts it as numba compiles or loads a kernel
+    (``_CompileWatch``), instead of SIGABRT's exit status 134 (and a core dump, where they are
+    enabled). Without a limit (or with DESTINY_DEBUG set, to debug the abort), nothing is done.
+    Idempotent."""
     global _watch
-    if _watch is not None or address_space_limit() is None or os.environ.get("DESTINY_DEBUG"):
+    if (_watch is not None or os.environ.get("DESTINY_DEBUG")
+            or address_space_limit() is None and data_limit() is None):
         return
     from numba.core import event
 
     _watch = type("CompileWatch", (_CompileWatch, event.Listener), {})()
+    event.register("numba:compiler_lock", _watch)
     event.register("numba:compile", _watch)
