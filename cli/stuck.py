@@ -65,8 +65,14 @@ def watch(waiting: Callable[[], bool] = lambda: False, who: str = "") -> None:
         os.close(read_end)
         os.close(write_end)
         return
-    threading.Thread(target=_watch, args=(read_end, waiting, who), name="destiny-stuck-watch",
-                     daemon=True).start()
+    try:
+        threading.Thread(target=_watch, args=(read_end, waiting, who),
+                         name="destiny-stuck-watch", daemon=True).start()
+    except RuntimeError as e:  # (no memory for its stack, under ulimit -v or -d: a traceback)
+        signal.set_wakeup_fd(-1)
+        os.close(read_end)
+        os.close(write_end)
+        raise MemoryError(f"{e}: the stuck-command watch's thread") from None
 
 
 @contextlib.contextmanager

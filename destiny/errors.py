@@ -308,12 +308,13 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
 
 def out_of_memory_loading(e: MemoryError) -> str:
     """The message for ``e``, a MemoryError raised as the command's modules load (Python
-    unmarshalling a module's code, under ulimit -v), before the command has begun: the
+    unmarshalling a module's code, under ulimit -v) or as it starts its threads (the
+    stuck-command watch's), before the command has begun: the
     advice on inputs and network sizes that ``system_failure`` gives does not apply."""
     said = str(e).rstrip(".") or "an allocation failed"
     return (f"out of memory as the command loaded ({said}); {NOTHING_REPLACED}. "
-            f"{_begun(_TOO_LITTLE_MEMORY)} for the libraries it loads: free memory or raise the "
-            f"limit, then {RUN_AGAIN}.")
+            f"{_begun(_TOO_LITTLE_MEMORY)} for it to start: free memory or raise the limit, then "
+            f"{RUN_AGAIN}.")
 
 
 def _begun(clause: str) -> str:

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 BIN = pathlib.Path(sys.executable).parent
 ENV = {k: v for k, v in os.environ.items() if k != "DESTINY_DEBUG"}
 
@@ -112,8 +114,29 @@ def test_an_allocation_that_fails_as_a_command_loads_is_a_message():
         "Error: out of memory as the command loaded (an allocation failed); no output was "
         "replaced (each is put in place only once complete). The memory free, or the address "
         "space that a limit allows (ulimit -v, a container's or a job's memory limit), is too "
-        "small for the libraries it loads: free memory or raise the limit, then run the "
-        "command again.\n")
+        "small for it to start: free memory or raise the limit, then run the command again.\n")
+
+
+def test_a_thread_that_cannot_start_for_want_of_memory_is_a_message(monkeypatch):
+    """The stuck-command watch's thread, started before the command's own handlers, could not
+    start under ulimit -d 120 MiB (its stack): a traceback of RuntimeError("can't start new
+    thread"). Now a MemoryError, which the handler of failures while loading words, with the
+    wakeup descriptor given back."""
+    import threading
+
+    from destiny.cli import stuck
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    before = signal.set_wakeup_fd(-1)
+    try:
+        with pytest.raises(MemoryError, match="can't start new thread: the stuck-command"):
+            stuck.watch()
+        assert signal.set_wakeup_fd(-1) == -1
+    finally:
+        signal.set_wakeup_fd(before)
 
 
 def test_llvms_abort_while_a_kernel_compiles_under_a_limit_is_a_message():
