@@ -25,9 +25,10 @@ def default_ctrl_c_while_loading() -> None:
     the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
     ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept; under an MPI
     launcher, every stop signal ends the rank with its status instead. First, a
-    thread count numba cannot load with is refused (``_refuse_unusable_thread_count``), the
-    system's failures while loading are worded, and numba's warning about its lock is left out
-    (``_numbas_lock_warning_left_out``)."""
+    thread count numba cannot load with is refused (``_refuse_unusable_thread_count``), and so
+    is a limit on the address space too small to load (``_refuse_too_small_address_space``),
+    the system's failures while loading are worded, and numba's warning about its lock (and
+    tqdm's about its monitor thread) is left out (``_numbas_lock_warning_left_out``)."""
     _refuse_unusable_thread_count()
     _refuse_too_small_address_space()
     _word_failures_of_the_system_while_loading()
@@ -132,6 +133,9 @@ def _numbas_lock_warning_left_out() -> None:
     keeps threads and forked processes from starting the pool at once; a command starts it
     once, from its main thread, so the warning was noise before every run's output."""
     warnings.filterwarnings("ignore", message="Could not obtain multiprocessing lock")
+    # tqdm's likewise, in three lines, where its monitor thread cannot start (no memory for its
+    # stack under ulimit -v): the bar works without it, and the message of the failure follows.
+    warnings.filterwarnings("ignore", message="tqdm:disabling monitor support")
 
 
 def _word_failures_of_the_system_while_loading() -> None:

@@ -191,3 +191,17 @@ def test_a_real_compile_out_of_address_space_does_not_abort():
             "f(3.0)\n")
     done = _child(code, preexec_fn=_no_core_dumps)
     assert done.returncode == 1, done.stderr
+
+
+def test_tqdms_warning_that_its_monitor_thread_cannot_start_is_left_out():
+    """Under ulimit -v (generate-netcdf at 400 MiB), tqdm warned in three lines that it could
+    not start its monitor thread, before the command's message of the failure."""
+    done = _child("from destiny.cli.entry import default_ctrl_c_while_loading\n"
+                  "default_ctrl_c_while_loading()\n"
+                  "import warnings\n"
+                  "from tqdm import TqdmMonitorWarning\n"
+                  "warnings.warn(TqdmMonitorWarning('tqdm:disabling monitor support "
+                  "(monitor_interval = 0) due to:\\ncan\\'t start new thread'))\n"
+                  "warnings.warn(TqdmMonitorWarning('another warning'))\n")
+    assert done.returncode == 0, done.stderr
+    assert "monitor support" not in done.stderr and "another warning" in done.stderr
