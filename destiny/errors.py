@@ -297,13 +297,28 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
             # (the inputs are files, or sizes asked for: synthetic_data.py's --users)
             return (f"{what}; {kept}. Check that the inputs and flags are the ones meant (not "
                     "a binary file read as text, nor sizes larger than intended), then free "
-                    "memory or run on a machine with more.")
+                    f"memory or run on a machine with more.{_memory_limited()}")
         return (f"{what}. The network's weights (in training, with their gradients and "
                 "optimizer state), the data and a batch must fit in this machine's memory: use "
                 "smaller layers or a smaller batch (-b), or split the layers over several "
                 "processes or machines with mpiexec (train; predict --split-layers: the "
-                "README's sections on them).")
+                f"README's sections on them).{_memory_limited()}")
     return None
+
+
+def _memory_limited() -> str:
+    """A sentence naming the limits on this process's memory that are set (ulimit -v, -d),
+    which refuse an allocation whatever the machine has free, or "" where none is."""
+    from destiny.addrspace import address_space_limit, data_limit
+    from destiny.wording import sized
+
+    found = [f"ulimit -{flag} {sized(limit)}" for flag, limit in
+             (("v", address_space_limit()), ("d", data_limit())) if limit is not None]
+    if not found:
+        return ""
+    return (f" A limit on this process's memory is set ({', '.join(found)}), which refuses "
+            "allocations whatever the machine has free: raise it, or, in a batch job, ask for "
+            "memory (SLURM's --mem, PBS's mem) instead of virtual memory (vmem).")
 
 
 def out_of_memory_loading(e: MemoryError) -> str:

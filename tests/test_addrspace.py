@@ -205,3 +205,23 @@ def test_tqdms_warning_that_its_monitor_thread_cannot_start_is_left_out():
                   "warnings.warn(TqdmMonitorWarning('another warning'))\n")
     assert done.returncode == 0, done.stderr
     assert "monitor support" not in done.stderr and "another warning" in done.stderr
+
+
+def test_the_message_of_an_allocation_refused_under_a_limit_names_the_limit():
+    """NumPy's MemoryError under ulimit -v was worded as a machine too small (free memory, or
+    run on a machine with more) alone: the limit, not the machine, refused it."""
+    code = ("import resource\n"
+            "from destiny.errors import system_failure\n"
+            "print(system_failure(MemoryError('Unable to allocate 4 GiB'), network=False))\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "print(system_failure(MemoryError('Unable to allocate 4 GiB'), network=False))\n"
+            "print(system_failure(MemoryError('Unable to allocate 4 GiB')))\n")
+    done = _child(code)
+    assert done.returncode == 0, done.stderr
+    unlimited, limited, network = done.stdout.splitlines()
+    assert "ulimit" not in unlimited, unlimited
+    tail = (" A limit on this process's memory is set (ulimit -v 8.0 GiB), which refuses "
+            "allocations whatever the machine has free: raise it, or, in a batch job, ask for "
+            "memory (SLURM's --mem, PBS's mem) instead of virtual memory (vmem).")
+    assert limited == unlimited + tail, limited
+    assert network.endswith("the README's sections on them)." + tail), network
