@@ -178,6 +178,30 @@ def _set_abort_handler(handler):
     return _libc_signal(signal.SIGABRT, handler)
 
 
+# What OpenBLAS maps for a thread's buffer (measured: VmSize before and after NumPy's first
+# product; a threaded product maps nothing more).
+_BLAS_BUFFER = 32 << 20
+
+
+def map_blas_buffer() -> None:
+    """Under a limit on the address space (or on data), have NumPy's BLAS map its buffer for
+    this thread now, while the limit leaves room, with a 2 x 2 product: OpenBLAS maps it at the
+    first product (32 MiB and more), and where it is refused ends the process itself ("OpenBLAS
+    error: Memory allocation still failed after 10 retries, giving up.", exit status 1, no
+    other message). For commands that multiply matrices (train, predict), which map it anyway;
+    allocations refused later are NumPy's MemoryError, or LLVM's, worded. Where less than
+    twice the buffer is left, nothing is done."""
+    if address_space_limit() is None and data_limit() is None:
+        return
+    found = address_space_left()
+    if found is not None and found[0] < 2 * _BLAS_BUFFER:  # (it would end the process here,
+        return  # where a failure later, of NumPy's or LLVM's, is a message)
+    import numpy as np
+
+    a = np.ones((2, 2), np.float32)
+    np.matmul(a, a)
+
+
 _watch: _CompileWatch | None = None
 
 

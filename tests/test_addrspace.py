@@ -225,3 +225,28 @@ def test_the_message_of_an_allocation_refused_under_a_limit_names_the_limit():
             "memory (SLURM's --mem, PBS's mem) instead of virtual memory (vmem).")
     assert limited == unlimited + tail, limited
     assert network.endswith("the README's sections on them)." + tail), network
+
+
+def test_openblass_buffer_is_mapped_as_train_and_predict_start_under_a_limit():
+    """OpenBLAS maps its buffer (32 MiB) at the first product and, refused, ended predict
+    itself ("OpenBLAS error: Memory allocation still failed after 10 retries, giving up.",
+    exit status 1, no message: predict under ulimit -v 600 MiB). Under a limit the buffer is
+    mapped as the command starts, while there is room; without one, or with too little left
+    for it, nothing is done."""
+    code = ("import resource, sys\n"
+            "import numpy\n"
+            "from destiny.addrspace import address_space_in_use, map_blas_buffer\n"
+            "extra = int(sys.argv[1])\n"
+            "if extra:\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (extra << 20),"
+            " resource.RLIM_INFINITY))\n"
+            "before = address_space_in_use()\n"
+            "map_blas_buffer()\n"
+            "print((address_space_in_use() - before) >> 20)\n")
+    grown = {}
+    for extra in (0, 40, 1000):
+        done = subprocess.run([sys.executable, "-c", code, str(extra)], capture_output=True,
+                              text=True, timeout=60, env=ENV)
+        assert done.returncode == 0, done.stderr
+        grown[extra] = int(done.stdout)
+    assert grown[0] == 0 and grown[40] == 0 and grown[1000] > 0, grown
