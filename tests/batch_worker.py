@@ -2,7 +2,8 @@
 
 ``python tests/batch_worker.py CASES.json``, plainly or as every rank of ``mpiexec -n P``:
 CASES.json lists ``{"command": "train", "argv": [...], "out": folder}``. Each command runs
-as its installed entry point runs it (``destiny.cli.entry``), with the stop signals' handlers
+as its installed entry point runs it (``destiny.cli.entry``), a command that is a script's
+path (``.../convert_ratings.py``) as ``python SCRIPT`` runs it, with the stop signals' handlers
 this process started with; its exit status goes to ``out``/rc.RANK, what it wrote on the
 standard output and error (the descriptors themselves) to ``out``/stdout.RANK and
 ``out``/stderr.RANK. One process's start (Python, numba's cache, MPI) serves every case.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import runpy
 import signal
 import sys
 
@@ -33,7 +35,10 @@ def run(command: str, argv: list[str], out: pathlib.Path, rank: int, handlers: d
         os.close(target)
     code = 0
     try:
-        getattr(entry, command.replace("-", "_"))()
+        if command.endswith(".py"):
+            runpy.run_path(command, run_name="__main__")
+        else:
+            getattr(entry, command.replace("-", "_"))()
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0

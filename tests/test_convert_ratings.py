@@ -17,6 +17,7 @@ from destiny import synthetic
 from destiny.errors import NUL_REMEDY, DataFormatError
 from destiny.io import ratings as ratings_mod
 from destiny.io.ratings import convert_ratings
+from tests import batch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "convert_ratings.py"
@@ -375,24 +376,49 @@ def test_a_chunk_is_plain_only_where_every_field_is_a_float32():
     assert not ratings_mod._plain("1,10,-4.5,100\n")
 
 
+# The runs of test_errors, which read only the script's exit status and message, go together
+# (tests/batch.py): every one in one process, the script run as ``python SCRIPT`` runs it (a
+# process each took 0.1 s, 5 s for the 52).
+BATCHED = batch.Batched(str(SCRIPT))
+
+
+@pytest.fixture(scope="module")
+def batch_runs(tmp_path_factory, request) -> dict:
+    return BATCHED.run(request, tmp_path_factory, request.getfixturevalue, None, None)
+
+
+def errors_runs(fixture, d) -> dict:
+    """For each of ERRORS, in d/NAME: its bad.txt, converted to out.txt."""
+    runs = {}
+    for name, content, args, _ in ERRORS:
+        (d / name).mkdir()
+        src = d / name / "bad.txt"
+        src.write_bytes(content if isinstance(content, bytes) else content.encode())
+        runs[name] = (1, [src, "-o", d / name / "out.txt", *args])
+    return runs
+
+
+@BATCHED(errors_runs)
 @pytest.mark.parametrize("name, content, args, message", ERRORS, ids=[e[0] for e in ERRORS])
-def test_errors(tmp_path, name, content, args, message):
-    src = tmp_path / "bad.txt"
-    src.write_bytes(content if isinstance(content, bytes) else content.encode())
-    out = tmp_path / "out.txt"
-    result = run_script(src, "-o", out, *args)
+def test_errors(batch_runs, name, content, args, message):
+    d, ran = batch_runs["test_errors"]
+    tmp_path = d / name
+    src, out = tmp_path / "bad.txt", tmp_path / "out.txt"
+    result = ran[name]
+    # (as subprocess.run's text=True reads it)
+    stderr = result.stderr.decode().replace("\r\n", "\n").replace("\r", "\n")
     assert result.returncode == 1
-    assert result.stderr.startswith(f"Error: {src}"), result.stderr
-    assert message in result.stderr
+    assert stderr.startswith(f"Error: {src}"), stderr
+    assert message in stderr
     if name.startswith("cr"):
-        assert "dos2unix" in result.stderr
+        assert "dos2unix" in stderr
     if "nul" in name or name.startswith("utf-16"):
-        assert result.stderr.endswith(f"; {NUL_REMEDY}\n")  # (generate-netcdf's remedy)
+        assert stderr.endswith(f"; {NUL_REMEDY}\n")  # (generate-netcdf's remedy)
     if name.startswith("bom"):
-        assert "iconv -f utf-16 -t utf-8" in result.stderr and "latin1" not in result.stderr
+        assert "iconv -f utf-16 -t utf-8" in stderr and "latin1" not in stderr
     if name.startswith("netcdf"):
-        assert "iconv" not in result.stderr
-    assert result.stderr.count("\n") == 1  # one paragraph, no traceback
+        assert "iconv" not in stderr
+    assert stderr.count("\n") == 1  # one paragraph, no traceback
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["bad.txt"]
 
 
