@@ -17,6 +17,7 @@ from destiny.fit import fit
 from destiny.io.network_file import read_network
 from destiny.train import train_config
 
+from . import batch
 from .backends import _fast_simulator
 from .conftest import write_sample_data
 from .test_parallel import MPIEXEC, needs_mpiexec, rank_env
@@ -149,11 +150,6 @@ def test_the_ranking_comparison_lets_only_ties_differ():
             same(["a", "b", "c"], [0.9, 0.5, 0.1], items, scores)
 
 
-# Under mpiexec each rank runs this: the simulator's launches are ~10x faster with a short
-# thread switch interval (see tests/backends.py), then the real command line.
-# The ranks run in their own processes: they need the simulator's shared-array fix that
-# tests/backends.py applies in this one (without it, a block's threads can get different shared
-# arrays: one wrong prefix sum in the sparse gradient, one weight off, now and then).
 def test_gpu_trains_a_skip_from_the_input_layer_as_the_cpu(files, tmp_path):
     """The output adds the denoised input (spec 3.16, 3.9): the CUDA kernel's sums are the
     cpu's."""
@@ -176,46 +172,53 @@ def test_gpu_trains_a_skip_from_the_input_layer_as_the_cpu(files, tmp_path):
                                    rtol=1e-4, atol=1e-6)
 
 
-FAST_TRAIN = """
-import sys
-sys.setswitchinterval(5e-5)
-sys.path.insert(0, {root!r})
-import tests.backends  # noqa: F401  (the simulator fix)
-from destiny.cli.train import main
-sys.argv[0] = "train"
-main()
-"""
+# test_split_across_ranks_on_the_gpu_backend's runs read only the networks they wrote: they go
+# together (tests/batch.py), the one-process runs in one process and those on 2 ranks in one
+# mpiexec job, each as ``python tests/simulated_train.py ARGS`` runs it.
+BATCHED = batch.Batched(str(Path(__file__).with_name("simulated_train.py")))
+SPLIT_ACTIVATIONS = ["Sigmoid", "SoftMax"]
+
+
+@pytest.fixture(scope="module")
+def batch_runs(tmp_path_factory, request) -> dict:
+    return BATCHED.run(request, tmp_path_factory, request.getfixturevalue,
+                       rank_env(NUMBA_ENABLE_CUDASIM="1"), MPIEXEC)
+
+
+def split_runs(fixture, d) -> dict:
+    """For each activation, in d/ACTIVATION: one cpu process's network one.nc and 2 gpu
+    ranks' two.nc, of net.json (NETDEF with that activation)."""
+    files, runs = fixture("files"), {}
+    for activation in SPLIT_ACTIVATIONS:
+        (d / activation).mkdir()
+        config = d / activation / "net.json"
+        config.write_text(json.dumps(dict(NETDEF, Layers=[
+            dict(layer, Activation=activation) if layer["Kind"] != "Input" else layer
+            for layer in NETDEF["Layers"]])))
+        args = ["-c", config, "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
+                "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
+        runs[activation, 1] = (1, [*args, "-n", d / activation / "one.nc", "--backend", "cpu"])
+        runs[activation, 2] = (2, [*args, "-n", d / activation / "two.nc", "--backend", "gpu"])
+    return runs
 
 
 @needs_mpiexec
-@pytest.mark.parametrize("activation", ["Sigmoid", "SoftMax"])
-def test_split_across_ranks_on_the_gpu_backend(files, tmp_path, activation):
+@BATCHED(split_runs)
+@pytest.mark.parametrize("activation", SPLIT_ACTIVATIONS)
+def test_split_across_ranks_on_the_gpu_backend(batch_runs, activation):
     # Collectives of device arrays go through host memory: the same network as one cpu process
     # (SoftMax: the hidden layer, with its dropout, and the output, each normalized over the
     # ranks' units by the CUDA kernels).
     import os
-    import subprocess
-    import sys
 
-    script = tmp_path / "train.py"
-    script.write_text(FAST_TRAIN.format(root=str(Path(__file__).resolve().parents[1])))
-    config = tmp_path / "net.json"
-    config.write_text(json.dumps(dict(NETDEF, Layers=[
-        dict(layer, Activation=activation) if layer["Kind"] != "Input" else layer
-        for layer in NETDEF["Layers"]])))
-    args = ["-c", config, "-i", files / "gl_input.nc", "-o", files / "gl_output.nc",
-            "-b", "4", "-e", "1", "-q", "--checkpoint-every", "0"]
-    env = rank_env(NUMBA_ENABLE_CUDASIM="1")
-    one = subprocess.run([sys.executable, script, *args, "-n", tmp_path / "one.nc", "--backend",
-                          "cpu"], env=env, capture_output=True, timeout=300)
+    d, ran = batch_runs["test_split_across_ranks_on_the_gpu_backend"]
+    tmp_path = d / activation
+    one, two = ran[activation, 1], ran[activation, 2]
     assert one.returncode == 0, one.stderr.decode()
-    two = subprocess.run([MPIEXEC, "-n", "2", sys.executable, script, *args, "-n",
-                          tmp_path / "two.nc", "--backend", "gpu"], env=env, capture_output=True,
-                         timeout=300)
     assert two.returncode == 0, two.stderr.decode()
     cpu, gpu = read_network(tmp_path / "one.nc"), read_network(tmp_path / "two.nc")
     assert gpu.destiny["backend"] == "cuda" and sorted(os.listdir(tmp_path)) == [
-        "net.json", "one.nc", "train.py", "two.nc"]
+        "net.json", "one.nc", "two.nc"]
     for k in cpu.weights:
         np.testing.assert_allclose(gpu.weights[k], cpu.weights[k], rtol=1e-4, atol=1e-6)
 
