@@ -74,6 +74,8 @@ def _wake_the_block_manager_on_change():
     from numba.cuda.simulator import kernel
 
     thread, manager = kernel.BlockThread, kernel.BlockManager
+    if "livethreads" not in manager.run.__code__.co_varnames:  # (not the polling loop: a
+        return                                                 # numba whose manager differs)
     plain_run = thread.run
 
     def run(self):
