@@ -39,22 +39,21 @@ ADDRESS_SPACE_LIMIT = "the address-space limit"
 def address_space_limit() -> int | None:
     """The soft limit on this process's address space (RLIMIT_AS, ``ulimit -v``) in bytes, or
     None where there is none (or it cannot be read)."""
-    if resource is None:
-        return None
-    try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+    return _soft_limit("RLIMIT_AS")
 
 
 def data_limit() -> int | None:
     """The soft limit on this process's data (RLIMIT_DATA, ``ulimit -d``: since Linux 4.7, its
     private writable mappings too, so it stops LLVM as ``ulimit -v`` does), or None."""
+    return _soft_limit("RLIMIT_DATA")
+
+
+def _soft_limit(name: str) -> int | None:
+    """The soft limit ``resource.<name>`` in bytes; None where it is unlimited or unreadable."""
     if resource is None:
         return None
     try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+        soft, _ = resource.getrlimit(getattr(resource, name))
     except (OSError, ValueError, AttributeError):
         return None
     return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
