@@ -2,7 +2,7 @@
 it), a command ends with a message and exit status 1, not natively (LLVM's SIGABRT, 134).
 
 Each case runs in a child process that sets the limit on itself (relative to what it maps
-already, so that the figures hold on any machine), or under ``prlimit``."""
+already, so that the figures hold on any machine), or under a fixed one (``_limited``)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def _child(code: str, **kwargs) -> subprocess.CompletedProcess:
 
 def _no_core_dumps():
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
+
+def _limited(mib: int):
+    """A preexec_fn: the child's address space limited to ``mib`` MiB (as ``ulimit -v``; no
+    prlimit(1), which a bare machine may lack), without core dumps."""
+    def limit():
+        _no_core_dumps()
+        resource.setrlimit(resource.RLIMIT_AS, (mib << 20, resource.RLIM_INFINITY))
+    return limit
 
 
 # A child that limits its address space to what it maps now and LIMIT_MIB more (its modules
@@ -85,10 +94,9 @@ def test_a_limit_on_the_address_space_too_small_to_load_is_refused_at_once(tmp_p
     OpenBLAS ended the process with its own line ("OpenBLAS error: Memory allocation still
     failed after 10 retries, giving up.") and exit status 1, or an import a traceback. Now
     one paragraph naming the limit, what is needed and what to do; --help is not refused."""
-    argv = ["prlimit", f"--as={200 << 20}", str(BIN / "train"), "-c", "x.json", "-i", "x.nc",
-            "-o", "y.nc", "-n", "z.nc"]
+    argv = [str(BIN / "train"), "-c", "x.json", "-i", "x.nc", "-o", "y.nc", "-n", "z.nc"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
-                          cwd=tmp_path, preexec_fn=_no_core_dumps)
+                          cwd=tmp_path, preexec_fn=_limited(200))
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         "Error: the limit on this process's address space (ulimit -v) is 200 MiB, too small to "
@@ -97,9 +105,8 @@ def test_a_limit_on_the_address_space_too_small_to_load_is_refused_at_once(tmp_p
         "cores. Nothing was done. To run, raise the limit (ulimit -v unlimited, or a larger "
         "value), or, in a batch job, ask for memory (SLURM's --mem, PBS's mem) instead of "
         "virtual memory (vmem), which counts every mapping rather than the memory used.\n")
-    done = subprocess.run(["prlimit", f"--as={400 << 20}", str(BIN / "train"), "--help"],
-                          capture_output=True, text=True, timeout=60, env=ENV,
-                          preexec_fn=_no_core_dumps)
+    done = subprocess.run([str(BIN / "train"), "--help"], capture_output=True, text=True,
+                          timeout=60, env=ENV, preexec_fn=_limited(400))
     assert done.returncode == 0 and "Usage: train" in done.stdout, done.stderr
 
 
