@@ -38,12 +38,10 @@ def library_errors(fn):
     def _mapped(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
-        from destiny.addrspace import map_blas_buffer, watch_compiles
+        from destiny.addrspace import watch_compiles
         from destiny.io import atomic
 
         watch_compiles()  # (under ulimit -v: LLVM aborting a compile is a message)
-        if fn.__name__ in ("train", "predict"):  # (they multiply: OpenBLAS's buffer, mapped
-            map_blas_buffer()  # while there is room, or it ends the process at the first)
         _finished(False)  # (a test runs many commands in one process)
         atomic.forget_streamed()
         try:

@@ -103,10 +103,13 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
       predict -b 256 -d gl -i features_input -o features_output -k 10 -n gl.nc \\
           -f ml-20m_ratings -s recs -r ml-20m_ratings
     """
+    from destiny.addrspace import map_blas_buffer
     from destiny.io import atomic
     from destiny.parallel import all_or_none, get_comm
     from destiny.predict import MULTIPLY_PARSES_AGAIN, Predictor, predict_file
 
+    map_blas_buffer()  # (under ulimit -v: OpenBLAS's buffer while there is room, or at the
+    #                     first product OpenBLAS ends the process itself)
     comm = get_comm()
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all

@@ -99,12 +99,15 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     Example:
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
+    from destiny.addrspace import map_blas_buffer
     from destiny.cli import stuck
     from destiny.fit import fit
     from destiny.io import atomic
     from destiny.io.checkpoint import checkpoint_epoch
     from destiny.parallel import ParallelError, get_comm
 
+    map_blas_buffer()  # (under ulimit -v: OpenBLAS's buffer while there is room, or at the
+    #                     first product OpenBLAS ends the process itself)
     comm = get_comm()  # under mpiexec: every layer split across the ranks (spec 7)
     quiet = quiet or not comm.is_root  # rank 0 speaks for all
     cfg = train_config(optimizer, batch=batch, epochs=epochs, alpha=alpha, lam=lam, lam1=lam1,
