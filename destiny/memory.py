@@ -31,15 +31,6 @@ from destiny.wording import counted, sized
 _NO_LIMIT = 1 << 60
 
 
-class NotEnoughMemory(DestinyError):
-    """The ranks on one machine need more memory than it has free (``check_training_memory``):
-    ``needed`` and ``available`` bytes, the ``layer`` that takes the most of it."""
-
-    def __init__(self, message: str, *, needed: int, available: int, layer: str):
-        super().__init__(message)
-        self.needed, self.available, self.layer = needed, available, layer
-
-
 def training_bytes(net, rank: int, *, batch_rows: int) -> dict[str, int]:
     """The bytes rank ``rank`` of ``net.comm.size`` will certainly write, by layer (a layer
     counts the matrices to and from it with fewer units than it has, and its activations): see
@@ -144,7 +135,7 @@ def _headroom(directory: str, limit_file: str, usage_file: str, cache: tuple) ->
 
 
 def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> None:
-    """Raise ``NotEnoughMemory`` where the ranks on this machine (``comm.local_ranks``; one
+    """Raise a ``DestinyError`` where the ranks on this machine (``comm.local_ranks``; one
     process alone) need more than it has free to train ``net`` (``training_bytes``), before
     they allocate the weights. Every rank computes every rank's share from the layout alone,
     without a collective; call it where no rank has allocated its weights yet. Where the
@@ -164,7 +155,6 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
         return
     layer = max(by_layer, key=by_layer.get)
     n = net.layers[layer].n
-    local = len(comm.local_ranks)
     what = ("the network's weights" + (", their gradients and a batch's activations"
                                        if rows else ""))
     # (a limit on the address space is mended by raising it, not by another machine)
@@ -174,15 +164,14 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
         whose, more = "", ("split the layers over several machines with mpiexec (the README's "
                            "section on it)")
     else:
-        whose = (f" for the {counted(local, 'process', 'processes')} of this job on it (each "
-                 "with its block of the layers)")
+        whose = (f" for the {counted(comm.local_size, 'process', 'processes')} of this job "
+                 "on it (each with its block of the layers)")
         more = ("run the job over more machines (more processes on this one share its memory: "
                 "they do not help)")
-    raise NotEnoughMemory(
+    raise DestinyError(
         f"out of memory: training needs at least {sized(needed)} of this machine's memory"
         f"{whose}, for {what}, and {sized(available)} is free ({source}); "
         f"{sized(by_layer[layer])} of it is for layer {layer!r}, of {counted(n, 'unit')} "
         "(its weights, to and from narrower layers, and its activations). Nothing was trained, "
         f"and no output was replaced. Use fewer units, {more}, or run on a machine with more "
-        f"memory.{limited}",
-        needed=needed, available=available, layer=layer)
+        f"memory.{limited}")
