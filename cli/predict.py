@@ -103,16 +103,20 @@ def predict(network_path, input_path, input_index, output_index, output_path, fi
       predict -b 256 -d gl -i features_input -o features_output -k 10 -n gl.nc \\
           -f ml-20m_ratings -s recs -r ml-20m_ratings
     """
-    from destiny.addrspace import map_blas_buffer
+    from destiny.addrspace import map_thread_memory
+    from destiny.errors import DestinyError
     from destiny.io import atomic
     from destiny.parallel import all_or_none, get_comm
     from destiny.predict import MULTIPLY_PARSES_AGAIN, Predictor, predict_file
 
-    map_blas_buffer()  # (under ulimit -v: OpenBLAS's buffer while there is room, or at the
-    #                     first product OpenBLAS ends the process itself)
+    # (under ulimit -v: OpenBLAS's buffer and numba's threads while there is room; refused
+    # later, each library ends the process itself)
+    too_little_room = map_thread_memory()
     comm = get_comm()
     with contextlib.ExitStack() as held:  # the output's lock, held to the end
         with all_or_none(comm):  # under mpiexec, a failure on any rank stops them all
+            if too_little_room:
+                raise DestinyError(too_little_room)
             if comm.size > 1:
                 _check_read_once(input_path, filter_path)
             elif filter_mode == "multiply":  # (known before anything is read)

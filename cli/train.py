@@ -10,7 +10,7 @@ import click
 from destiny.cli.common import library_errors, note, products_note, run_command
 from destiny.cli.options import (CONTEXT, SEED, Float32Range, no_stdin, no_stdout, path_given,
                                  tf32_option)
-from destiny.errors import (NOTHING_REPLACED, RUN_AGAIN, RUN_AGAIN_OR_ELSEWHERE,
+from destiny.errors import (NOTHING_REPLACED, RUN_AGAIN, RUN_AGAIN_OR_ELSEWHERE, DestinyError,
                             InterruptedAfterOutputs, OutputError, system_failure)
 from destiny.train import (DEFAULT_OPTIMIZER, OPTIMIZER_SETTINGS, OPTIMIZERS, SETTING_FLAGS,
                            optimizer_settings, train_config, unused_settings)
@@ -99,16 +99,20 @@ def train(config_path, input_path, output_path, network_path, batch, epochs, alp
     Example:
       train -c netdefs/movielens.json -i gl_input.nc -o gl_output.nc -n gl.nc -b 256 -e 10
     """
-    from destiny.addrspace import map_blas_buffer
+    from destiny.addrspace import map_thread_memory
     from destiny.cli import stuck
     from destiny.fit import fit
     from destiny.io import atomic
     from destiny.io.checkpoint import checkpoint_epoch
-    from destiny.parallel import ParallelError, get_comm
+    from destiny.parallel import ParallelError, all_or_none, get_comm
 
-    map_blas_buffer()  # (under ulimit -v: OpenBLAS's buffer while there is room, or at the
-    #                     first product OpenBLAS ends the process itself)
+    # (under ulimit -v: OpenBLAS's buffer and numba's threads while there is room; refused
+    # later, each library ends the process itself)
+    too_little_room = map_thread_memory()
     comm = get_comm()  # under mpiexec: every layer split across the ranks (spec 7)
+    with all_or_none(comm):
+        if too_little_room:
+            raise DestinyError(too_little_room)
     quiet = quiet or not comm.is_root  # rank 0 speaks for all
     cfg = train_config(optimizer, batch=batch, epochs=epochs, alpha=alpha, lam=lam, lam1=lam1,
                        mu=mu, mu1=mu1, seed=seed, shuffle=shuffle)

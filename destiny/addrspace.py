@@ -177,28 +177,79 @@ def _set_abort_handler(handler):
     return _libc_signal(signal.SIGABRT, handler)
 
 
+# mallopt's parameter for the most malloc arenas (glibc's malloc.h).
+_M_ARENA_MAX = -8
+
+
+def one_malloc_arena() -> None:
+    """Under a limit on the address space (``ulimit -v``), have glibc's malloc serve every
+    thread from one arena: by default it reserves 64 MiB of address space for each thread that
+    allocates at once with another (up to 8 per core), which the limit counts whole though
+    little of it is used. A warm train on tiny data with 2 threads mapped 650 MiB at most by
+    default, 440 MiB with one arena (its VmPeak). The threads that allocate (OpenBLAS's,
+    numba's, tqdm's and the stuck watch's) do so seldom, so contention costs nothing measured.
+    Call it before the libraries start their threads (before NumPy loads); without a limit, or
+    with another C library than glibc, nothing is done."""
+    if address_space_limit() is None:
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
+    except (AttributeError, OSError):  # (not glibc: musl has no arenas to cap)
+        pass
+
+
 # What OpenBLAS maps for a thread's buffer (measured: VmSize before and after NumPy's first
 # product; a threaded product maps nothing more).
 _BLAS_BUFFER = 32 << 20
+# The least address space train or predict must have left as they start (``map_thread_memory``):
+# warm runs on tiny data, under the least limit each ran in, mapped 109 MiB (train) and 138 MiB
+# (predict) more than they had as they started (VmPeak less VmSize then). Below this none can
+# run.
+_LEAST_ROOM = 2 * _BLAS_BUFFER
 
 
-def map_blas_buffer() -> None:
-    """Under a limit on the address space (or on data), have NumPy's BLAS map its buffer for
-    this thread now, while the limit leaves room, with a 2 x 2 product: OpenBLAS maps it at the
-    first product (32 MiB and more), and where it is refused ends the process itself ("OpenBLAS
-    error: Memory allocation still failed after 10 retries, giving up.", exit status 1, no
-    other message). For commands that multiply matrices (train, predict), which map it anyway;
-    allocations refused later are NumPy's MemoryError, or LLVM's, worded. Where less than
-    twice the buffer is left, nothing is done."""
-    if address_space_limit() is None and data_limit() is None:
-        return
+def map_thread_memory() -> str | None:
+    """Have the libraries' threads map what they need now, for commands that run them anyway
+    (train, predict): under a limit on the address space (or on data), a library refused it
+    later ends the process itself, with its own line, exit status 1 and no other message.
+
+    - numba's parallel loops start their threads (a stack each) at the first loop:
+      "libgomp: Thread creation failed: Resource temporarily unavailable", seen by a warm train
+      on tiny data under ulimit -v 390 to 490 MiB. They start here with a bias added to a
+      2 x 2 matrix, in every run, so that a cache warmed by a run without the limit holds the
+      kernel (compiled under the limit, it can take more than the limit leaves).
+    - Under a limit, NumPy's BLAS maps its buffer (32 MiB and more) at the first product, a
+      2 x 2 one here: "OpenBLAS error: Memory allocation still failed after 10 retries, giving
+      up."
+
+    Allocations refused later are NumPy's MemoryError, or LLVM's abort, worded. Where the
+    limit on the address space leaves less than ``_LEAST_ROOM``, too little for any run, nothing
+    is mapped, and the reason the command cannot run is returned (for the caller to raise once
+    the ranks of mpiexec have started, so that all of them end with it); otherwise None."""
     found = address_space_left()
-    if found is not None and found[0] < 2 * _BLAS_BUFFER:  # (it would end the process here,
-        return  # where a failure later, of NumPy's or LLVM's, is a message)
+    if found is not None and found[0] < _LEAST_ROOM:
+        return _too_little_room(found[0])
     import numpy as np
 
+    from destiny.kernels.cpu import dense
+
     a = np.ones((2, 2), np.float32)
-    np.matmul(a, a)
+    dense.add_bias(a, a[0])
+    if address_space_limit() is not None or data_limit() is not None:
+        np.matmul(a, a)
+    return None
+
+
+def _too_little_room(left: int) -> str:
+    from destiny.wording import sized
+
+    return (f"out of memory: under the limit on this process's address space (ulimit -v "
+            f"{sized(address_space_limit())}), {sized(left)} is left once the command's "
+            f"libraries are loaded, and a run maps {sized(_LEAST_ROOM)} more at the least (its "
+            "threads' stacks, NumPy's BLAS buffer, the data, the network and the kernels' "
+            f"code). Nothing was done. To run, {RAISE_THE_LIMIT}.")
 
 
 _watch: _CompileWatch | None = None

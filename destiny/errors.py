@@ -154,6 +154,29 @@ def starts_as_netcdf(path) -> bool:
         return False
 
 
+def memory_limits() -> list[str]:
+    """The limits on this process's memory that are set, as the shell sets them ("ulimit -v
+    8.0 GiB"; -v: RLIMIT_AS, -d: RLIMIT_DATA)."""
+    from destiny.addrspace import address_space_limit, data_limit
+    from destiny.wording import sized
+
+    return [f"ulimit -{flag} {sized(limit)}" for flag, limit in
+            (("v", address_space_limit()), ("d", data_limit())) if limit is not None]
+
+
+def memory_limit_may_be_why(path) -> str:
+    """A sentence to end the message of the NetCDF library's failure to open or read ``path``
+    where a limit on this process's memory is set (ulimit -v, -d) and the file starts as a
+    NetCDF file does: the library refused an allocation fails so too (train under ulimit -v
+    414 MiB: "NetCDF: Unknown file format" for a whole dataset file). Otherwise ""."""
+    found = memory_limits()
+    if not found or not starts_as_netcdf(path):
+        return ""
+    return (f" A limit on this process's memory is set ({', '.join(found)}), under which an "
+            "allocation the NetCDF library is refused fails so too: raise the limit and run the "
+            "command again; only where it fails so without the limit is the file at fault.")
+
+
 def netcdf_text_error(path, head: bytes) -> DataFormatError | None:
     """The refusal of a file whose first bytes ``head`` are a NetCDF file's, where text is
     read, or None. A dataset or network given for a text or index file (flags swapped, a
@@ -217,7 +240,7 @@ def netcdf_reads(path, damaged: str):
         if not netcdf_library_failure(e) or isinstance(e, NetCDFFailure):  # (ours: writes)
             raise
         raise DataFormatError(path, f"the NetCDF library failed to read it ({e.args[0]})"
-                              f"{damaged}") from None
+                              f"{damaged}{memory_limit_may_be_why(path)}") from None
     finally:
         _in_file = outer
 
@@ -281,6 +304,11 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {kept}. While writing, "
                 f"a full disk or quota is the usual cause: free space, then {then}.")
+    if isinstance(e, SystemError) and _memory_limited():
+        # (a C function that failed to allocate and returned an error without an exception:
+        # numba loading a cached kernel, its target_context.refresh(), under ulimit -v 410 MiB;
+        # with no limit set, a SystemError is a bug, and keeps its traceback)
+        e = MemoryError("an allocation in a library failed")
     on_gpu = _out_of_gpu_memory(e)
     if isinstance(e, MemoryError) or on_gpu:  # NumPy's says how much one array needed
         said = str(e).rstrip(".") or "an allocation failed"  # (CuPy's ends in a full stop)
@@ -309,11 +337,7 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
 def _memory_limited() -> str:
     """A sentence naming the limits on this process's memory that are set (ulimit -v, -d),
     which refuse an allocation whatever the machine has free, or "" where none is."""
-    from destiny.addrspace import address_space_limit, data_limit
-    from destiny.wording import sized
-
-    found = [f"ulimit -{flag} {sized(limit)}" for flag, limit in
-             (("v", address_space_limit()), ("d", data_limit())) if limit is not None]
+    found = memory_limits()
     if not found:
         return ""
     return (f" A limit on this process's memory is set ({', '.join(found)}), which refuses "

@@ -234,26 +234,169 @@ def test_the_message_of_an_allocation_refused_under_a_limit_names_the_limit():
     assert network.endswith("the README's sections on them)." + tail), network
 
 
+def test_a_system_error_under_a_limit_is_out_of_memory():
+    """numba loading a cached kernel under ulimit -v 410 MiB (a warm train on tiny data) ended
+    with a traceback of "SystemError: error return without exception set": a C function that
+    failed to allocate and returned an error without setting one. Under a limit it is worded as
+    memory; without one, a SystemError is a bug, and keeps its traceback (None here)."""
+    code = ("import resource\n"
+            "from destiny.errors import system_failure\n"
+            "e = SystemError('error return without exception set')\n"
+            "print(system_failure(e))\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "print(system_failure(e))\n")
+    done = _child(code)
+    assert done.returncode == 0, done.stderr
+    unlimited, limited = done.stdout.splitlines()
+    assert unlimited == "None"
+    assert limited.startswith("out of memory (an allocation in a library failed). The network's "
+                              "weights"), limited
+    assert limited.endswith("(ulimit -v 8.0 GiB), which refuses allocations whatever the machine "
+                            "has free: raise it, or, in a batch job, ask for memory (SLURM's "
+                            "--mem, PBS's mem) instead of virtual memory (vmem)."), limited
+
+
+def test_malloc_keeps_to_one_arena_under_a_limit():
+    """glibc's malloc reserves 64 MiB of address space for each thread that allocates beside
+    another (an arena), which ulimit -v counts whole: a warm train on tiny data mapped 650 MiB
+    at most, 440 MiB with one arena. Under a limit the commands keep to one as they start
+    (before NumPy's threads); without one nothing changes. Four threads that each allocate at
+    once map no more than one does."""
+    code = ("import resource, sys, threading\n"
+            "if sys.argv[1] == 'limited':\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "from destiny.cli.entry import default_ctrl_c_while_loading\n"
+            "default_ctrl_c_while_loading()\n"
+            "from destiny.addrspace import address_space_in_use\n"
+            "before = address_space_in_use()\n"
+            "go = threading.Barrier(4)\n"
+            "def allocate():\n"
+            "    go.wait()\n"
+            "    kept = [bytearray(1000) for _ in range(2000)]\n"
+            "    go.wait()\n"
+            "threads = [threading.Thread(target=allocate) for _ in range(4)]\n"
+            "for t in threads: t.start()\n"
+            "for t in threads: t.join()\n"
+            "print((address_space_in_use() - before) >> 20)\n")
+    grown = {}
+    for how in ("unlimited", "limited"):
+        done = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                              timeout=60, env=ENV)
+        assert done.returncode == 0, done.stderr
+        grown[how] = int(done.stdout)
+    # (threads' stacks: 8 MiB each by default, ulimit -s; arenas: 64 MiB each)
+    assert grown["limited"] < 64 <= grown["unlimited"], grown
+
+
+def test_numbas_threads_start_as_train_and_predict_start_under_a_limit():
+    """numba's parallel loops start their threads at the first loop, and libgomp, refused a
+    thread's stack, ended the process with its own line ("libgomp: Thread creation failed:
+    Resource temporarily unavailable", exit status 1, no message: a warm train on tiny data
+    under ulimit -v 390 to 490 MiB). Under a limit they start as the command starts, while there
+    is room; without one too, so that a cache warmed by a run without the limit holds the
+    kernel that starts them."""
+    code = ("import resource, sys\n"
+            "import numba, numpy\n"
+            "from destiny.addrspace import map_thread_memory\n"
+            "if sys.argv[1] == 'limited':\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "def threads():\n"
+            "    with open('/proc/self/status') as f:\n"
+            "        return next(int(line.split()[1]) for line in f if line[:8] == 'Threads:')\n"
+            "before = threads()\n"
+            "map_thread_memory()\n"
+            "print(threads() - before)\n")
+    started = {}
+    for how in ("unlimited", "limited"):
+        done = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                              timeout=120, env={**ENV, "NUMBA_NUM_THREADS": "3"})
+        assert done.returncode == 0, done.stderr
+        started[how] = int(done.stdout)
+    assert started == {"unlimited": 2, "limited": 2}, started
+
+
 def test_openblass_buffer_is_mapped_as_train_and_predict_start_under_a_limit():
     """OpenBLAS maps its buffer (32 MiB) at the first product and, refused, ended predict
     itself ("OpenBLAS error: Memory allocation still failed after 10 retries, giving up.",
     exit status 1, no message: predict under ulimit -v 600 MiB). Under a limit the buffer is
     mapped as the command starts, while there is room; without one, or with too little left
-    for it, nothing is done."""
+    for it, nothing is done. (The kernel that starts numba's threads is loaded first, and one
+    thread runs it: what they map is not counted.)"""
     code = ("import resource, sys\n"
             "import numpy\n"
-            "from destiny.addrspace import address_space_in_use, map_blas_buffer\n"
+            "from destiny.addrspace import address_space_in_use, map_thread_memory\n"
+            "from destiny.kernels.cpu import dense\n"
+            "dense.add_bias(numpy.ones((2, 2), numpy.float32), numpy.ones(2, numpy.float32))\n"
             "extra = int(sys.argv[1])\n"
             "if extra:\n"
             "    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (extra << 20),"
             " resource.RLIM_INFINITY))\n"
             "before = address_space_in_use()\n"
-            "map_blas_buffer()\n"
-            "print((address_space_in_use() - before) >> 20)\n")
-    grown = {}
+            "refused = map_thread_memory()\n"
+            "print((address_space_in_use() - before) >> 20)\n"
+            "print(refused)\n")
+    grown, refused = {}, {}
     for extra in (0, 40, 1000):
         done = subprocess.run([sys.executable, "-c", code, str(extra)], capture_output=True,
-                              text=True, timeout=60, env=ENV)
+                              text=True, timeout=60, env={**ENV, "NUMBA_NUM_THREADS": "1"})
         assert done.returncode == 0, done.stderr
-        grown[extra] = int(done.stdout)
-    assert grown[0] == 0 and grown[40] == 0 and grown[1000] > 0, grown
+        grown[extra], refused[extra] = done.stdout.splitlines()
+    assert grown == {0: "0", 40: "0", 1000: grown[1000]} and int(grown[1000]) > 0, grown
+    # (with 40 MiB left no command can run: train and predict raise the reason, on every rank)
+    assert refused[0] == refused[1000] == "None", refused
+    assert re.fullmatch(
+        r"out of memory: under the limit on this process's address space \(ulimit -v "
+        r"[\d.]+ MiB\), (39|40)\.\d MiB is left once the command's libraries are loaded, and a "
+        r"run maps 64\.0 MiB more at the least \(its threads' stacks, NumPy's BLAS buffer, the "
+        r"data, the network and the kernels' code\)\. Nothing was done\. To run, raise the "
+        r"limit \(ulimit -v unlimited.*", refused[40]), refused[40]
+
+
+def test_netcdfs_failure_to_read_a_netcdf_file_under_a_limit_says_the_limit_may_be_why(model,
+                                                                                      tmp_path):
+    """Under ulimit -v 414 MiB train said of a whole dataset file "is not a readable NetCDF file
+    ([Errno -51] NetCDF: Unknown file format); create it with generate-netcdf": the NetCDF
+    library, refused an allocation, fails so too. Under a limit, a file that starts as a NetCDF
+    file does gets a sentence on the limit (its open, the network's, and a read past it); a
+    file that does not, or no limit, gets none."""
+    text = tmp_path / "ratings.txt"
+    text.write_text("u1\t1\n")
+    code = ("import resource, sys\n"
+            "import netCDF4\n"
+            "from destiny.errors import DestinyError, netcdf_reads\n"
+            "from destiny.io.dataset import read_dataset\n"
+            "from destiny.io.network_file import read_network\n"
+            "real = netCDF4.Dataset\n"
+            "def refused(path, mode='r', **kw):\n"
+            "    raise OSError(-51, 'NetCDF: Unknown file format', str(path))\n"
+            "netCDF4.Dataset = refused\n"
+            "def said(read, path):\n"
+            "    try:\n"
+            "        read(path)\n"
+            "    except DestinyError as e:\n"
+            "        return str(e)\n"
+            "def hdf_error(path):\n"
+            "    with netcdf_reads(path, '; it is damaged.'):\n"
+            "        raise RuntimeError('NetCDF: HDF error')\n"
+            "if sys.argv[1] == 'limited':\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "dataset, network, text = sys.argv[2:]\n"
+            "for read, path in ((read_dataset, dataset), (read_network, network),\n"
+            "                   (hdf_error, network), (read_dataset, text)):\n"
+            "    print(said(read, path))\n")
+    tail = (" A limit on this process's memory is set (ulimit -v 8.0 GiB), under which an "
+            "allocation the NetCDF library is refused fails so too: raise the limit and run the "
+            "command again; only where it fails so without the limit is the file at fault.")
+    for how in ("unlimited", "limited"):
+        done = subprocess.run([sys.executable, "-c", code, how, str(model / "gl_input.nc"),
+                               str(model / "gl.nc"), str(text)],
+                              capture_output=True, text=True, timeout=60, env=ENV)
+        assert done.returncode == 0, done.stderr
+        dataset, network, read, not_netcdf = done.stdout.splitlines()
+        assert dataset.endswith("gl_input.nc'); create it with generate-netcdf."
+                                + (tail if how == "limited" else "")), dataset
+        assert network.endswith("train the network again, or restore the file from a copy."
+                                + (tail if how == "limited" else "")), network
+        assert read.endswith("(NetCDF: HDF error); it is damaged."
+                             + (tail if how == "limited" else "")), read
+        assert not_netcdf.endswith("create it with generate-netcdf."), not_netcdf

@@ -1125,3 +1125,17 @@ def test_a_network_with_two_input_layers_is_refused_naming_them(tmp_path):
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert "has 2 input layers ('Input', 'Side')" in result.output
     assert not out.exists()
+
+
+def test_too_little_address_space_left_to_run_is_refused_before_anything_is_done(
+        model, tmp_path, monkeypatch):
+    """As train's test of the same name: under ulimit -v, too little left to run is said before
+    any output is begun."""
+    from destiny import addrspace
+
+    monkeypatch.setattr(addrspace, "map_thread_memory", lambda: "out of memory: too little")
+    result = run(model, "-r", str(model / "ratings.txt"), "-k", "5",
+                 output=str(tmp_path / "recs.txt"))
+    assert result.exit_code == 1, result.output
+    assert result.output == "Error: out of memory: too little\n"
+    assert list(tmp_path.iterdir()) == []

@@ -2831,3 +2831,17 @@ def test_dsstnes_batch_and_epochs_are_the_defaults():
     assert vars(TrainConfig()) == {
         "batch": 1024, "epochs": 40, "optimizer": "sgd", "alpha": 0.025, "lam": 1e-4,
         "lam1": 0.0, "mu": 0.5, "mu1": 0.0, "seed": 12134, "shuffle": None, "brake": True}
+
+
+def test_too_little_address_space_left_to_run_is_refused_before_anything_is_done(files,
+                                                                                   monkeypatch):
+    """Under ulimit -v 390 MiB a warm train had 58 MiB left as it started, where any run maps
+    more than 100 MiB: it went on to "libgomp: Thread creation failed", with no message. Now the
+    reason (addrspace.map_thread_memory's) is raised once the ranks have started."""
+    from destiny import addrspace
+
+    monkeypatch.setattr(addrspace, "map_thread_memory", lambda: "out of memory: too little")
+    result = run_train(files, "-e", "1")
+    assert result.exit_code == 1, result.output
+    assert result.output == "Error: out of memory: too little\n"
+    assert not (files / "net.nc").exists()

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from destiny.errors import (DataFormatError, DestinyError, in_file, netcdf_reads,
-                            open_files_failure)
+from destiny.errors import (DataFormatError, DestinyError, in_file, memory_limit_may_be_why,
+                            netcdf_reads, open_files_failure)
 from destiny.limits import MAX_INDEX
 from destiny.sparse import gather_ranges
 from destiny.wording import counted, shown
@@ -425,7 +425,8 @@ def _opened(path):
                               "generate-netcdf.") from None
     except OSError as e:
         raise open_files_failure(e, path) or DataFormatError(
-            path, f"is not a readable NetCDF file ({e}); create it with generate-netcdf.") from None
+            path, f"is not a readable NetCDF file ({e}); create it with generate-netcdf."
+            + memory_limit_may_be_why(path)) from None
 
 
 def _names(nc, path) -> list[str]:

@@ -22,8 +22,9 @@ from typing import Callable
 import numpy as np
 
 from destiny import __version__
-from destiny.errors import (DataFormatError, NetDefError, in_file, netcdf_library_failure,
-                            netcdf_reads, open_files_failure, starts_as_netcdf)
+from destiny.errors import (DataFormatError, NetDefError, in_file, memory_limit_may_be_why,
+                            netcdf_library_failure, netcdf_reads, open_files_failure,
+                            starts_as_netcdf)
 from destiny.io import atomic
 from destiny.io.dataset import set_attribute
 from destiny.io.network_checks import (DAMAGED, Getter, check_counts, check_destiny, check_finite,
@@ -233,7 +234,8 @@ def _read_network(path, *, mmap: bool, arrays: bool | Callable[[str], bool], wei
         raise DataFormatError(path, "the network file does not exist; train one first.") from None
     except OSError as e:
         raise open_files_failure(e, path) or DataFormatError(
-            path, f"is not a readable NetCDF network file ({e})" + _unreadable_why(path)) from None
+            path, f"is not a readable NetCDF network file ({e})" + _unreadable_why(path)
+            + memory_limit_may_be_why(path)) from None
     with nc, netcdf_reads(path, f". {DAMAGED}"):  # (a damaged file: its words, not a traceback)
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
