@@ -188,9 +188,11 @@ def one_malloc_arena() -> None:
     little of it is used. A warm train on tiny data with 2 threads mapped 650 MiB at most by
     default, 440 MiB with one arena (its VmPeak). The threads that allocate (OpenBLAS's,
     numba's, tqdm's and the stuck watch's) do so seldom, so contention costs nothing measured.
-    Call it before the libraries start their threads (before NumPy loads); without a limit, or
-    with another C library than glibc, nothing is done."""
-    if address_space_limit() is None:
+    Call it before the libraries start their threads (before NumPy loads); without a limit,
+    with another C library than glibc, or where the user set the arenas (MALLOC_ARENA_MAX, or
+    glibc.malloc.arena_max in GLIBC_TUNABLES), nothing is done."""
+    if (address_space_limit() is None or "MALLOC_ARENA_MAX" in os.environ
+            or "arena_max" in os.environ.get("GLIBC_TUNABLES", "")):
         return
     import ctypes
 
