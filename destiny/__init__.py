@@ -19,6 +19,17 @@ SET_BY_DESTINY = {name for name in THREAD_WAIT_DEFAULTS if name not in _os.envir
 for _name, _value in THREAD_WAIT_DEFAULTS.items():
     _os.environ.setdefault(_name, _value)
 
+# Under mpiexec, the processes on one machine share its cores: each takes its share of threads
+# (launcher.threads_per_rank), read, like the variables above, as the libraries load.
+from destiny.launcher import THREAD_COUNT_VARS as _THREAD_COUNT_VARS  # noqa: E402
+from destiny.launcher import threads_per_rank as _threads_per_rank  # noqa: E402
+
+_share = _threads_per_rank()
+if _share is not None:
+    for _name in _THREAD_COUNT_VARS:
+        _os.environ[_name] = str(_share)
+        SET_BY_DESTINY.add(_name)
+
 # numba's cache of the compiled kernels goes to a directory named for their source, so that
 # an edit to one module can never leave another module's kernel compiled against its old
 # version (destiny/_numba_cache.py). numba reads the variable when it loads.

@@ -14,6 +14,13 @@ import os
 LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "HYDI_CONTROL_FD", "MPI_LOCALNRANKS",
                  "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+# The number of the job's processes on this machine: hydra's (MPICH, Intel MPI, MVAPICH) and
+# Open MPI's.
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+# The thread counts of what a process runs: numba's parallel loops (and their OpenMP) and
+# NumPy's BLAS (OpenBLAS, or MKL).
+THREAD_COUNT_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                     "MKL_NUM_THREADS")
 
 
 def launched_by_mpi(environ=os.environ) -> bool:
@@ -28,3 +35,28 @@ def launcher_size(environ=os.environ) -> int:
         if value.isdigit():
             return int(value)
     return 0
+
+
+def threads_per_rank(environ=os.environ) -> int | None:
+    """The threads each process of an MPI job should run, where its launcher started several
+    on this machine without binding them to cores of their own: the cores divided among them,
+    at least 1. Each library's default is a thread per core in every process, so that 2
+    processes on 2 cores ran 4 threads of each kind: the benchmark network trained 2.1-2.5x
+    slower than with a thread each (docs/benchmarks.md). None where no launcher says how many
+    share the machine, where one does alone, where the user set any thread count
+    (``THREAD_COUNT_VARS``), or where the process may run on only some of the cores (a
+    launcher or scheduler that binds each process to cores of its own, such as Open MPI's
+    mpirun or Slurm's srun, has given it its threads' share)."""
+    if any(name in environ for name in THREAD_COUNT_VARS):
+        return None
+    local = next((int(environ[name]) for name in LOCAL_SIZE_VARS
+                  if environ.get(name, "").isdigit()), 0)
+    if local < 2:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not on macOS)
+        cores = os.cpu_count() or 1
+    if cores < (os.cpu_count() or cores):
+        return None
+    return max(1, cores // local)
