@@ -135,7 +135,8 @@ def fit(
         if kernels.device is None:  # (the host's memory: on a GPU the weights are there)
             with all_or_none(comm):
                 check_training_memory(net, batch=cfg.batch, examples=data.examples,
-                                      epochs=cfg.epochs)
+                                      epochs=cfg.epochs, states=kernels.state_arrays_needed(
+                                          cfg.optimizer_config().mode))
         with all_or_none(comm):
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())

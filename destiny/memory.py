@@ -10,10 +10,12 @@ and compares them with the memory the machine has free (``available_memory``).
 
 The estimate is a lower bound, so that no job that would run is refused: every rank's block of
 the weights and biases, which are drawn whole; and, where training runs at least one batch, the
-gradients of the matrices fed by a dense layer (a product writes all of them) and every layer's
-activations for a batch. Left out: the optimizer state and the gradients of a sparse input's
-matrix (written only in the rows a batch lists, and not at all while the brake skips updates),
-the data (already read), the buffers a batch may leave untouched, and the temporaries.
+gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer
+state of every matrix and bias (the first update after the weights are drawn or loaded is dense,
+and writes all of it: a network that fitted without it was ended by the OOM killer at its first
+step, in one process too), and every layer's activations for a batch. Left out: the gradients of
+a sparse input's matrix (written only in the rows a batch lists), the data (already read), the
+buffers a batch may leave untouched, and the temporaries.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from destiny.wording import counted, sized
 _NO_LIMIT = 1 << 60
 
 
-def training_bytes(net, rank: int, *, batch_rows: int) -> dict[str, int]:
+def training_bytes(net, rank: int, *, batch_rows: int, states: int) -> dict[str, int]:
     """The bytes rank ``rank`` of ``net.comm.size`` will certainly write, by layer (a layer
     counts the matrices to and from it with fewer units than it has, and its activations): see
-    the module's note. ``batch_rows``: the rows of the first
-    batch (0 where no batch is run)."""
+    the module's note. ``batch_rows``: the rows of the first batch (0 where no batch is run);
+    ``states``: the optimizer's state arrays per parameter (0 to 2)."""
     size, item = net.comm.size, net.dtype.itemsize
 
     def units(name: str) -> tuple[int, int]:
@@ -51,11 +53,12 @@ def training_bytes(net, rank: int, *, batch_rows: int) -> dict[str, int]:
         local = width(units(c.dest.name))
         weights = 0 if c.shared else rows * cols
         gradient = weights if batch_rows and c.source.kind != LayerKind.Input else 0
+        state = states * weights if batch_rows else 0
         # (a matrix counts for the wider of its two layers: the one that makes it large)
         wider = c.source.name if c.source.n > c.dest.n else c.dest.name
-        found[wider] += (weights + gradient) * item
-        found[c.dest.name] += local * (2 if batch_rows else 1) * item  # (the bias and its
-        # gradient)
+        found[wider] += (weights + gradient + state) * item
+        # (the bias, and in training its gradient and state)
+        found[c.dest.name] += local * ((2 + states) if batch_rows else 1) * item
     for name, layer in net.layers.items():
         if layer.kind != LayerKind.Input:
             found[name] += batch_rows * width(units(name)) * item  # (the forward pass's z)
@@ -134,12 +137,12 @@ def _headroom(directory: str, limit_file: str, usage_file: str, cache: tuple) ->
         return None
 
 
-def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> None:
-    """Raise a ``DestinyError`` where the ranks on this machine (``comm.local_ranks``; one
-    process alone) need more than it has free to train ``net`` (``training_bytes``), before
-    they allocate the weights. Every rank computes every rank's share from the layout alone,
-    without a collective; call it where no rank has allocated its weights yet. Where the
-    memory free cannot be read, nothing is refused."""
+def check_training_memory(net, *, batch: int, examples: int, epochs: int, states: int) -> None:
+    """Raise a ``DestinyError`` where the ranks on this machine (``comm.local_ranks``; one process
+    alone) need more than it has free to train ``net`` (``training_bytes``, with the optimizer's
+    ``states`` arrays per parameter), before they allocate the weights. Every rank computes every
+    rank's share from the layout alone, without a collective; call it where no rank has allocated
+    its weights yet. Where the memory free cannot be read, nothing is refused."""
     found = available_memory()
     if found is None:
         return
@@ -148,15 +151,16 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int) -> Non
     rows = min(batch, examples) if epochs > 0 else 0
     by_layer: dict[str, int] = {}
     for rank in comm.local_ranks:
-        for name, nbytes in training_bytes(net, rank, batch_rows=rows).items():
+        for name, nbytes in training_bytes(net, rank, batch_rows=rows, states=states).items():
             by_layer[name] = by_layer.get(name, 0) + nbytes
     needed = sum(by_layer.values())
     if needed <= available:
         return
     layer = max(by_layer, key=by_layer.get)
     n = net.layers[layer].n
-    what = ("the network's weights" + (", their gradients and a batch's activations"
-                                       if rows else ""))
+    what = ("the network's weights" + (
+        f", their gradients{' and optimizer state' if states else ''}, and a batch's activations"
+        if rows else ""))
     # (a limit on the address space is mended by raising it, not by another machine)
     limited = (f" Here the limit on the address space (ulimit -v) leaves too little: "
                f"{RAISE_THE_LIMIT}." if source.startswith(ADDRESS_SPACE_LIMIT) else "")

@@ -146,18 +146,22 @@ def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
     assert np.shares_memory(net.activation("Output", 5), net._buffers["Output"]["Z"])
 
 
-# What training small_netdef on ``files`` (300 examples, -b 1024) certainly writes, float32:
-# the weights 128 x 16 and 16 x 128, the gradient of the second (the first's, fed by the sparse
-# input, is written in a batch's rows only), the biases and their gradients (16 + 128, twice)
-# and a batch's activations (300 x (16 + 128)). (destiny/memory.py)
-SMALL_NETDEF_BYTES = (2 * 128 * 16 + 16 * 128 + 2 * (16 + 128) + 300 * (16 + 128)) * 4
+# What training small_netdef on ``files`` (300 examples, -b 1024) with Adam certainly writes,
+# float32: the weights 128 x 16 and 16 x 128, the gradient of the second (the first's, fed by
+# the sparse input, is written in a batch's rows only), Adam's two state arrays of both, the
+# biases with their gradients and states (16 + 128, four times) and a batch's activations
+# (300 x (16 + 128)). (destiny/memory.py)
+SMALL_NETDEF_BYTES = (2 * 128 * 16 + 16 * 128 + 2 * 2 * 128 * 16 + 4 * (16 + 128)
+                      + 300 * (16 + 128)) * 4
 
 
 def test_a_network_larger_than_the_memory_free_is_refused_before_training(files, monkeypatch):
-    """Where the weights, gradients and a batch need more than the memory free (patched: a
-    real shortage would take the machine's memory), train stops before allocating them, with
-    one paragraph naming the layer and the bytes, exit code 1 and no output; the same figure
-    as needed trains."""
+    """Where the weights, gradients, optimizer state and a batch need more than the memory
+    free (patched: a real shortage would take the machine's memory), train stops before
+    allocating them, with one paragraph naming the layer and the bytes, exit code 1 and no
+    output; the same figure as needed trains. (Without the optimizer state, a network that
+    fitted was ended by the OOM killer at its first step: exit status 137, no message; seen in
+    a 3 GiB cgroup, with Adam.)"""
     import destiny.memory
 
     free = SMALL_NETDEF_BYTES - 1
@@ -165,9 +169,10 @@ def test_a_network_larger_than_the_memory_free_is_refused_before_training(files,
     result = run_train(files, "-e", "1")
     assert result.exit_code == 1, result.output
     assert result.output == (
-        "Error: out of memory: training needs at least 193.9 KiB of this machine's memory, for "
-        "the network's weights, their gradients and a batch's activations, and 193.9 KiB is "
-        "free (a test's figure); 167.0 KiB of it is for layer 'Output', of 128 units (its "
+        "Error: out of memory: training needs at least 227.0 KiB of this machine's memory, for "
+        "the network's weights, their gradients and optimizer state, and a batch's activations, "
+        "and 227.0 KiB is free (a test's figure); 184.0 KiB of it is for layer 'Output', of 128 "
+        "units (its "
         "weights, to and from narrower layers, and its activations). Nothing was trained, and "
         "no output was replaced. Use fewer units, split the layers over several machines with "
         "mpiexec (the README's section on it), or run on a machine with more memory.\n")

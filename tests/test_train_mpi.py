@@ -676,22 +676,24 @@ def test_ranks_larger_together_than_the_memory_free_are_refused_once(data, tmp_p
     """The ranks on one machine add up their shares of the memory before any allocates its
     weights: each one's fits in the memory free but the two do not, and the job stops with
     one message, exit status 1 and no output (it was the OOM killer: exit status 9, no word).
-    NETDEF at -b 32 certainly writes 33,920 float32 (135,680 bytes: weights 17,062, the
-    gradients of the matrices fed by dense layers 9,382, biases and their gradients 724, a
-    batch's activations 32 x 211), 67,448 and 68,232 bytes of it on ranks 0 and 1."""
+    NETDEF at -b 32 with Adam certainly writes 68,768 float32 (275,072 bytes: weights 17,062,
+    the gradients of the matrices fed by dense layers 9,382, Adam's two state arrays 34,124,
+    biases with their gradients and states 1,448, a batch's activations 32 x 211), 136,944 and
+    138,128 bytes of it on ranks 0 and 1."""
     script = tmp_path / "small_memory.py"
     script.write_text(SMALL_MEMORY)
     out = tmp_path / "out"
     out.mkdir()
     done = run([MPIEXEC, "-n", 2, sys.executable, script, "-c", data / "net.json", "-i",
                 data / "gl_input.nc", "-o", data / "gl_output.nc", "-n", out / "gl.nc", "-b",
-                "32", "-q"], env=dict(ENV, FREE_BYTES="100000"))
+                "32", "-q"], env=dict(ENV, FREE_BYTES="200000"))
     assert done.returncode == 1, done.stderr.decode()
     assert errors(done) == [
-        "Error: out of memory: training needs at least 132.5 KiB of this machine's memory for "
+        "Error: out of memory: training needs at least 268.6 KiB of this machine's memory for "
         "the 2 processes of this job on it (each with its block of the layers), for the "
-        "network's weights, their gradients and a batch's activations, and 97.7 KiB is free "
-        "(a test's figure); 78.0 KiB of it is for layer 'Output', of 128 units (its weights, "
+        "network's weights, their gradients and optimizer state, and a batch's activations, and "
+        "195.3 KiB is free (a test's figure); 140.0 KiB of it is for layer 'Output', of 128 "
+        "units (its weights, "
         "to and from narrower layers, and its activations). Nothing was trained, and no output "
         "was replaced. Use fewer units, run the job over more machines (more processes on this "
         "one share its memory: they do not help), or run on a machine with more memory."]
