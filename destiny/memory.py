@@ -13,9 +13,11 @@ the weights and biases, which are drawn whole; and, where training runs at least
 gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer
 state of every matrix and bias (the first update after the weights are drawn or loaded is dense,
 and writes all of it: a network that fitted without it was ended by the OOM killer at its first
-step, in one process too), and every layer's activations for a batch. Left out: the gradients of
-a sparse input's matrix (written only in the rows a batch lists), the data (already read), the
-buffers a batch may leave untouched, and the temporaries.
+step, in one process too), and every layer's activations and deltas for a batch. Left out: the
+gradients of a sparse input's matrix (written only in the rows a batch lists), the data (already
+read), the buffers a batch may leave untouched (dropout's), the temporaries, and what the process
+maps as it loads its kernels (their code: the resident memory of warm runs on tiny data grew by
+60-86 MiB more than their arrays, but the address space a ``ulimit -v`` counts by less).
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int) -> dict[str,
         found[c.dest.name] += local * ((2 + states) if batch_rows else 1) * item
     for name, layer in net.layers.items():
         if layer.kind != LayerKind.Input:
-            found[name] += batch_rows * width(units(name)) * item  # (the forward pass's z)
+            # (the forward pass's z and the backward pass's delta, and a hidden layer's
+            # delta of its activations, dA)
+            buffers = 3 if layer.kind == LayerKind.Hidden else 2
+            found[name] += buffers * batch_rows * width(units(name)) * item
     return found
 
 
@@ -159,8 +164,8 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int, states
     layer = max(by_layer, key=by_layer.get)
     n = net.layers[layer].n
     what = ("the network's weights" + (
-        f", their gradients{' and optimizer state' if states else ''}, and a batch's activations"
-        if rows else ""))
+        f", their gradients{' and optimizer state' if states else ''}, and a batch's "
+        "activations and deltas" if rows else ""))
     # (a limit on the address space is mended by raising it, not by another machine)
     limited = (f" Here the limit on the address space (ulimit -v) leaves too little: "
                f"{RAISE_THE_LIMIT}." if source.startswith(ADDRESS_SPACE_LIMIT) else "")
@@ -176,6 +181,7 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int, states
         f"out of memory: training needs at least {sized(needed)} of this machine's memory"
         f"{whose}, for {what}, and {sized(available)} is free ({source}); "
         f"{sized(by_layer[layer])} of it is for layer {layer!r}, of {counted(n, 'unit')} "
-        "(its weights, to and from narrower layers, and its activations). Nothing was trained, "
+        "(its weights, to and from narrower layers, and its activations and deltas). Nothing was "
+        "trained, "
         f"and no output was replaced. Use fewer units, {more}, or run on a machine with more "
         f"memory.{limited}")

@@ -102,6 +102,34 @@ def test_reductions(backend):
     assert not kb.all_finite(x)
 
 
+def test_the_cpu_reductions_read_the_matrix_in_place():
+    """The regularization sum and the finite check once an epoch made a float64 copy (twice
+    the matrix) and a boolean one of every weight matrix: training that fitted in memory took
+    twice its largest matrix more as each epoch ended. Now nothing the matrix's size is
+    allocated; strided views and vectors give the reference's figures."""
+    import tracemalloc
+
+    kb = BACKENDS["cpu"]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2048, 1024)).astype(np.float32)  # 8 MiB
+    for f in (kb.sum_squares, kb.abs_sum, kb.all_finite):
+        f(x)  # (compiled first)
+        tracemalloc.start()
+        try:
+            f(x)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < x.nbytes // 16, (f.__name__, peak)
+    ref = BACKENDS["reference"]
+    for view in (x[:, ::3], x[5], x[:0], x.T):
+        assert kb.sum_squares(view) == pytest.approx(ref.sum_squares(view), rel=1e-9)
+        assert kb.abs_sum(view) == pytest.approx(ref.abs_sum(view), rel=1e-9)
+        assert kb.all_finite(view)
+    x[100, 999] = np.inf
+    assert not kb.all_finite(x[:, ::3]) and not kb.all_finite(x.T) and kb.all_finite(x[:100])
+
+
 @pytest.mark.parametrize("backend", ["reference", "cpu", "cuda"])
 def test_all_finite_finds_nan_and_either_infinity_anywhere(backend):
     kb = BACKENDS[backend]

@@ -149,10 +149,10 @@ def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
 # What training small_netdef on ``files`` (300 examples, -b 1024) with Adam certainly writes,
 # float32: the weights 128 x 16 and 16 x 128, the gradient of the second (the first's, fed by
 # the sparse input, is written in a batch's rows only), Adam's two state arrays of both, the
-# biases with their gradients and states (16 + 128, four times) and a batch's activations
-# (300 x (16 + 128)). (destiny/memory.py)
+# biases with their gradients and states (16 + 128, four times), a batch's activations and
+# deltas (300 x (16 + 128), twice, and the hidden layer's dA, 300 x 16). (destiny/memory.py)
 SMALL_NETDEF_BYTES = (2 * 128 * 16 + 16 * 128 + 2 * 2 * 128 * 16 + 4 * (16 + 128)
-                      + 300 * (16 + 128)) * 4
+                      + 2 * 300 * (16 + 128) + 300 * 16) * 4
 
 
 def test_a_network_larger_than_the_memory_free_is_refused_before_training(files, monkeypatch):
@@ -169,13 +169,13 @@ def test_a_network_larger_than_the_memory_free_is_refused_before_training(files,
     result = run_train(files, "-e", "1")
     assert result.exit_code == 1, result.output
     assert result.output == (
-        "Error: out of memory: training needs at least 227.0 KiB of this machine's memory, for "
-        "the network's weights, their gradients and optimizer state, and a batch's activations, "
-        "and 227.0 KiB is free (a test's figure); 184.0 KiB of it is for layer 'Output', of 128 "
-        "units (its "
-        "weights, to and from narrower layers, and its activations). Nothing was trained, and "
-        "no output was replaced. Use fewer units, split the layers over several machines with "
-        "mpiexec (the README's section on it), or run on a machine with more memory.\n")
+        "Error: out of memory: training needs at least 414.5 KiB of this machine's memory, for "
+        "the network's weights, their gradients and optimizer state, and a batch's activations "
+        "and deltas, and 414.5 KiB is free (a test's figure); 334.0 KiB of it is for layer "
+        "'Output', of 128 units (its weights, to and from narrower layers, and its activations "
+        "and deltas). Nothing was trained, and no output was replaced. Use fewer units, split the "
+        "layers over several machines with mpiexec (the README's section on it), or run on a "
+        "machine with more memory.\n")
     assert sorted(os.listdir(files)) == ["gl_input.nc", "gl_output.nc", "net.json"]
     free = SMALL_NETDEF_BYTES
     result = run_train(files, "-e", "1")

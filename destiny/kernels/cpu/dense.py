@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-# Allocation is NumPy's; the reductions run once per epoch, where NumPy's are fast enough.
+# Allocation is NumPy's.
 from destiny.kernels.reference.dense import (  # noqa: F401
-    abs_sum, all_finite, download, empty, free_memory, sum_squares, synchronize, to_device,
-    to_host, zeros)
+    download, empty, free_memory, synchronize, to_device, to_host, zeros)
 
 
 def gemm(out, a, b, trans_a=False, trans_b=False, alpha=1.0, beta=0.0):
@@ -128,3 +127,54 @@ def _zero_rows(x, rows):
 def zero_rows(x, rows):
     """``x[rows] = 0`` (``rows`` may repeat): forget a sparse gradient's touched rows."""
     _zero_rows(x, np.asarray(rows))
+
+
+# The reductions over a whole matrix, once per epoch (the regularization term, the check that
+# the weights are finite), read it in place: NumPy's made a float64 copy for the sums (twice
+# the matrix) and a boolean one for the check, so that training whose weights, gradients and
+# optimizer state fitted in memory took twice its largest matrix more at each epoch's end (a
+# 18,500 x 18,500 matrix trained with sgd: a peak of 5.8 GB of RSS for 2.9 GB of arrays).
+_SQUARES, _ABSOLUTE = 0, 1
+
+
+def _rows(x):
+    """``x`` as a 2-D view (a vector: one row)."""
+    return x.reshape(x.shape[0], x.size // max(x.shape[0], 1)) if x.ndim > 1 else x.reshape(1, -1)
+
+
+@njit(cache=True, parallel=True)
+def _sum(x, kind):
+    total = 0.0
+    for r in prange(x.shape[0]):
+        s = 0.0  # (a row's own sum, in float64: each adds up no more than a row's terms)
+        for j in range(x.shape[1]):
+            v = np.float64(x[r, j])
+            s += v * v if kind == _SQUARES else abs(v)
+        total += s
+    return total
+
+
+def sum_squares(x) -> float:
+    """Sum of ``x**2`` in float64."""
+    return float(_sum(_rows(x), _SQUARES))
+
+
+def abs_sum(x) -> float:
+    """Sum of ``|x|`` in float64."""
+    return float(_sum(_rows(x), _ABSOLUTE))
+
+
+@njit(cache=True, parallel=True)
+def _count_not_finite(x):
+    found = 0
+    for r in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            if not np.isfinite(x[r, j]):
+                found += 1
+                break  # (one in a row tells)
+    return found
+
+
+def all_finite(x) -> bool:
+    """Whether no element of ``x`` is NaN or infinite."""
+    return _count_not_finite(_rows(x)) == 0
