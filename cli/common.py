@@ -38,10 +38,10 @@ def library_errors(fn):
     def _mapped(*args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             _catch_stop_signals()
-        from destiny.addrspace import watch_compiles
+        from destiny.addrspace import watch_crashes
         from destiny.io import atomic
 
-        watch_compiles()  # (under ulimit -v: LLVM aborting a compile is a message)
+        watch_crashes()  # (under ulimit -v: a library's abort or crash, LLVM's, is a message)
         _finished(False)  # (a test runs many commands in one process)
         atomic.forget_streamed()
         try:

@@ -7,7 +7,8 @@ compiles the kernels on a command's first run. Where LLVM is refused memory it a
 process (SIGABRT, exit status 134: "LLVM ERROR: out of memory" or ``std::bad_alloc``), with no
 Python exception to word, and no way to tell beforehand how much a compile will take (a
 threshold on what is left refused runs that would have compiled). So, while a limit is set,
-``watch_compiles`` turns that abort into a message and exit status 1, and
+``watch_crashes`` turns that abort into a message and exit status 1 (and so another library's
+abort or crash, under a limit), and
 ``memory.available_memory`` counts what the limit leaves beside the memory free.
 
 It imports nothing but the standard library at first (the command line's start-up check reads
@@ -88,14 +89,13 @@ def address_space_left() -> tuple[int, str] | None:
 
 
 class _CompileWatch:
-    """A numba.core.event listener (made one by ``watch_compiles``) of the compiler's lock and
+    """A numba.core.event listener (made one by ``watch_crashes``) of the compiler's lock and
     of compiles: while the lock is held (a compile, or a kernel loaded from the cache, which
     LLVM links in too; the overloads compiled while typing a kernel take it again, inside),
-    LLVM's abort ends the process with ``_abort_message`` and exit status 1 (``_on_abort``);
-    the message names the kernel once its compile begins."""
+    LLVM's abort ends the process with ``_abort_message`` (``_on_crash``), which names the
+    kernel once its compile begins."""
 
     depth = 0
-    previous = None
 
     def on_start(self, event):
         global _abort_message
@@ -108,21 +108,20 @@ class _CompileWatch:
         self.depth += 1
         if self.depth == 1:
             _abort_message = _aborted_compile(None)
-            self.previous = _set_abort_handler(_on_abort_handler())
 
     def on_end(self, event):
+        global _abort_message
         if event.kind == "numba:compile":
             return
         self.depth = max(0, self.depth - 1)
         if self.depth == 0:
-            _set_abort_handler(self.previous)
-            self.previous = None
+            _abort_message = b""
 
 
-def _aborted_compile(name: str | None) -> bytes:
-    """The message for LLVM's abort as numba compiles the kernel ``name`` (None: compiles or
-    loads a kernel), worded beforehand (a handler of SIGABRT must not allocate much: the memory
-    is exhausted)."""
+def _limits_said() -> str:
+    """The limits on this process's memory that are set, as the shell sets them, with what
+    the limit on the address space leaves now ("ulimit -v 600.0 MiB, 8.1 MiB of it left as it
+    began")."""
     from destiny.wording import sized
 
     limit, found = address_space_limit(), address_space_left()
@@ -131,50 +130,74 @@ def _aborted_compile(name: str | None) -> bytes:
     data = data_limit()
     if data is not None:
         said.append(f"ulimit -d {sized(data)}")
+    return "; ".join(said)
+
+
+# What a message of a library's end says of the outputs.
+_OUTPUTS_LEFT = ("No output being written was replaced (each is put in place only once "
+                 "complete); their temporary files are left as a kill would leave them (the "
+                 "next run removes them).")
+
+
+def _aborted_compile(name: str | None) -> bytes:
+    """The message for LLVM's abort as numba compiles the kernel ``name`` (None: compiles or
+    loads a kernel), worded beforehand (a handler of SIGABRT must not allocate much: the memory
+    is exhausted)."""
     kernel = f"compiling the kernel {name}" if name else "compiling or loading a kernel"
     return (f"Error: out of memory: numba's compiler (LLVM) aborted in {kernel} (the lines "
-            f"above are its own), under a limit on this process's memory ({'; '.join(said)}). "
+            f"above are its own), under a limit on this process's memory ({_limits_said()}). "
             "A command compiles its kernels on its first run (and after an upgrade of Destiny "
             f"or numba), which needs {FIRST_RUN_NEEDS}, and caches them, so that later runs need "
-            "less. No output being written was replaced (each is put in place only once "
-            "complete); their temporary files are left as a kill would leave them (the next run "
-            f"removes them). To run, {RAISE_THE_LIMIT}; or run the command once without the "
-            "limit, to fill the cache.\n").encode("utf-8", "backslashreplace")
+            f"less. {_OUTPUTS_LEFT} To run, {RAISE_THE_LIMIT}; or run the command once without "
+            "the limit, to fill the cache.\n").encode("utf-8", "backslashreplace")
 
 
+def _crashed(signum: int) -> bytes:
+    """The message for a library's abort (SIGABRT) or crash (SIGSEGV) outside a compile under a
+    limit, worded beforehand: refused an allocation, NetCDF's library aborted ("NCbytes
+    failure": generate-netcdf under ulimit -v 360 MiB) or crashed (a segmentation fault in
+    HDF5 as the dataset file was created: 382 MiB)."""
+    how = "aborted (SIGABRT" if signum == signal.SIGABRT else "crashed (a segmentation fault"
+    return (f"Error: a library {how}; the lines above, if any, are its own) under a limit on "
+            f"this process's memory ({_limits_said()}), which is the likely cause: refused an "
+            f"allocation, the libraries Destiny runs (NetCDF's, LLVM) abort or crash so. "
+            f"{_OUTPUTS_LEFT} To run, {RAISE_THE_LIMIT}; where it ends so without the limit "
+            "too, report it, with the lines above.\n").encode("utf-8", "backslashreplace")
+
+
+# What ``_on_crash`` writes: outside a compile, ``_crash_messages[signum]``; within one, for
+# SIGABRT, ``_abort_message``.
 _abort_message = b""
+_crash_messages: dict[int, bytes] = {}
+_CRASHES = (signal.SIGABRT, signal.SIGSEGV)
 _handler = None  # (the ctypes callback, kept alive while installed)
-_libc_signal = None
 
 
-def _on_abort(signum: int) -> None:
-    """SIGABRT's handler while a kernel compiles: LLVM calls abort() where an allocation fails
-    ("LLVM ERROR: out of memory", or std::bad_alloc thrown through a C function), with no
-    exception to catch. It runs in the compiling thread, in C's signal context, so it only
-    writes the prepared message and exits; nothing else is safe (and the memory is gone)."""
-    os.write(2, _abort_message)
+def _on_crash(signum: int) -> None:
+    """The handler of SIGABRT and SIGSEGV under a limit: LLVM calls abort() where an allocation
+    fails ("LLVM ERROR: out of memory", or std::bad_alloc thrown through a C function), and
+    NetCDF's library aborts or crashes, with no exception to catch. It runs in the thread that
+    failed, in C's signal context, so it only writes the prepared message and exits; nothing
+    else is safe (and the memory is gone)."""
+    os.write(2, _abort_message if signum == signal.SIGABRT and _abort_message
+             else _crash_messages.get(signum, b""))
     os._exit(1)
 
 
-def _on_abort_handler():
-    """``_on_abort`` as a C function pointer: a Python-level handler (``signal.signal``) would
-    never run, as abort() raises the signal again, with the default action, once the C-level
-    handler Python installs returns."""
-    global _handler, _libc_signal
-    if _handler is None:
-        import ctypes
+def _install_crash_handler() -> None:
+    """``_on_crash`` as the C-level handler of ``_CRASHES``, with the C library's signal(): a
+    Python-level handler (``signal.signal``) would never run, as abort() raises the signal
+    again, with the default action, once the C-level handler Python installs returns (and a
+    segmentation fault repeats the faulting instruction)."""
+    global _handler
+    import ctypes
 
-        _libc_signal = ctypes.CDLL(None).signal
-        _libc_signal.restype = ctypes.c_void_p
-        _libc_signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-        _handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_abort)
-    return _handler
-
-
-def _set_abort_handler(handler):
-    """Install ``handler`` (a C function pointer; None: the default action) for SIGABRT with
-    the C library's signal(); return the one it replaces."""
-    return _libc_signal(signal.SIGABRT, handler)
+    libc_signal = ctypes.CDLL(None).signal
+    libc_signal.restype = ctypes.c_void_p
+    libc_signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    _handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_crash)
+    for signum in _CRASHES:
+        libc_signal(signum, _handler)
 
 
 # mallopt's parameter for the most malloc arenas (glibc's malloc.h).
@@ -257,18 +280,25 @@ def _too_little_room(left: int) -> str:
 _watch: _CompileWatch | None = None
 
 
-def watch_compiles() -> None:
+def watch_crashes() -> None:
     """While a limit on the address space (or on data: ``ulimit -d``) is set, end the process
-    with a message and exit status 1 where LLVM aborts it as numba compiles or loads a kernel
-    (``_CompileWatch``), instead of SIGABRT's exit status 134 (and a core dump, where they are
-    enabled). Without a limit (or with DESTINY_DEBUG set, to debug the abort), nothing is done.
-    Idempotent."""
+    with a message and exit status 1 where a library aborts or crashes it (SIGABRT, SIGSEGV):
+    LLVM as numba compiles or loads a kernel (``_CompileWatch``, the message naming it), or
+    another library refused an allocation; instead of exit status 134 or 139 (and a core dump,
+    where they are enabled). Without a limit, with DESTINY_DEBUG set (to debug the crash), or
+    with Python's faulthandler enabled (PYTHONFAULTHANDLER, whose tracebacks the user asked
+    for), nothing is done. Idempotent."""
     global _watch
-    if (_watch is not None or os.environ.get("DESTINY_DEBUG")
+    import faulthandler
+
+    if (_watch is not None or os.environ.get("DESTINY_DEBUG") or faulthandler.is_enabled()
             or address_space_limit() is None and data_limit() is None):
         return
     from numba.core import event
 
+    for signum in _CRASHES:
+        _crash_messages[signum] = _crashed(signum)
+    _install_crash_handler()
     _watch = type("CompileWatch", (_CompileWatch, event.Listener), {})()
     event.register("numba:compiler_lock", _watch)
     event.register("numba:compile", _watch)

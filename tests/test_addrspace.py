@@ -151,26 +151,27 @@ def test_llvms_abort_while_a_kernel_compiles_under_a_limit_is_a_message():
     std::bad_alloc thrown through C): under ulimit -v, a first run of train or predict died so
     between about 500 and 720 MiB, exit status 134 and no message. While the compiler's lock
     is held under a limit (a compile, or a kernel loaded from the cache), the abort is a
-    message and exit status 1; outside it, or without a limit, SIGABRT is left alone. (The
-    abort is raised here, as LLVM's is not reproducible at a fixed limit on every machine.)"""
+    message and exit status 1; outside it, another library's (test_a_librarys_crash_...).
+    (The abort is raised here, as LLVM's is not reproducible at a fixed limit on every
+    machine.)"""
     code = (LIMITED.format(mib=4000) + "import os, sys\n"
             "from numba.core import event\n"
-            "from destiny.addrspace import watch_compiles\n"
-            "watch_compiles()\n"
+            "from destiny.addrspace import watch_crashes\n"
+            "watch_crashes()\n"
             "if sys.argv[1] == 'outside':\n"
             "    os.abort()\n"
             "from numba.core.compiler_lock import global_compiler_lock\n"
             "with global_compiler_lock:\n"
             "    if sys.argv[1] == 'loading':\n"
             "        os.abort()\n"
-            "    with event.trigger_event('numba:compile', data={'dispatcher': watch_compiles}):\n"
+            "    with event.trigger_event('numba:compile', data={'dispatcher': watch_crashes}):\n"
             "        os.abort()\n")
     done = subprocess.run([sys.executable, "-c", code, "compiling"], capture_output=True,
                           text=True, timeout=120, env=ENV, preexec_fn=_no_core_dumps)
     assert done.returncode == 1, done.stderr
     assert re.match(
         r"Error: out of memory: numba's compiler \(LLVM\) aborted in compiling the kernel "
-        r"watch_compiles \(the lines above are its own\), under a limit on this process's "
+        r"watch_crashes \(the lines above are its own\), under a limit on this process's "
         r"memory \(ulimit -v [0-9.]+ [MG]iB, [0-9.]+ [MG]iB of it left as it began\)\. ",
         done.stderr), done.stderr
     assert ("A command compiles its kernels on its first run" in done.stderr
@@ -183,15 +184,53 @@ def test_llvms_abort_while_a_kernel_compiles_under_a_limit_is_a_message():
                                   "compiling or loading a kernel (the lines"), done.stderr
     done = subprocess.run([sys.executable, "-c", code, "outside"], capture_output=True,
                           text=True, timeout=120, env=ENV, preexec_fn=_no_core_dumps)
-    assert done.returncode == -signal.SIGABRT, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("Error: a library aborted (SIGABRT;"), done.stderr
+
+
+@pytest.mark.parametrize("how", ["segfault", "abort"])
+def test_a_librarys_crash_under_a_limit_is_a_message(how):
+    """Refused an allocation, NetCDF's library aborted generate-netcdf under ulimit -v 360 MiB
+    ("NCbytes failure", exit status 134) and crashed it at 382 MiB (a segmentation fault in
+    HDF5 as the dataset file was created, exit status 139), with no message. Under a limit
+    either is now a message and exit status 1; without one, or with Python's faulthandler
+    enabled (its traceback asked for), the signal is left alone."""
+    crash = "ctypes.string_at(0)" if how == "segfault" else "os.abort()"
+    code = ("import ctypes, os, resource, sys\n"
+            "if sys.argv[1] == 'limited':\n"
+            "    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))\n"
+            "from destiny.addrspace import watch_crashes\n"
+            "watch_crashes()\n"
+            f"{crash}\n")
+    signum = signal.SIGSEGV if how == "segfault" else signal.SIGABRT
+
+    def run(how, **env):
+        return subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                              timeout=120, env={**ENV, **env}, preexec_fn=_no_core_dumps)
+
+    done = run("limited")
+    assert done.returncode == 1, done.stderr
+    what = ("crashed (a segmentation fault" if how == "segfault" else "aborted (SIGABRT")
+    assert done.stderr == (
+        f"Error: a library {what}; the lines above, if any, are its own) under a limit on this "
+        "process's memory (ulimit -v 8.0 GiB" + done.stderr.split("ulimit -v 8.0 GiB", 1)[1])
+    assert re.search(
+        r"\(ulimit -v 8\.0 GiB, [0-9.]+ [MG]iB of it left as it began\), which is the likely "
+        r"cause: refused an allocation, the libraries Destiny runs \(NetCDF's, LLVM\) abort or "
+        r"crash so\. No output being written was replaced .* To run, raise the limit .*; where "
+        r"it ends so without the limit too, report it, with the lines above\.\n$",
+        done.stderr), done.stderr
+    assert run("unlimited").returncode == -signum
+    faulted = run("limited", PYTHONFAULTHANDLER="1")
+    assert faulted.returncode == -signum and "Fatal Python error" in faulted.stderr
 
 
 def test_a_real_compile_out_of_address_space_does_not_abort():
     """A kernel compiled (no cache) with 2 MiB of the limit left: LLVM aborted (exit status
     134); now exit status 1, with the message (or with a MemoryError's traceback, where one of
     Python's allocations fails first: this child is no command)."""
-    code = (LIMITED.format(mib=2) + "from destiny.addrspace import watch_compiles\n"
-            "watch_compiles()\n"
+    code = (LIMITED.format(mib=2) + "from destiny.addrspace import watch_crashes\n"
+            "watch_crashes()\n"
             "@numba.njit\n"
             "def f(x):\n"
             "    return max(x, 1.0) + min(x, 2)\n"
