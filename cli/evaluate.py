@@ -66,7 +66,7 @@ def evaluate(recs_path, held_out_path, k, train_path, as_json, json_out, quiet):
             with text_output(json_out) as f:
                 f.write(payload + "\n")
     if not quiet:
-        _notes(result, recs_path, held_out_path, k)
+        _notes(result, recs_path, held_out_path, k, train_path)
     # (through text_output, so that a failure to write it, a full disk, names standard output)
     with text_output("-") as out:
         out.write((payload if as_json else _table(result)) + "\n")
@@ -126,7 +126,7 @@ def _check_not_the_same(recs_path, held_out_path, train_path=None) -> None:
 _PERFECT_USERS = 10
 
 
-def _notes(result, recs_path, held_out_path, k: int) -> None:
+def _notes(result, recs_path, held_out_path, k: int, train_path=None) -> None:
     model = result.model
     note(NAME, f"scored {counted(model.metrics.users, 'held-out user')} at k={k}")
     if result.not_in_held_out:
@@ -162,6 +162,17 @@ def _notes(result, recs_path, held_out_path, k: int) -> None:
                    f"means that -t's {held_out_path} is the recommendations themselves (-t "
                    "wants the held-out items, as scripts/split_holdout.py's --heldout writes "
                    "them), or that the held-out items were not held out of training")
+    popularity = result.popularity
+    if (popularity is not None and popularity.metrics.users >= _PERFECT_USERS
+            and popularity.metrics.precision == 0.0):
+        # (the same file as -t is refused, _check_not_the_same; a copy of it is not)
+        shown = "standard input" if train_path == "/dev/stdin" else train_path
+        note(NAME, f"the popularity baseline recommends no held-out item to any of the "
+                   f"{counted(popularity.metrics.users, 'held-out user')}: each user's items in "
+                   f"--popularity's {shown} are left out of their list, so a file that lists "
+                   "the held-out items too (a copy of -t's file, or all the data) scores 0.0 "
+                   "everywhere; --popularity wants the training part alone "
+                   "(scripts/split_holdout.py's --train)")
     if result.longest_list < k:
         longest = counted(result.longest_list, "item")
         note(NAME, f"the longest recommendation list has {longest}, fewer than k={k}: the "

@@ -335,6 +335,33 @@ def test_a_perfect_score_over_many_users_is_pointed_out(users):
     assert "perfect score" not in invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2"]).stderr
 
 
+@pytest.mark.parametrize("users", [10, 9])
+def test_a_popularity_baseline_that_never_hits_is_pointed_out(users):
+    """A copy of the held-out file given as --popularity's training file (the same file is
+    refused) leaves each user's held-out items out of their baseline list: 0.0 everywhere,
+    which no real training file scores over many users. A note from 10 users on, none with -q,
+    with fewer, or where the baseline hits once."""
+    held = "".join(f"u{i}\ta:b\n" for i in range(users))
+    write("held.txt", held)
+    write("copy.txt", held)
+    write("recs.txt", "".join(f"u{i}\ta,0.9:c,0.8:\n" for i in range(users)))
+    result = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "copy.txt"])
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.splitlines()[2].split()[1] == "0.0000"
+    noted = (f"evaluate: the popularity baseline recommends no held-out item to any of the "
+             f"{users} held-out users: each user's items in --popularity's copy.txt are left "
+             "out of their list, so a file that lists the held-out items too (a copy of -t's "
+             "file, or all the data) scores 0.0 everywhere; --popularity wants the training "
+             "part alone (scripts/split_holdout.py's --train)\n")
+    assert (noted in result.stderr) is (users == 10), result.stderr
+    quiet = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "copy.txt",
+                    "-q"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    write("copy.txt", held.replace("u0\ta:b", "u0\ta"))  # (u0's b is then recommended)
+    hit = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "copy.txt"])
+    assert "popularity baseline recommends no" not in hit.stderr, hit.stderr
+
+
 def test_non_ascii_labels():
     write("recs.txt", "ü1\té,0.9:b,0.8:\n")
     write("held.txt", "ü1\tb:é\n")
