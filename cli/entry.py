@@ -102,23 +102,33 @@ def _refuse_unusable_thread_count() -> None:
 
 def _refuse_too_small_address_space() -> None:
     """Exit 1 with a message where the limit on the address space (``ulimit -v``) is below
-    ``_LEAST_ADDRESS_SPACE``, under which no command can load: NumPy's OpenBLAS ended the
-    process with its own line ("Memory allocation still failed after 10 retries") and exit
-    status 1, or an import failed with a traceback. Help and the version are not refused
-    (they load less). Only the standard library is loaded here: NumPy itself cannot load
-    under the smallest limits."""
-    from destiny.addrspace import FIRST_RUN_NEEDS, RAISE_THE_LIMIT, address_space_limit
+    ``_LEAST_ADDRESS_SPACE``, or the one on data (``ulimit -d``) below ``_LEAST_DATA``, under
+    which no command can load: NumPy's OpenBLAS ended the process with its own line ("Memory
+    allocation still failed after 10 retries", or, under -d, that it could not start its
+    threads) and exit status 1 or 130, libgomp with its own ("Thread creation failed"), or an
+    import failed with a traceback. Help and the version are not refused under -v (they load
+    less; under -d they need as much). Only the standard library is loaded here: NumPy itself
+    cannot load under the smallest limits."""
+    from destiny.addrspace import (FIRST_RUN_NEEDS, RAISE_THE_LIMIT, address_space_limit,
+                                   data_limit)
 
-    limit = address_space_limit()
-    if limit is None or limit >= _LEAST_ADDRESS_SPACE:
+    limit, data = address_space_limit(), data_limit()
+    helping = any(arg in ("-h", "--help", "--version") for arg in sys.argv[1:])
+    if limit is not None and limit < _LEAST_ADDRESS_SPACE and not helping:
+        sys.stderr.write(
+            f"Error: the limit on this process's address space (ulimit -v) is {limit >> 20} MiB, "
+            "too small to run: loading Python, NumPy, numba's LLVM and netCDF4 maps about "
+            f"{_LOADING_NEEDS >> 20} MiB, and a first run, which compiles numba's kernels, needs "
+            f"{FIRST_RUN_NEEDS}. Nothing was done. To run, {RAISE_THE_LIMIT}.\n")
+    elif data is not None and data < _LEAST_DATA:  # (help too: it needs 140 MiB of it)
+        sys.stderr.write(
+            f"Error: the limit on this process's data (ulimit -d) is {data >> 20} MiB, too small "
+            "to run: on tiny data and with the kernels compiled, generate-netcdf needs about "
+            "170 MiB of it, train 210 MiB and predict 230 MiB (their libraries' threads and "
+            "buffers, and the kernels' code), more as the data grows and on a first run. Nothing "
+            "was done. To run, raise the limit (ulimit -d unlimited, or a larger value).\n")
+    else:
         return
-    if any(arg in ("-h", "--help", "--version") for arg in sys.argv[1:]):
-        return
-    sys.stderr.write(
-        f"Error: the limit on this process's address space (ulimit -v) is {limit >> 20} MiB, too "
-        "small to run: loading Python, NumPy, numba's LLVM and netCDF4 maps about "
-        f"{_LOADING_NEEDS >> 20} MiB, and a first run, which compiles numba's kernels, needs "
-        f"{FIRST_RUN_NEEDS}. Nothing was done. To run, {RAISE_THE_LIMIT}.\n")
     sys.exit(1)
 
 
@@ -128,6 +138,11 @@ def _refuse_too_small_address_space() -> None:
 # Below this, a fifth under the least, none can have run; each thread maps more.
 _LOADING_NEEDS = 373 << 20
 _LEAST_ADDRESS_SPACE = 300 << 20
+# Likewise under `ulimit -d` (2 threads, a warm cache, the bundled sample, by 10 MiB):
+# generate-netcdf ran from 170 MiB, train from 210 MiB, predict from 230 MiB; a fifth under the
+# least. Below it OpenBLAS or libgomp ended the process with their own lines (exit status 1 or
+# 130), or an import failed with a traceback.
+_LEAST_DATA = 136 << 20
 
 
 def _numbas_lock_warning_left_out() -> None:

@@ -110,6 +110,37 @@ def test_a_limit_on_the_address_space_too_small_to_load_is_refused_at_once(tmp_p
     assert done.returncode == 0 and "Usage: train" in done.stdout, done.stderr
 
 
+def test_a_limit_on_data_too_small_to_load_is_refused_at_once(tmp_path):
+    """Under ulimit -d 60 to 130 MiB train ended with OpenBLAS's lines ("Memory allocation
+    still failed", or "blas_thread_init: pthread_create failed" and exit status 130), libgomp's,
+    or a traceback of the imports (no command ran below 170 MiB). Now one paragraph, for --help
+    too (which needs 140 MiB of it); a limit a command may run under is not refused."""
+    def data_limited(mib):
+        def limit():
+            _no_core_dumps()
+            resource.setrlimit(resource.RLIMIT_DATA, (mib << 20, resource.RLIM_INFINITY))
+        return limit
+
+    argv = [str(BIN / "train"), "-c", "x.json", "-i", "x.nc", "-o", "y.nc", "-n", "z.nc"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
+                          cwd=tmp_path, preexec_fn=data_limited(100))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "Error: the limit on this process's data (ulimit -d) is 100 MiB, too small to run: on "
+        "tiny data and with the kernels compiled, generate-netcdf needs about 170 MiB of it, "
+        "train 210 MiB and predict 230 MiB (their libraries' threads and buffers, and the "
+        "kernels' code), more as the data grows and on a first run. Nothing was done. To run, "
+        "raise the limit (ulimit -d unlimited, or a larger value).\n")
+    done = subprocess.run([str(BIN / "train"), "--help"], capture_output=True, text=True,
+                          timeout=60, env=ENV, preexec_fn=data_limited(100))
+    assert done.returncode == 1 and done.stderr.startswith("Error: the limit on this "
+                                                           "process's data"), done.stderr
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
+                          cwd=tmp_path, preexec_fn=data_limited(1000))
+    assert done.returncode == 1 and "x.nc: the dataset file does not exist" in done.stderr, (
+        done.stderr)  # (past the check: the missing file)
+
+
 def test_an_allocation_that_fails_as_a_command_loads_is_a_message():
     """Python reading a module's code under ulimit -v raises a MemoryError among the imports,
     before the command's own handlers: a traceback. Now one paragraph, exit status 1."""
