@@ -164,15 +164,22 @@ def _notes(result, recs_path, held_out_path, k: int, train_path=None) -> None:
                    "them), or that the held-out items were not held out of training")
     popularity = result.popularity
     if (popularity is not None and popularity.metrics.users >= _PERFECT_USERS
-            and popularity.metrics.precision == 0.0):
-        # (the same file as -t is refused, _check_not_the_same; a copy of it is not)
-        shown = "standard input" if train_path == "/dev/stdin" else train_path
-        note(NAME, f"the popularity baseline recommends no held-out item to any of the "
-                   f"{counted(popularity.metrics.users, 'held-out user')}: each user's items in "
-                   f"--popularity's {shown} are left out of their list, so a file that lists "
-                   "the held-out items too (a copy of -t's file, or all the data) scores 0.0 "
-                   "everywhere; --popularity wants the training part alone "
-                   "(scripts/split_holdout.py's --train)")
+            and popularity.metrics.precision == 0.0 and "/dev/stdin" not in (
+                train_path, held_out_path)):
+        # (the same file as -t is refused, _check_not_the_same; a copy of it is not. A real
+        # training part may score 0.0 too, where the held-out items are new: read again, the
+        # files tell)
+        from destiny.evaluate import held_out_listed
+
+        found, total = held_out_listed(train_path, held_out_path)
+        if 2 * found >= total > 0:
+            note(NAME, f"the popularity baseline recommends no held-out item to any of the "
+                       f"{counted(popularity.metrics.users, 'held-out user')}: --popularity's "
+                       f"{train_path} lists {found:,} of the {counted(total, 'held-out item')} "
+                       "under their users (a copy of -t's file, or all the data), and each "
+                       "user's items are left out of their list, as items they have; "
+                       "--popularity wants the training part alone (scripts/split_holdout.py's "
+                       "--train)")
     if result.longest_list < k:
         longest = counted(result.longest_list, "item")
         note(NAME, f"the longest recommendation list has {longest}, fewer than k={k}: the "

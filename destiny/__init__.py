@@ -24,7 +24,9 @@ for _name, _value in THREAD_WAIT_DEFAULTS.items():
 from destiny.launcher import THREAD_COUNT_VARS as _THREAD_COUNT_VARS  # noqa: E402
 from destiny.launcher import threads_per_rank as _threads_per_rank  # noqa: E402
 
-_share = _threads_per_rank()
+# (numba loaded before Destiny has read its thread count, and refuses another once its threads
+# have started: the program that loaded it chose)
+_share = None if "numba" in __import__("sys").modules else _threads_per_rank()
 if _share is not None:
     for _name in _THREAD_COUNT_VARS:
         _os.environ[_name] = str(_share)

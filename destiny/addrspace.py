@@ -62,10 +62,27 @@ def _soft_limit(name: str) -> int | None:
 
 def address_space_in_use() -> int | None:
     """The bytes this process maps (VmSize in /proc/self/status), or None where unreadable."""
+    return _vm("VmSize")
+
+
+def near_a_memory_limit() -> bool:
+    """Whether a limit on this process's memory is set and leaves it little: under a tenth of
+    the limit, or under 256 MiB, of the address space (``ulimit -v``) or of data (``ulimit -d``,
+    against VmData). A library's failure without a word of its own (a SystemError) is then
+    taken for memory; far from a limit (a scheduler's default of 64 GiB), for a bug."""
+    for limit, used in ((address_space_limit(), address_space_in_use()),
+                        (data_limit(), _vm("VmData"))):
+        if limit is not None and used is not None and limit - used < max(limit // 10, 256 << 20):
+            return True
+    return False
+
+
+def _vm(field: str) -> int | None:
+    """A ``Vm...`` figure of /proc/self/status in bytes, or None where unreadable."""
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("VmSize:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -261,7 +278,7 @@ def map_thread_memory() -> str | None:
     from destiny.kernels.cpu import dense
 
     a = np.ones((2, 2), np.float32)
-    dense.add_bias(a, a[0])
+    dense.add_bias(a, np.zeros(2, np.float32))
     if address_space_limit() is not None or data_limit() is not None:
         np.matmul(a, a)
     return None

@@ -304,11 +304,14 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
         where = f"{e.filename}: " if isinstance(e, NetCDFFailure) else ""
         return (f"{where}the NetCDF library failed ({e}); {kept}. While writing, "
                 f"a full disk or quota is the usual cause: free space, then {then}.")
-    if isinstance(e, SystemError) and _memory_limited():
-        # (a C function that failed to allocate and returned an error without an exception:
-        # numba loading a cached kernel, its target_context.refresh(), under ulimit -v 410 MiB;
-        # with no limit set, a SystemError is a bug, and keeps its traceback)
-        e = MemoryError("an allocation in a library failed")
+    if isinstance(e, SystemError):
+        from destiny.addrspace import near_a_memory_limit
+
+        if near_a_memory_limit():
+            # (a C function that failed to allocate and returned an error without an
+            # exception: numba loading a cached kernel, its target_context.refresh(), under
+            # ulimit -v 410 MiB; far from a limit, a SystemError is a bug: its traceback)
+            e = MemoryError("an allocation in a library failed")
     on_gpu = _out_of_gpu_memory(e)
     if isinstance(e, MemoryError) or on_gpu:  # NumPy's says how much one array needed
         said = str(e).rstrip(".") or "an allocation failed"  # (CuPy's ends in a full stop)

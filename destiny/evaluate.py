@@ -183,6 +183,20 @@ def popularity_recommendations(train_path, users: list[str], k: int) -> list[Uns
                             [row_of.get(user) for user in users], features.labels())
 
 
+def held_out_listed(train_path, held_out) -> tuple[int, int]:
+    """(the held-out items that the training file ``train_path`` lists under the same users,
+    all held-out items): a training file that lists most of them is not the training part of
+    the split (a copy of the held-out file, or all the data). Both files are read again."""
+    truth = read_held_out(held_out)
+    found = 0
+    for name, items, _ in _read(train_path, "training", "--popularity", _TEXT_FORMAT, keep=None,
+                                scores=False):
+        held = truth.get(name)
+        if held:
+            found += len(held.intersection(items))
+    return found, sum(len(items) for items in truth.values())
+
+
 # --- reading and error messages ---------------------------------------------------------------
 
 

@@ -39,14 +39,15 @@ def launcher_size(environ=os.environ) -> int:
 
 def threads_per_rank(environ=os.environ) -> int | None:
     """The threads each process of an MPI job should run, where its launcher started several
-    on this machine without binding them to cores of their own: the cores divided among them,
-    at least 1. Each library's default is a thread per core in every process, so that 2
-    processes on 2 cores ran 4 threads of each kind: the benchmark network trained 2.1-2.5x
-    slower than with a thread each (docs/benchmarks.md). None where no launcher says how many
-    share the machine, where one does alone, where the user set any thread count
-    (``THREAD_COUNT_VARS``), or where the process may run on only some of the cores (a
-    launcher or scheduler that binds each process to cores of its own, such as Open MPI's
-    mpirun or Slurm's srun, has given it its threads' share)."""
+    on this machine without binding them to cores of their own: the cores it may run on divided
+    among them, at least 1. Each library's default is a thread per core in every process, so
+    that 2 processes on 2 cores ran 4 threads of each kind: the benchmark network trained
+    2.1-2.5x slower than with a thread each (docs/benchmarks.md). None where no launcher says
+    how many share the machine, where one does alone, where the user set any thread count
+    (``THREAD_COUNT_VARS``), or where the launcher bound the process to cores of its own (its
+    cores differ from its parent's, the launcher's: Open MPI's mpirun, Slurm's srun, hydra's
+    -bind-to), which gave it its threads' share. (A job or container confined to some of the
+    machine's cores confines the launcher too: its processes share those.)"""
     if any(name in environ for name in THREAD_COUNT_VARS):
         return None
     local = next((int(environ[name]) for name in LOCAL_SIZE_VARS
@@ -54,9 +55,13 @@ def threads_per_rank(environ=os.environ) -> int | None:
     if local < 2:
         return None
     try:
-        cores = len(os.sched_getaffinity(0))
+        cores = os.sched_getaffinity(0)
     except (AttributeError, OSError):  # (not on macOS)
-        cores = os.cpu_count() or 1
-    if cores < (os.cpu_count() or cores):
+        return max(1, (os.cpu_count() or 1) // local)
+    try:
+        launchers = os.sched_getaffinity(os.getppid())
+    except OSError:  # (a parent gone, or not ours to read)
+        launchers = set(range(os.cpu_count() or len(cores)))
+    if cores != launchers:
         return None
-    return max(1, cores // local)
+    return max(1, len(cores) // local)

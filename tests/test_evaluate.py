@@ -338,9 +338,10 @@ def test_a_perfect_score_over_many_users_is_pointed_out(users):
 @pytest.mark.parametrize("users", [10, 9])
 def test_a_popularity_baseline_that_never_hits_is_pointed_out(users):
     """A copy of the held-out file given as --popularity's training file (the same file is
-    refused) leaves each user's held-out items out of their baseline list: 0.0 everywhere,
-    which no real training file scores over many users. A note from 10 users on, none with -q,
-    with fewer, or where the baseline hits once."""
+    refused) leaves each user's held-out items out of their baseline list: 0.0 everywhere. A
+    note from 10 users on where the training file lists most held-out items under their users;
+    none with -q, with fewer users, where the baseline hits once, or where the held-out items
+    are new (a cold start scores 0.0 too)."""
     held = "".join(f"u{i}\ta:b\n" for i in range(users))
     write("held.txt", held)
     write("copy.txt", held)
@@ -349,11 +350,18 @@ def test_a_popularity_baseline_that_never_hits_is_pointed_out(users):
     assert result.exit_code == 0, result.output + result.stderr
     assert result.stdout.splitlines()[2].split()[1] == "0.0000"
     noted = (f"evaluate: the popularity baseline recommends no held-out item to any of the "
-             f"{users} held-out users: each user's items in --popularity's copy.txt are left "
-             "out of their list, so a file that lists the held-out items too (a copy of -t's "
-             "file, or all the data) scores 0.0 everywhere; --popularity wants the training "
-             "part alone (scripts/split_holdout.py's --train)\n")
+             f"{users} held-out users: --popularity's copy.txt lists {2 * users} of the "
+             f"{2 * users} held-out items under their users (a copy of -t's file, or all the "
+             "data), and each user's items are left out of their list, as items they have; "
+             "--popularity wants the training part alone (scripts/split_holdout.py's "
+             "--train)\n")
     assert (noted in result.stderr) is (users == 10), result.stderr
+    # A real training part scores 0.0 too where the held-out items are new (a cold start, a
+    # split by time): it lists none of them, and gets no note.
+    write("train.txt", "".join(f"u{i}\tc:x{i}\n" for i in range(users)))
+    cold = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "train.txt"])
+    assert cold.stdout.splitlines()[2].split()[1] == "0.0000", cold.output
+    assert "popularity baseline recommends no" not in cold.stderr, cold.stderr
     quiet = invoke(["-r", "recs.txt", "-t", "held.txt", "-k", "2", "--popularity", "copy.txt",
                     "-q"])
     assert quiet.exit_code == 0 and quiet.stderr == ""

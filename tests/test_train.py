@@ -20,7 +20,7 @@ from destiny.cli.train import train
 from destiny.io.dataset import SparseDataset, write_dataset
 from destiny.io.network_file import read_network
 from destiny.kernels import get_backend
-from destiny.netdef import parse_netdef
+from destiny.netdef import LayerKind, parse_netdef
 from destiny.netdef_fields import as_float32 as f32
 from destiny.network import Batch, Network
 from destiny.train import TrainConfig, TrainData, TrainState, train_epochs
@@ -181,6 +181,45 @@ def test_a_network_larger_than_the_memory_free_is_refused_before_training(files,
     result = run_train(files, "-e", "1")
     assert result.exit_code == 0, result.output
     assert (files / "net.nc").exists()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop", "adam"])
+def test_the_memory_checks_figure_is_the_arrays_training_writes(files, optimizer):
+    """memory.training_bytes, counted from the layout, against the arrays the network holds
+    once an epoch has run (a two-hidden-layer network with a skip, so that a layer has two
+    sources): the weights, the gradients of matrices a dense layer feeds, the optimizer state,
+    the biases with theirs, and each layer's buffers a batch writes (z and its delta, and a
+    hidden layer's dA; not its "tmp", which only a layer fed twice writes, nor dropout's)."""
+    from destiny.io.dataset import read_dataset
+    from destiny.memory import training_bytes
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    d = small_netdef()
+    d["Layers"].insert(2, {"Name": "Hidden2", "Kind": "Hidden", "N": 24, "Activation": "Tanh",
+                           "Source": ["Hidden"]})
+    d["Layers"][-1]["Source"] = ["Hidden2", "Hidden"]
+    nd = parse_netdef(d).resolve({"gl_input": 128, "gl_output": 128})
+    net = Network(nd, get_backend("cpu"))
+    data = TrainData(net, datasets)
+    net.initialize(3)
+    batch = 64
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": batch, "epochs": 1,
+                         "optimizer": optimizer})
+    net.init_optimizer(cfg.optimizer_config())
+    train_epochs(net, data, cfg, TrainState())
+    written = 0
+    for c in net.connections:
+        if not c.shared:
+            written += c.W.nbytes + sum(a.nbytes for a in c.state)
+            if c.source.kind != LayerKind.Input:
+                written += c.G.nbytes
+        written += c.b.nbytes + c.gb.nbytes + sum(a.nbytes for a in c.bias_state)
+    for name, layer in net.layers.items():
+        if layer.kind != LayerKind.Input:
+            kept = ["Z", "dZ"] + (["dA"] if layer.kind == LayerKind.Hidden else [])
+            written += sum(net._buffers[name][k][:batch].nbytes for k in kept)
+    states = get_backend("cpu").state_arrays_needed(cfg.optimizer_config().mode)
+    assert sum(training_bytes(net, 0, batch_rows=batch, states=states).values()) == written
 
 
 def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once(files):
