@@ -188,14 +188,25 @@ _abort_message = b""
 _crash_messages: dict[int, bytes] = {}
 _CRASHES = (signal.SIGABRT, signal.SIGSEGV)
 _handler = None  # (the ctypes callback, kept alive while installed)
+_libc_signal = None
 
 
 def _on_crash(signum: int) -> None:
     """The handler of SIGABRT and SIGSEGV under a limit: LLVM calls abort() where an allocation
     fails ("LLVM ERROR: out of memory", or std::bad_alloc thrown through a C function), and
     NetCDF's library aborts or crashes, with no exception to catch. It runs in the thread that
-    failed, in C's signal context, so it only writes the prepared message and exits; nothing
-    else is safe (and the memory is gone)."""
+    failed, in C's signal context, so it writes the prepared message and exits, and does little
+    else (the memory may be gone). Outside a compile, a crash far from the limit (a scheduler's
+    default of 64 GiB) is no shortage: the signal's default action is restored and taken, with
+    its exit status and core dump."""
+    if not (signum == signal.SIGABRT and _abort_message):
+        try:
+            near = near_a_memory_limit()
+        except BaseException:  # noqa: BLE001 (no memory left to tell: near, then)
+            near = True
+        if not near:
+            _libc_signal(signum, None)  # (SIG_DFL: the fault repeats, or abort() raises again)
+            return
     os.write(2, _abort_message if signum == signal.SIGABRT and _abort_message
              else _crash_messages.get(signum, b""))
     os._exit(1)
@@ -206,15 +217,15 @@ def _install_crash_handler() -> None:
     Python-level handler (``signal.signal``) would never run, as abort() raises the signal
     again, with the default action, once the C-level handler Python installs returns (and a
     segmentation fault repeats the faulting instruction)."""
-    global _handler
+    global _handler, _libc_signal
     import ctypes
 
-    libc_signal = ctypes.CDLL(None).signal
-    libc_signal.restype = ctypes.c_void_p
-    libc_signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    _libc_signal = ctypes.CDLL(None).signal
+    _libc_signal.restype = ctypes.c_void_p
+    _libc_signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
     _handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_crash)
     for signum in _CRASHES:
-        libc_signal(signum, _handler)
+        _libc_signal(signum, _handler)
 
 
 # mallopt's parameter for the most malloc arenas (glibc's malloc.h).
@@ -300,9 +311,9 @@ _watch: _CompileWatch | None = None
 def watch_crashes() -> None:
     """While a limit on the address space (or on data: ``ulimit -d``) is set, end the process
     with a message and exit status 1 where a library aborts or crashes it (SIGABRT, SIGSEGV):
-    LLVM as numba compiles or loads a kernel (``_CompileWatch``, the message naming it), or
-    another library refused an allocation; instead of exit status 134 or 139 (and a core dump,
-    where they are enabled). Without a limit, with DESTINY_DEBUG set (to debug the crash), or
+    LLVM as numba compiles or loads a kernel (``_CompileWatch``, the message naming it), or,
+    near the limit (``near_a_memory_limit``), another library refused an allocation; instead
+    of exit status 134 or 139 (and a core dump, where they are enabled). Without a limit, with DESTINY_DEBUG set (to debug the crash), or
     with Python's faulthandler enabled (PYTHONFAULTHANDLER, whose tracebacks the user asked
     for), nothing is done. Idempotent."""
     global _watch
