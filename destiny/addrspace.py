@@ -312,10 +312,10 @@ def watch_crashes() -> None:
     """While a limit on the address space (or on data: ``ulimit -d``) is set, end the process
     with a message and exit status 1 where a library aborts or crashes it (SIGABRT, SIGSEGV):
     LLVM as numba compiles or loads a kernel (``_CompileWatch``, the message naming it), or,
-    near the limit (``near_a_memory_limit``), another library refused an allocation; instead
-    of exit status 134 or 139 (and a core dump, where they are enabled). Without a limit, with DESTINY_DEBUG set (to debug the crash), or
-    with Python's faulthandler enabled (PYTHONFAULTHANDLER, whose tracebacks the user asked
-    for), nothing is done. Idempotent."""
+    near the limit (``near_a_memory_limit``), another library refused an allocation; instead of
+    exit status 134 or 139 (and a core dump, where they are enabled). Without a limit, with
+    DESTINY_DEBUG set (to debug the crash), or with Python's faulthandler enabled
+    (PYTHONFAULTHANDLER, whose tracebacks the user asked for), nothing is done. Idempotent."""
     global _watch
     import faulthandler
 

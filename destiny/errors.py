@@ -166,11 +166,14 @@ def memory_limits() -> list[str]:
 
 def memory_limit_may_be_why(path) -> str:
     """A sentence to end the message of the NetCDF library's failure to open or read ``path``
-    where a limit on this process's memory is set (ulimit -v, -d) and the file starts as a
-    NetCDF file does: the library refused an allocation fails so too (train under ulimit -v
+    where a limit on this process's memory (ulimit -v, -d) leaves it little
+    (``near_a_memory_limit``) and the file starts as a NetCDF file does: the library refused an
+    allocation fails so too (train under ulimit -v
     414 MiB: "NetCDF: Unknown file format" for a whole dataset file). Otherwise ""."""
+    from destiny.addrspace import near_a_memory_limit
+
     found = memory_limits()
-    if not found or not starts_as_netcdf(path):
+    if not found or not near_a_memory_limit() or not starts_as_netcdf(path):
         return ""
     return (f" A limit on this process's memory is set ({', '.join(found)}), under which an "
             "allocation the NetCDF library is refused fails so too: raise the limit and run the "
