@@ -29,12 +29,13 @@ def _no_core_dumps():
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
-def _limited(mib: int):
+def _limited(mib: int, which: str = "RLIMIT_AS"):
     """A preexec_fn: the child's address space limited to ``mib`` MiB (as ``ulimit -v``; no
-    prlimit(1), which a bare machine may lack), without core dumps."""
+    prlimit(1), which a bare machine may lack; RLIMIT_DATA: its data, as ``ulimit -d``),
+    without core dumps."""
     def limit():
         _no_core_dumps()
-        resource.setrlimit(resource.RLIMIT_AS, (mib << 20, resource.RLIM_INFINITY))
+        resource.setrlimit(getattr(resource, which), (mib << 20, resource.RLIM_INFINITY))
     return limit
 
 
@@ -115,15 +116,9 @@ def test_a_limit_on_data_too_small_to_load_is_refused_at_once(tmp_path):
     still failed", or "blas_thread_init: pthread_create failed" and exit status 130), libgomp's,
     or a traceback of the imports (no command ran below 170 MiB). Now one paragraph, for --help
     too (which needs 140 MiB of it); a limit a command may run under is not refused."""
-    def data_limited(mib):
-        def limit():
-            _no_core_dumps()
-            resource.setrlimit(resource.RLIMIT_DATA, (mib << 20, resource.RLIM_INFINITY))
-        return limit
-
     argv = [str(BIN / "train"), "-c", "x.json", "-i", "x.nc", "-o", "y.nc", "-n", "z.nc"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
-                          cwd=tmp_path, preexec_fn=data_limited(100))
+                          cwd=tmp_path, preexec_fn=_limited(100, "RLIMIT_DATA"))
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         "Error: the limit on this process's data (ulimit -d) is 100 MiB, too small to run: on "
@@ -132,11 +127,11 @@ def test_a_limit_on_data_too_small_to_load_is_refused_at_once(tmp_path):
         "kernels' code), more as the data grows and on a first run. Nothing was done. To run, "
         "raise the limit (ulimit -d unlimited, or a larger value).\n")
     done = subprocess.run([str(BIN / "train"), "--help"], capture_output=True, text=True,
-                          timeout=60, env=ENV, preexec_fn=data_limited(100))
+                          timeout=60, env=ENV, preexec_fn=_limited(100, "RLIMIT_DATA"))
     assert done.returncode == 1 and done.stderr.startswith("Error: the limit on this "
                                                            "process's data"), done.stderr
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=ENV,
-                          cwd=tmp_path, preexec_fn=data_limited(1000))
+                          cwd=tmp_path, preexec_fn=_limited(1000, "RLIMIT_DATA"))
     assert done.returncode == 1 and "x.nc: the dataset file does not exist" in done.stderr, (
         done.stderr)  # (past the check: the missing file)
 
