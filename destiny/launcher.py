@@ -45,9 +45,9 @@ def threads_per_rank(environ=os.environ) -> int | None:
     2.1-2.5x slower than with a thread each (docs/benchmarks.md). None where no launcher says
     how many share the machine, where one does alone, where the user set any thread count
     (``THREAD_COUNT_VARS``), or where the launcher bound the process to cores of its own (its
-    cores differ from its parent's, the launcher's: Open MPI's mpirun, Slurm's srun, hydra's
-    -bind-to), which gave it its threads' share. (A job or container confined to some of the
-    machine's cores confines the launcher too: its processes share those.)"""
+    cores differ from the launcher's: Open MPI's mpirun, Slurm's srun, hydra's -bind-to),
+    which gave it its threads' share. (A job or container confined to some of the machine's
+    cores confines the launcher too: its processes share those.)"""
     if any(name in environ for name in THREAD_COUNT_VARS):
         return None
     local = next((int(environ[name]) for name in LOCAL_SIZE_VARS
@@ -58,10 +58,37 @@ def threads_per_rank(environ=os.environ) -> int | None:
         cores = os.sched_getaffinity(0)
     except (AttributeError, OSError):  # (not on macOS)
         return max(1, (os.cpu_count() or 1) // local)
-    try:
-        launchers = os.sched_getaffinity(os.getppid())
-    except OSError:  # (a parent gone, or not ours to read)
-        launchers = set(range(os.cpu_count() or len(cores)))
-    if cores != launchers:
+    if cores != _launchers_cores():
         return None
     return max(1, len(cores) // local)
+
+
+def _launchers_cores() -> set[int]:
+    """The cores the launcher's process on this machine may run on (``launcher_pid``); where
+    it cannot be told, the parent's; failing that, every core."""
+    for pid in (launcher_pid(), os.getppid()):
+        if pid is not None:
+            try:
+                return os.sched_getaffinity(pid)
+            except OSError:  # (gone, or not ours to read)
+                pass
+    return set(range(os.cpu_count() or 1))
+
+
+def launcher_pid() -> int | None:
+    """The launcher's process on this machine (hydra's proxy, Open MPI's daemon): the nearest
+    ancestor whose environment has none of ``LOCAL_SIZE_VARS``, which the launcher sets for
+    the processes it starts (and which a wrapper script between them inherits, with their
+    binding); None where /proc cannot tell."""
+    pid = os.getppid()
+    try:
+        for _ in range(16):  # (a few wrappers at most)
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                names = {entry.split(b"=", 1)[0] for entry in f.read().split(b"\0")}
+            if not any(name.encode() in names for name in LOCAL_SIZE_VARS):
+                return pid
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # (its 4th field: ppid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

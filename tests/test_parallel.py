@@ -740,6 +740,25 @@ def test_a_stop_signal_as_a_rank_starts_mpi_ends_it_too(tmp_path):
     assert job.returncode != 0
 
 
+@needs_mpiexec
+def test_the_launchers_process_is_found_through_a_wrapper():
+    """launcher_pid walks up past wrappers (which inherit the launcher's variables, and any
+    binding it gave) to the first process without them: MPICH's hydra proxy."""
+    code = ("from destiny.launcher import launcher_pid\n"
+            "pid = launcher_pid()\n"
+            "environ = open(f'/proc/{pid}/environ', 'rb').read()\n"
+            "comm = open(f'/proc/{pid}/comm').read().strip()\n"
+            "print(comm, b'MPI_LOCALNRANKS' in environ, pid == __import__('os').getppid())\n")
+    wrapper = ["sh", "-c", '"$0" "$@"; exit $?']  # (a shell that stays, as a script's does)
+    done = subprocess.run([MPIEXEC, "-n", "2", *wrapper, sys.executable, "-c", code],
+                          env=plain_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all(line.split()[1:] == ["False", "False"] for line in lines), (
+        done.stdout)
+    assert all("hydra" in line.split()[0] for line in lines), done.stdout
+
+
 @pytest.mark.parametrize("environ, cores, parents, expected", [
     ({}, 8, 8, None),  # (no launcher)
     ({"MPI_LOCALNRANKS": "1"}, 8, 8, None),  # (alone on this machine)
@@ -753,16 +772,17 @@ def test_a_stop_signal_as_a_rank_starts_mpi_ends_it_too(tmp_path):
     ({"MPI_LOCALNRANKS": "x"}, 8, 8, None),
 ])
 def test_threads_per_rank(monkeypatch, environ, cores, parents, expected):
-    """The cores a process may run on are shared out where they are its launcher's (the
-    parent's); a process bound to fewer has its share already."""
-    from destiny.launcher import threads_per_rank
+    """The cores a process may run on are shared out where they are its launcher's; a process
+    bound to fewer has its share already."""
+    from destiny import launcher
 
     def affinity(pid):
         return set(range(cores if pid == 0 else parents))
 
     monkeypatch.setattr(os, "sched_getaffinity", affinity, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    assert threads_per_rank(environ) == expected
+    monkeypatch.setattr(launcher, "launcher_pid", lambda: 12345)
+    assert launcher.threads_per_rank(environ) == expected
 
 
 @needs_mpiexec
@@ -789,6 +809,9 @@ def test_the_processes_on_a_machine_share_its_cores_unless_the_user_said_otherwi
 
     share = f"{max(1, cores // 2)} {max(1, cores // 2)}"
     assert threads(MPIEXEC, "-n", "2") == [share, share]
+    # (through a wrapper script, which inherits the launcher's variables and any binding: the
+    # cores are compared with the launcher's process, not the wrapper's)
+    assert threads(MPIEXEC, "-n", "2", "sh", "-c", '"$0" "$@"; exit $?') == [share, share]
     # (numba loaded first, by a program of the user's: its count stands, as numba refuses
     # another once its threads have started)
     first = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", "import numba\n" + code],
