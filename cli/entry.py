@@ -21,17 +21,17 @@ import warnings
 
 
 def default_ctrl_c_while_loading() -> None:
-    """Give Ctrl-C its default action until the command installs its handlers: called first by
-    the installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An
-    ignored Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept; under an MPI
-    launcher, every stop signal ends the rank with its status instead. First, a thread count numba
-    cannot load with is refused (``_refuse_unusable_thread_count``), and so is a limit on the
-    address space too small to load (``_refuse_too_small_address_space``) (under one that is not,
-    malloc keeps to one arena: ``addrspace.one_malloc_arena``), the system's failures while loading
-    are worded, and numba's warning about its lock (and tqdm's about its monitor thread) is left out
+    """Give Ctrl-C its default action until the command installs its handlers: called first by the
+    installed commands (``_main``) and by the scripts (scripts/*.py) as they start. An ignored
+    Ctrl-C (SIG_IGN: nohup, a background job) or another handler is kept; under an MPI launcher,
+    every stop signal ends the rank with its status instead. First, a thread count numba cannot load
+    with is refused (``_refuse_unusable_thread_count``), and so is a limit on the address space or
+    on data too small to load (``_refuse_too_small_memory_limits``) (under one that is not, malloc
+    keeps to one arena: ``addrspace.one_malloc_arena``), the system's failures while loading are
+    worded, and numba's warning about its lock (and tqdm's about its monitor thread) is left out
     (``_numbas_lock_warning_left_out``)."""
     _refuse_unusable_thread_count()
-    _refuse_too_small_address_space()
+    _refuse_too_small_memory_limits()
     from destiny.addrspace import one_malloc_arena
 
     one_malloc_arena()  # (under ulimit -v, before NumPy's OpenBLAS starts its threads)
@@ -100,7 +100,7 @@ def _refuse_unusable_thread_count() -> None:
     sys.exit(1)
 
 
-def _refuse_too_small_address_space() -> None:
+def _refuse_too_small_memory_limits() -> None:
     """Exit 1 with a message where the limit on the address space (``ulimit -v``) is below
     ``_LEAST_ADDRESS_SPACE``, or the one on data (``ulimit -d``) below ``_LEAST_DATA``, under
     which no command can load: NumPy's OpenBLAS ended the process with its own line ("Memory

@@ -135,19 +135,22 @@ class _CompileWatch:
             _abort_message = b""
 
 
-def _limits_said() -> str:
-    """The limits on this process's memory that are set, as the shell sets them, with what
-    the limit on the address space leaves now ("ulimit -v 600.0 MiB, 8.1 MiB of it left as it
-    began")."""
+def memory_limits(*, left: bool = False) -> list[str]:
+    """The limits on this process's memory that are set, as the shell sets them ("ulimit -v
+    8.0 GiB"; -v: RLIMIT_AS, -d: RLIMIT_DATA); with ``left``, what the one on the address
+    space leaves now ("ulimit -v 600.0 MiB, 8.1 MiB of it left as it began")."""
     from destiny.wording import sized
 
-    limit, found = address_space_limit(), address_space_left()
-    said = [] if limit is None else [f"ulimit -v {sized(limit)}" + (
-        f", {sized(found[0])} of it left as it began" if found else "")]
+    said = []
+    limit = address_space_limit()
+    if limit is not None:
+        found = address_space_left() if left else None
+        said.append(f"ulimit -v {sized(limit)}"
+                    + (f", {sized(found[0])} of it left as it began" if found else ""))
     data = data_limit()
     if data is not None:
         said.append(f"ulimit -d {sized(data)}")
-    return "; ".join(said)
+    return said
 
 
 # What a message of a library's end says of the outputs.
@@ -161,8 +164,9 @@ def _aborted_compile(name: str | None) -> bytes:
     loads a kernel), worded beforehand (a handler of SIGABRT must not allocate much: the memory
     is exhausted)."""
     kernel = f"compiling the kernel {name}" if name else "compiling or loading a kernel"
+    limits = "; ".join(memory_limits(left=True))
     return (f"Error: out of memory: numba's compiler (LLVM) aborted in {kernel} (the lines "
-            f"above are its own), under a limit on this process's memory ({_limits_said()}). "
+            f"above are its own), under a limit on this process's memory ({limits}). "
             "A command compiles its kernels on its first run (and after an upgrade of Destiny "
             f"or numba), which needs {FIRST_RUN_NEEDS}, and caches them, so that later runs need "
             f"less. {_OUTPUTS_LEFT} To run, {RAISE_THE_LIMIT}; or run the command once without "
@@ -175,8 +179,9 @@ def _crashed(signum: int) -> bytes:
     failure": generate-netcdf under ulimit -v 360 MiB) or crashed (a segmentation fault in
     HDF5 as the dataset file was created: 382 MiB)."""
     how = "aborted (SIGABRT" if signum == signal.SIGABRT else "crashed (a segmentation fault"
+    limits = "; ".join(memory_limits(left=True))
     return (f"Error: a library {how}; the lines above, if any, are its own) under a limit on "
-            f"this process's memory ({_limits_said()}), which is the likely cause: refused an "
+            f"this process's memory ({limits}), which is the likely cause: refused an "
             f"allocation, the libraries Destiny runs (NetCDF's, LLVM) abort or crash so. "
             f"{_OUTPUTS_LEFT} To run, {RAISE_THE_LIMIT}; where it ends so without the limit "
             "too, report it, with the lines above.\n").encode("utf-8", "backslashreplace")

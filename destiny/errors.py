@@ -154,23 +154,13 @@ def starts_as_netcdf(path) -> bool:
         return False
 
 
-def memory_limits() -> list[str]:
-    """The limits on this process's memory that are set, as the shell sets them ("ulimit -v
-    8.0 GiB"; -v: RLIMIT_AS, -d: RLIMIT_DATA)."""
-    from destiny.addrspace import address_space_limit, data_limit
-    from destiny.wording import sized
-
-    return [f"ulimit -{flag} {sized(limit)}" for flag, limit in
-            (("v", address_space_limit()), ("d", data_limit())) if limit is not None]
-
-
 def memory_limit_may_be_why(path) -> str:
     """A sentence to end the message of the NetCDF library's failure to open or read ``path``
     where a limit on this process's memory (ulimit -v, -d) leaves it little
     (``near_a_memory_limit``) and the file starts as a NetCDF file does: the library refused an
-    allocation fails so too (train under ulimit -v
-    414 MiB: "NetCDF: Unknown file format" for a whole dataset file). Otherwise ""."""
-    from destiny.addrspace import near_a_memory_limit
+    allocation fails so too (train under ulimit -v 414 MiB: "NetCDF: Unknown file format" for a
+    whole dataset file). Otherwise ""."""
+    from destiny.addrspace import memory_limits, near_a_memory_limit
 
     found = memory_limits()
     if not found or not near_a_memory_limit() or not starts_as_netcdf(path):
@@ -343,6 +333,8 @@ def system_failure(e: BaseException, then: str | None = None, *, network: bool =
 def _memory_limited() -> str:
     """A sentence naming the limits on this process's memory that are set (ulimit -v, -d),
     which refuse an allocation whatever the machine has free, or "" where none is."""
+    from destiny.addrspace import memory_limits
+
     found = memory_limits()
     if not found:
         return ""
