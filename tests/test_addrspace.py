@@ -39,14 +39,24 @@ def _limited(mib: int, which: str = "RLIMIT_AS"):
     return limit
 
 
-# A child that limits its address space to what it maps now and LIMIT_MIB more (its modules
-# loaded first), then runs the rest of its code.
-LIMITED = """\
+# A child's code that defines limit_to(room): its address space limited to what it maps then
+# and ``room`` bytes more, so that the figures hold on any machine.
+LIMIT_TO = """\
 import resource
-import numba, numpy
 from destiny.addrspace import address_space_in_use
-resource.setrlimit(resource.RLIMIT_AS,
-                   (address_space_in_use() + {mib} * 2**20, resource.RLIM_INFINITY))
+def limit_to(room):
+    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + room, resource.RLIM_INFINITY))
+"""
+# A child that limits itself so to {mib} MiB more (its modules loaded first), then runs the rest
+# of its code.
+LIMITED = "import numba, numpy\n" + LIMIT_TO + "limit_to({mib} << 20)\n"
+# A child whose first argument names the room it limits itself to: "limited", near a limit
+# (100 MiB left); "far", far from one (8 GiB more, as a scheduler's generous default); any
+# other, no limit.
+ROOM_BY_ARGUMENT = LIMIT_TO + """\
+import sys
+if sys.argv[1] in ("limited", "far"):
+    limit_to({"limited": 100 << 20, "far": 8 << 30}[sys.argv[1]])
 """
 
 
@@ -224,14 +234,10 @@ def test_a_librarys_crash_under_a_limit_is_a_message(how):
     scheduler's default: a crash is then no shortage), or with Python's faulthandler enabled
     (its traceback asked for), the signal takes its default action."""
     crash = "ctypes.string_at(0)" if how == "segfault" else "os.abort()"
-    code = ("import ctypes, os, resource, sys\n"
+    code = ("import ctypes, os\n"
             "import numba, numpy\n"
-            "from destiny.addrspace import address_space_in_use, watch_crashes\n"
-            "room = {'limited': 100 << 20, 'far': 8 << 30}.get(sys.argv[1])\n"
-            "if room:\n"
-            "    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + room,"
-            " resource.RLIM_INFINITY))\n"
-            "watch_crashes()\n"
+            "from destiny.addrspace import watch_crashes\n"
+            + ROOM_BY_ARGUMENT + "watch_crashes()\n"
             f"{crash}\n")
     signum = signal.SIGSEGV if how == "segfault" else signal.SIGABRT
 
@@ -311,16 +317,12 @@ def test_a_system_error_under_a_limit_is_out_of_memory():
     failed to allocate and returned an error without setting one. Near a limit it is worded
     as memory; without one, or far from it (a scheduler's default), a SystemError is a bug, and
     keeps its traceback (None here)."""
-    code = ("import resource\n"
-            "from destiny.addrspace import address_space_in_use\n"
-            "from destiny.errors import system_failure\n"
+    code = (LIMIT_TO + "from destiny.errors import system_failure\n"
             "e = SystemError('error return without exception set')\n"
             "print(system_failure(e))\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (8 << 30),"
-            " resource.RLIM_INFINITY))\n"
+            "limit_to(8 << 30)\n"
             "print(system_failure(e))\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (100 << 20),"
-            " resource.RLIM_INFINITY))\n"
+            "limit_to(100 << 20)\n"
             "print(system_failure(e))\n")
     done = _child(code)
     assert done.returncode == 0, done.stderr
@@ -401,15 +403,14 @@ def test_openblass_buffer_is_mapped_as_train_and_predict_start_under_a_limit():
     mapped as the command starts, while there is room; without one, or with too little left
     for it, nothing is done. (The kernel that starts numba's threads is loaded first, and one
     thread runs it: what they map is not counted.)"""
-    code = ("import resource, sys\n"
+    code = ("import sys\n"
             "import numpy\n"
-            "from destiny.addrspace import address_space_in_use, map_thread_memory\n"
+            "from destiny.addrspace import map_thread_memory\n"
             "from destiny.kernels.cpu import dense\n"
             "dense.add_bias(numpy.ones((2, 2), numpy.float32), numpy.ones(2, numpy.float32))\n"
-            "extra = int(sys.argv[1])\n"
+            + LIMIT_TO + "extra = int(sys.argv[1])\n"
             "if extra:\n"
-            "    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + (extra << 20),"
-            " resource.RLIM_INFINITY))\n"
+            "    limit_to(extra << 20)\n"
             "before = address_space_in_use()\n"
             "refused = map_thread_memory()\n"
             "print((address_space_in_use() - before) >> 20)\n"
@@ -440,8 +441,7 @@ def test_netcdfs_failure_to_read_a_netcdf_file_under_a_limit_says_the_limit_may_
     it); a file that does not, no limit, or one far from it (a scheduler's default), none."""
     text = tmp_path / "ratings.txt"
     text.write_text("u1\t1\n")
-    code = ("import resource, sys\n"
-            "import netCDF4\n"
+    code = ("import netCDF4\n"
             "from destiny.errors import DestinyError, netcdf_reads\n"
             "from destiny.io.dataset import read_dataset\n"
             "from destiny.io.network_file import read_network\n"
@@ -457,12 +457,7 @@ def test_netcdfs_failure_to_read_a_netcdf_file_under_a_limit_says_the_limit_may_
             "def hdf_error(path):\n"
             "    with netcdf_reads(path, '; it is damaged.'):\n"
             "        raise RuntimeError('NetCDF: HDF error')\n"
-            "from destiny.addrspace import address_space_in_use\n"
-            "room = {'limited': 100 << 20, 'far': 8 << 30}.get(sys.argv[1])\n"
-            "if room:\n"
-            "    resource.setrlimit(resource.RLIMIT_AS, (address_space_in_use() + room,"
-            " resource.RLIM_INFINITY))\n"
-            "dataset, network, text = sys.argv[2:]\n"
+            + ROOM_BY_ARGUMENT + "dataset, network, text = sys.argv[2:]\n"
             "for read, path in ((read_dataset, dataset), (read_network, network),\n"
             "                   (hdf_error, network), (read_dataset, text)):\n"
             "    print(said(read, path))\n")
