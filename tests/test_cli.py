@@ -70,12 +70,16 @@ def test_every_command_is_in_the_readme(name):
 README_FLAG = re.compile(r"`(-[^`]*)`(?: \(`?([^`)]*)`?\))?")
 
 
+@pytest.mark.parametrize("doc", ["README.md", "docs/commands.md"])
 @pytest.mark.parametrize("name", COMMANDS)
-def test_readme_flag_table_matches_the_help(name):
-    """Each option of the command is in its README table, under the metavar and default its
-    --help shows (the table had no train -d, and predict's -l was LAYER there, TEXT in the
-    help), and the table names no flag the command lacks."""
-    section = (ROOT / "README.md").read_text().split(f"### `{name}`")[1].split("\n### ")[0]
+def test_readme_flag_table_matches_the_help(name, doc):
+    """Each option of the command is in its table, in the README (in short) and in
+    docs/commands.md (in full), under the metavar and default its --help shows (the table had
+    no train -d, and predict's -l was LAYER there, TEXT in the help), and the table names no
+    flag the command lacks."""
+    text = (ROOT / doc).read_text()
+    section = re.split(rf"^#+ `{name}`", text, flags=re.M)[1]
+    section = re.split(r"^##+ ", section, flags=re.M)[0]
     options = {opt: p for p in cli.commands[name].params if isinstance(p, click.Option)
                for opt in p.opts + p.secondary_opts}
     tabled = set()
