@@ -1359,7 +1359,7 @@ def test_dash_for_a_file_that_is_not_read_as_a_stream_is_a_usage_error(tmp_path,
 ], ids=["train-n", "train-initial-network", "generate-netcdf-o"])
 def test_dash_for_a_netcdf_output_is_a_usage_error(tmp_path, monkeypatch, argv, flag, what):
     """'-' for a NetCDF file a command writes is a usage error (exit status 2), as for the files
-    it reads (the README: every NetCDF, index or definition file); the output check refused it
+    it reads (docs/commands.md: every NetCDF, index or definition file); the output check refused it
     with exit status 1 once the other flags were read."""
     monkeypatch.chdir(tmp_path)
     assert f"standard output cannot take {what}" in _refused_flag(argv, flag, "-")
@@ -1908,7 +1908,7 @@ def test_a_wait_that_ends_as_the_holder_removes_its_lock_file_locks_the_new_one(
 
 
 def test_a_killed_runs_temporary_file_is_removed_once_an_hour_old_and_only_it(tmp_path):
-    """The README's promise: the next run that takes an output's lock removes its temporary
+    """docs/dsstne.md's promise: the next run that takes an output's lock removes its temporary
     files (`.NAME.XXXXXXXX.tmp`) once they are an hour old; one younger (perhaps a live
     run's on another machine) and a file only starting like one are left."""
     import time

@@ -536,7 +536,7 @@ def test_standard_input_given_twice_is_a_usage_error(args, flags):
 
 
 def test_one_input_read_from_standard_input_scores_as_its_file():
-    """'-' reads standard input (README; the command's own process: '-' is /dev/stdin).
+    """'-' reads standard input (docs/commands.md; the command's own process: '-' is /dev/stdin).
     Given once, it is no usage error, and the scores are those of the file."""
     import pathlib
     import subprocess

@@ -961,7 +961,7 @@ def test_an_output_index_numbering_an_item_past_the_layer_is_refused(model, tmp_
 
 
 def test_a_sample_repeated_in_the_input_is_refused(model, tmp_path):
-    """README: a sample repeated in the input is an error (DSSTNE kept its last line)."""
+    """docs/dsstne.md: a sample repeated in the input is an error (DSSTNE kept its last line)."""
     first, second = (model / "ratings.txt").read_text().splitlines()[:2]
     name = first.split("\t")[0]
     src = tmp_path / "in.txt"

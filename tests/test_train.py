@@ -732,7 +732,7 @@ def test_each_epochs_line_shows_its_metrics(files):
     records = [json.loads(line) for line in (files / "m.jsonl").read_text().splitlines()]
     assert [list(r) for r in records] == [[
         "epoch", "loss", "training_error", "regularization_error", "seconds", "learning_rate",
-        "samples_per_s", "skipped_batches"]] * 2  # (README, --metrics)
+        "samples_per_s", "skipped_batches"]] * 2  # (docs/commands.md, --metrics)
     for r in records:
         assert r["skipped_batches"] == 0
         assert (f"\ntrain: epoch {r['epoch']}/2: loss {r['loss']:.6f} (training "
@@ -826,9 +826,9 @@ def test_the_same_seed_writes_the_same_network_file_byte_for_byte(files):
 
 def test_without_seed_or_checkpoint_flags_train_seeds_12134_and_checkpoints_every_10(files):
     """The defaults: DSSTNE's FIXED_SEED 12134 (spec 1) and a checkpoint every 10 epochs
-    (README's --checkpoint-every): 11 epochs write NET.nc10.nc and no other checkpoint (none
-    of the last epoch, which 10 does not divide, as DSSTNE), and the weights are those of an
-    explicit --seed 12134."""
+    (docs/commands.md's --checkpoint-every): 11 epochs write NET.nc10.nc and no other checkpoint
+    (none of the last epoch, which 10 does not divide, as DSSTNE), and the weights are those of
+    an explicit --seed 12134."""
     assert run_train(files, "-b", "300", "-e", "11").exit_code == 0
     assert sorted(p.name for p in files.glob("net.nc*.nc")) == ["net.nc10.nc"]
     assert run_train(files, "-b", "300", "-e", "11", "--seed", "12134", "--checkpoint-every",
@@ -1011,7 +1011,7 @@ def test_resume_without_a_checkpoint_says_it_trains_from_the_start(files):
 
 
 def test_each_optimizer_reads_its_settings_with_the_readmes_defaults():
-    """README ("-alpha, ..."): each optimizer's settings and their defaults, as the first
+    """docs/commands.md ("-alpha, ..."): each optimizer's settings and their defaults, as the first
     line names them; and each name selects its own update rule (the kernels' mode)."""
     from destiny.kernels.reference import optim
     from destiny.train import OPTIMIZERS, optimizer_settings, train_config
@@ -2835,7 +2835,7 @@ def test_each_denoised_input_layer_draws_its_own_mask():
 
 def test_the_epoch_loss_adds_half_lambda_w_squared_and_lambda1_w_abs(monkeypatch):
     """Spec 5.2: the regularization error is the sum over the weight matrices of
-    0.5 lam w^2 + lam1 |w| (Destiny takes it once, at the epoch's end: README), and the
+    0.5 lam w^2 + lam1 |w| (Destiny takes it once, at the epoch's end: docs/dsstne.md), and the
     epoch's loss is the training error plus it. alpha = 0 leaves the weights as drawn."""
     net, data = _loop_case(6)
     W = [c.W.copy() for c in net.connections]
