@@ -72,6 +72,14 @@ class OptimizerConfig:
     mu1: float = 0.0
 
 
+def rows_only_updates(opt: OptimizerConfig) -> bool:
+    """Whether ``Network.update`` updates a sparse input's matrix in the rows of a batch's
+    features only, its gradient left unwritten, after the first update (``update``): an
+    optimizer that leaves a weight with a zero gradient as it is, without weight decay.
+    Otherwise every batch writes the gradient's rows of the features it lists."""
+    return opt.mode in LAZY_MODES and opt.lam == 0 and opt.lam1 == 0
+
+
 class Connection:
     """The weights from ``source`` into ``dest``; ``owner`` holds the matrix when shared."""
 
@@ -729,7 +737,7 @@ class Network:
         where the update takes another path, the gradient is computed into G first.
         """
         kb = self.backend
-        lazy = opt.mode in LAZY_MODES and opt.lam == 0 and opt.lam1 == 0
+        lazy = rows_only_updates(opt)
         for c in reversed(self.connections):  # DSSTNE updates in reverse creation order
             if not c.shared:
                 rows_only = lazy and len(c.touched) == 1 and c.sharing == 1
