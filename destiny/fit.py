@@ -34,9 +34,9 @@ from destiny.io.netcdf_names import check_netcdf_names
 from destiny.io.network_checks import is_settings
 from destiny.io.network_file import FORMAT_VERSION, destiny_attributes
 from destiny.kernels import get_backend
-from destiny.memory import check_training_memory
+from destiny.memory import check_training_memory, listed_features
 from destiny.netdef import LayerKind, load_netdef, read_netdef_json
-from destiny.network import Network
+from destiny.network import Network, rows_only_updates
 from destiny.parallel import (Comm, StoppedTogether, StoppedTogetherAfterOutputs, all_or_none,
                               stop_together)
 from destiny.signals import uninterrupted
@@ -134,9 +134,12 @@ def fit(
         # OOM killer as the ranks write the blocks they were each granted (memory.py).
         if kernels.device is None:  # (the host's memory: on a GPU the weights are there)
             with all_or_none(comm):
+                opt = cfg.optimizer_config()
                 check_training_memory(net, batch=cfg.batch, examples=data.examples,
-                                      epochs=cfg.epochs, states=kernels.state_arrays_needed(
-                                          cfg.optimizer_config().mode))
+                                      epochs=cfg.epochs,
+                                      states=kernels.state_arrays_needed(opt.mode),
+                                      listed=None if rows_only_updates(opt)
+                                      else listed_features(net, data.inputs), resumed=resume)
         with all_or_none(comm):
             net.initialize(cfg.seed)
             net.init_optimizer(cfg.optimizer_config())

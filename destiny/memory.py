@@ -13,16 +13,29 @@ the weights and biases, which are drawn whole; and, where training runs at least
 gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer
 state of every matrix and bias (the first update after the weights are drawn or loaded is dense,
 and writes all of it: a network that fitted without it was ended by the OOM killer at its first
-step, in one process too), and every layer's activations and deltas for a batch. Left out: the
-gradients of a sparse input's matrix (written only in the rows a batch lists), the data (already
-read), the buffers a batch may leave untouched (dropout's), the temporaries, and what the process
-maps as it loads its kernels (their code: the resident memory of warm runs on tiny data grew by
-60-86 MiB more than their arrays, but the address space a ``ulimit -v`` counts by less).
+step, in one process too), every layer's activations and deltas for a batch, and the rows of a
+sparse input's gradient for the features its data lists, where every batch writes its features'
+rows (``listed_features``): by the end of the first epoch all of them are written, and none is
+freed; and, where a second epoch runs, the largest temporary of its first batch, made while
+all of that is written (one batch of one layer: the scaled copy of a gradient product's smaller
+operand, NumPy's product having no alpha). Without those rows and that temporary, an ``Input ->
+18,500 -> 18,500 -> Output`` sgd network on the bundled sample passed the check in a 3 GiB
+cgroup and was ended by the OOM killer at its first batch: its input's gradient, 72 MiB, was
+wholly resident after it (NumPy asks for huge pages: a row written makes its 2 MiB resident),
+and the temporary, 18 MiB, stayed in malloc's heap. Left out: those rows where only the first
+batch writes them (``network.rows_only_updates``) or the input is denoised, the data (already
+read), the buffers a batch may leave untouched (dropout's), the other temporaries, and what the
+process maps as it loads its kernels and starts its threads (their code, OpenBLAS's buffers: 19
+MiB more in that network, and from 10 to 86 MiB more than the arrays in warm runs on tiny data;
+the address space a ``ulimit -v`` counts grew by less). What was resident before the check is in
+the figure it is compared with (the cgroup's usage, MemAvailable, VmSize).
 """
 
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 from destiny import shard
 from destiny.addrspace import ADDRESS_SPACE_LIMIT, RAISE_THE_LIMIT, address_space_left
@@ -35,12 +48,19 @@ from destiny.wording import counted, sized
 _NO_LIMIT = 1 << 60
 
 
-def training_bytes(net, rank: int, *, batch_rows: int, states: int) -> dict[str, int]:
+def training_bytes(net, rank: int, *, batch_rows: int, states: int,
+                   listed: dict[str, np.ndarray] | None = None,
+                   temporary: bool = False) -> dict[str, int]:
     """The bytes rank ``rank`` of ``net.comm.size`` will certainly write, by layer (a layer
     counts the matrices to and from it with fewer units than it has, and its activations): see
     the module's note. ``batch_rows``: the rows of the first batch (0 where no batch is run);
-    ``states``: the optimizer's state arrays per parameter (0 to 2)."""
+    ``states``: the optimizer's state arrays per parameter (0 to 2); ``listed``: by input
+    layer, the features whose rows of its matrix's gradient training writes (sorted unit
+    indexes, ``listed_features``; a rank counts those of its rows that are listed);
+    ``temporary``: count the largest temporary of a batch too (where a second epoch runs: its
+    first batch makes it while everything else counted is written)."""
     size, item = net.comm.size, net.dtype.itemsize
+    listed = listed or {}
 
     def units(name: str) -> tuple[int, int]:
         return unit_range(net.layers[name].n, rank, size)
@@ -48,17 +68,32 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int) -> dict[str,
     def width(span: tuple[int, int]) -> int:
         return span[1] - span[0]
 
+    def listed_rows(name: str, span: tuple[int, int]) -> int:
+        features = listed.get(name)
+        if features is None:
+            return 0
+        return int(np.searchsorted(features, span[1]) - np.searchsorted(features, span[0]))
+
     found = {name: 0 for name in net.layers}
+    largest = (0, "")  # (the bytes of the largest temporary, and its layer)
     for c in net.connections:
-        rows = width(units(c.source.name)) if c.layout == shard.ROWS else c.source.n
+        source_rows = units(c.source.name) if c.layout == shard.ROWS else (0, c.source.n)
+        rows = width(source_rows)
         cols = width(units(c.dest.name)) if c.layout == shard.COLS else c.dest.n
         local = width(units(c.dest.name))
         weights = 0 if c.shared else rows * cols
-        gradient = weights if batch_rows and c.source.kind != LayerKind.Input else 0
+        gradient = 0
+        if batch_rows and not c.shared:
+            gradient = (weights if c.source.kind != LayerKind.Input
+                        else listed_rows(c.source.name, source_rows) * cols)
         state = states * weights if batch_rows else 0
         # (a matrix counts for the wider of its two layers: the one that makes it large)
         wider = c.source.name if c.source.n > c.dest.n else c.dest.name
         found[wider] += (weights + gradient + state) * item
+        if temporary and batch_rows and c.source.kind != LayerKind.Input:
+            # (the CPU's product has no alpha: it scales a copy of its smaller operand, the
+            # batch's rows of the source's activations or of the destination's deltas)
+            largest = max(largest, (batch_rows * min(rows, cols) * item, wider))
         # (the bias, and in training its gradient and state)
         found[c.dest.name] += local * ((2 + states) if batch_rows else 1) * item
     for name, layer in net.layers.items():
@@ -67,6 +102,26 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int) -> dict[str,
             # delta of its activations, dA)
             buffers = 3 if layer.kind == LayerKind.Hidden else 2
             found[name] += buffers * batch_rows * width(units(name)) * item
+    if largest[0]:
+        found[largest[1]] += largest[0]
+    return found
+
+
+def listed_features(net, inputs: dict) -> dict[str, np.ndarray]:
+    """By input layer, the features its data (``inputs``: the ``SparseDataset`` this process
+    holds, by layer) lists at least once, as sorted unit indexes: the rows of the layer's
+    matrix's gradient that the first epoch writes where every batch writes its features' rows
+    (not ``network.rows_only_updates``). A denoised input is left out (each epoch drops
+    entries at random), and so are the features of other ranks' columns where this process
+    holds only its own. The mask costs a byte per feature: a quarter of a row of the gradient
+    it finds."""
+    found = {}
+    for name, ds in inputs.items():
+        if net.layers[name].denoising or ds.indices.size == 0:
+            continue
+        seen = np.zeros(int(ds.indices.max()) + 1, dtype=bool)
+        seen[ds.indices] = True
+        found[name] = np.flatnonzero(seen) + ds.offset
     return found
 
 
@@ -142,12 +197,17 @@ def _headroom(directory: str, limit_file: str, usage_file: str, cache: tuple) ->
         return None
 
 
-def check_training_memory(net, *, batch: int, examples: int, epochs: int, states: int) -> None:
+def check_training_memory(net, *, batch: int, examples: int, epochs: int, states: int,
+                          listed: dict[str, np.ndarray] | None = None,
+                          resumed: bool = False) -> None:
     """Raise a ``DestinyError`` where the ranks on this machine (``comm.local_ranks``; one process
     alone) need more than it has free to train ``net`` (``training_bytes``, with the optimizer's
-    ``states`` arrays per parameter), before they allocate the weights. Every rank computes every
-    rank's share from the layout alone, without a collective; call it where no rank has allocated
-    its weights yet. Where the memory free cannot be read, nothing is refused."""
+    ``states`` arrays per parameter and the gradients' ``listed`` rows; with a batch's largest
+    temporary where at least two epochs run: not where the run may be ``resumed``, and so have
+    one left), before they allocate the weights. Every rank computes every rank's share from the
+    layout (and the features this process holds) alone, without a collective; call it where no
+    rank has allocated its weights yet. Where the memory free cannot be read, nothing is
+    refused."""
     found = available_memory()
     if found is None:
         return
@@ -156,7 +216,9 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int, states
     rows = min(batch, examples) if epochs > 0 else 0
     by_layer: dict[str, int] = {}
     for rank in comm.local_ranks:
-        for name, nbytes in training_bytes(net, rank, batch_rows=rows, states=states).items():
+        for name, nbytes in training_bytes(net, rank, batch_rows=rows, states=states,
+                                           listed=listed,
+                                           temporary=epochs > 1 and not resumed).items():
             by_layer[name] = by_layer.get(name, 0) + nbytes
     needed = sum(by_layer.values())
     if needed <= available:

@@ -147,11 +147,12 @@ def test_batch_views_follow_the_buffers_when_a_larger_batch_grows_them(files):
 
 
 # What training small_netdef on ``files`` (300 examples, -b 1024) with Adam certainly writes,
-# float32: the weights 128 x 16 and 16 x 128, the gradient of the second (the first's, fed by
-# the sparse input, is written in a batch's rows only), Adam's two state arrays of both, the
-# biases with their gradients and states (16 + 128, four times), a batch's activations and
-# deltas (300 x (16 + 128), twice, and the hidden layer's dA, 300 x 16). (destiny/memory.py)
-SMALL_NETDEF_BYTES = (2 * 128 * 16 + 16 * 128 + 2 * 2 * 128 * 16 + 4 * (16 + 128)
+# float32: the weights 128 x 16 and 16 x 128, the gradient of the second, and of the first, fed
+# by the sparse input, the rows of the 100 features the data lists (each batch writes its
+# features' rows), Adam's two state arrays of both, the biases with their gradients and states
+# (16 + 128, four times), a batch's activations and deltas (300 x (16 + 128), twice, and the
+# hidden layer's dA, 300 x 16). (destiny/memory.py)
+SMALL_NETDEF_BYTES = (2 * 128 * 16 + 16 * 128 + 100 * 16 + 2 * 2 * 128 * 16 + 4 * (16 + 128)
                       + 2 * 300 * (16 + 128) + 300 * 16) * 4
 
 
@@ -169,9 +170,9 @@ def test_a_network_larger_than_the_memory_free_is_refused_before_training(files,
     result = run_train(files, "-e", "1")
     assert result.exit_code == 1, result.output
     assert result.output == (
-        "Error: out of memory: training needs at least 414.5 KiB of this machine's memory, for "
+        "Error: out of memory: training needs at least 420.8 KiB of this machine's memory, for "
         "the network's weights, their gradients and optimizer state, and a batch's activations "
-        "and deltas, and 414.5 KiB is free (a test's figure); 334.0 KiB of it is for layer "
+        "and deltas, and 420.7 KiB is free (a test's figure); 334.0 KiB of it is for layer "
         "'Output', of 128 units (its weights, to and from narrower layers, and its activations "
         "and deltas). Nothing was trained, and no output was replaced. Use fewer units, split the "
         "layers over several machines with mpiexec (the README's section on it), or run on a "
@@ -183,15 +184,22 @@ def test_a_network_larger_than_the_memory_free_is_refused_before_training(files,
     assert (files / "net.nc").exists()
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop", "adam"])
-def test_the_memory_checks_figure_is_the_arrays_training_writes(files, optimizer):
-    """memory.training_bytes, counted from the layout, against the arrays the network holds
-    once an epoch has run (a two-hidden-layer network with a skip, so that a layer has two
-    sources): the weights, the gradients of matrices a dense layer feeds, the optimizer state,
-    the biases with theirs, and each layer's buffers a batch writes (z and its delta, and a
-    hidden layer's dA; not its "tmp", which only a layer fed twice writes, nor dropout's)."""
+@pytest.mark.parametrize("optimizer, lam", [("sgd", 1e-4), ("rmsprop", 1e-4), ("adam", 0.0),
+                                         ("rmsprop", 0.0)])
+def test_the_memory_checks_figure_is_the_arrays_training_writes(files, monkeypatch, optimizer,
+                                                                lam):
+    """memory.training_bytes, counted from the layout and the data, against the arrays the
+    network holds once two epochs have run (a two-hidden-layer network with a skip, so that a
+    layer has two sources): the weights, the gradients of matrices a dense layer feeds, the
+    optimizer state, the biases with theirs, each layer's buffers a batch writes (z and its
+    delta, and a hidden layer's dA; not its "tmp", which only a layer fed twice writes, nor
+    dropout's), and the rows of the sparse input's gradient that the batches write: every
+    feature the data lists, with weight decay or Adam, and no figure for RMSProp without decay,
+    whose first batch alone writes some (memory.listed_features); and, with ``temporary``, the
+    largest temporary a batch's products make."""
     from destiny.io.dataset import read_dataset
-    from destiny.memory import training_bytes
+    from destiny.memory import listed_features, training_bytes
+    from destiny.network import rows_only_updates
 
     datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
     d = small_netdef()
@@ -203,23 +211,72 @@ def test_the_memory_checks_figure_is_the_arrays_training_writes(files, optimizer
     data = TrainData(net, datasets)
     net.initialize(3)
     batch = 64
-    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": batch, "epochs": 1,
-                         "optimizer": optimizer})
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": batch, "epochs": 2,
+                         "optimizer": optimizer, "lam": lam})
     net.init_optimizer(cfg.optimizer_config())
+    kb, rows, temporaries = net.backend, set(), [0]
+    gemm, sparse_grad = kb.gemm, kb.sparse_fc_weight_grad
+
+    def counted_gemm(out, a, b, *args, alpha=1.0, **kw):
+        if alpha != 1.0:  # (the cpu's product scales a copy of its smaller operand)
+            temporaries[0] = max(temporaries[0], min(a.nbytes, b.nbytes))
+        return gemm(out, a, b, *args, alpha=alpha, **kw)
+
+    def written_rows(dW, indptr, indices, *args):
+        rows.update(np.unique(indices).tolist())
+        return sparse_grad(dW, indptr, indices, *args)
+
+    monkeypatch.setattr(kb, "gemm", counted_gemm)
+    monkeypatch.setattr(kb, "sparse_fc_weight_grad", written_rows)
     train_epochs(net, data, cfg, TrainState())
+    listed = (None if rows_only_updates(cfg.optimizer_config())
+              else listed_features(net, data.inputs))
+    if listed is None:
+        assert 0 < len(rows) < 100  # (the first batch's; the data lists 100 features)
+    else:
+        assert rows == set(listed["Input"].tolist()) and len(rows) == 100
     written = 0
     for c in net.connections:
         if not c.shared:
             written += c.W.nbytes + sum(a.nbytes for a in c.state)
             if c.source.kind != LayerKind.Input:
                 written += c.G.nbytes
+            elif listed is not None:
+                written += len(rows) * c.G[0].nbytes
         written += c.b.nbytes + c.gb.nbytes + sum(a.nbytes for a in c.bias_state)
     for name, layer in net.layers.items():
         if layer.kind != LayerKind.Input:
             kept = ["Z", "dZ"] + (["dA"] if layer.kind == LayerKind.Hidden else [])
             written += sum(net._buffers[name][k][:batch].nbytes for k in kept)
-    states = get_backend("cpu").state_arrays_needed(cfg.optimizer_config().mode)
-    assert sum(training_bytes(net, 0, batch_rows=batch, states=states).values()) == written
+    states = kb.state_arrays_needed(cfg.optimizer_config().mode)
+
+    def figure(**kw):
+        return sum(training_bytes(net, 0, batch_rows=batch, states=states, listed=listed,
+                                  **kw).values())
+
+    assert figure() == written
+    assert temporaries[0] == batch * 24 * 4  # (Hidden2's, 24 units: the widest but Output)
+    assert figure(temporary=True) == written + temporaries[0]
+
+
+def test_the_features_listed_are_the_units_of_the_entries_this_process_holds():
+    """memory.listed_features: the features a sparse input's data lists at least once, as the
+    layer's unit indexes (a rank's shard holds its columns re-based: ``offset`` added back);
+    none for a denoised input (each epoch drops entries at random) or one without entries."""
+    from destiny.memory import listed_features
+
+    nd = parse_netdef(small_netdef()).resolve({"gl_input": 128, "gl_output": 128})
+    net = Network(nd, get_backend("cpu"))
+    indptr = np.array([0, 3, 5])
+    shard = SparseDataset("gl_input", 128, indptr, np.array([7, 2, 7, 0, 9], np.int32),
+                          columns=(40, 60))
+    np.testing.assert_array_equal(listed_features(net, {"Input": shard})["Input"],
+                                  [40, 42, 47, 49])
+    empty = SparseDataset("gl_input", 128, np.zeros(3, np.int64), np.zeros(0, np.int32))
+    assert listed_features(net, {"Input": empty}) == {}
+    noisy = Network(parse_netdef(small_netdef(Denoising={"p": 0.3})).resolve(
+        {"gl_input": 128, "gl_output": 128}), get_backend("cpu"))
+    assert listed_features(noisy, {"Input": shard}) == {}
 
 
 def test_an_input_and_an_output_with_the_same_entries_are_held_and_gathered_once(files):
