@@ -507,9 +507,11 @@ def _other_settings(recorded: dict, settings: dict) -> list[str]:
     """How the settings a checkpoint records (its ``destiny_settings``, parsed) differ from
     this run's, in the user's terms; empty where only the number of epochs does, or a
     setting that neither run's optimizer reads (``-mu`` under sgd: train notes that it has no
-    effect, so it cannot make the checkpoint another run's)."""
+    effect, so it cannot make the checkpoint another run's). Where the optimizers differ, which
+    refuses the checkpoint by itself, only the settings both read are listed beside them: an
+    adam checkpoint's -mu against an sgd run's read as if sgd had one."""
     optimizers = {d.get("config", {}).get("optimizer") for d in (recorded, settings)}
-    read = {k for o in optimizers for k in OPTIMIZER_SETTINGS.get(o, SETTING_FLAGS)}
+    read = set.intersection(*(set(OPTIMIZER_SETTINGS.get(o, SETTING_FLAGS)) for o in optimizers))
 
     def key(d: dict) -> dict:
         d = json.loads(json.dumps(d))  # the same types as the saved copy

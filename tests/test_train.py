@@ -2092,7 +2092,8 @@ def test_a_checkpoint_of_other_settings_in_any_one_of_them_but_epochs_is_another
 def test_a_setting_no_optimizer_of_the_two_reads_does_not_make_a_checkpoint_another_runs():
     """-mu under sgd, -alpha under adadelta: train notes that they have no effect, so a
     checkpoint differing in them alone is this run's (--resume refused it, and
-    --resume-or-restart trained afresh). A setting either optimizer reads still counts."""
+    --resume-or-restart trained afresh). Where the optimizers differ, the settings beside them
+    are those both read: one read by only one of them was listed as if the other had it."""
     from dataclasses import asdict
 
     from destiny.fit import _other_settings
@@ -2108,9 +2109,12 @@ def test_a_setting_no_optimizer_of_the_two_reads_does_not_make_a_checkpoint_anot
     assert _other_settings(settings(optimizer="sgd", alpha=0.5),
                            settings(optimizer="sgd", alpha=1.0)) == [
         "-alpha 0.5 in the checkpoint, 1.0 now"]
-    assert _other_settings(settings(optimizer="sgd", mu=0.9),  # (momentum reads -mu)
-                           settings(optimizer="momentum", mu=0.5)) == [
-        "-mu 0.9 in the checkpoint, 0.5 now", "--optimizer sgd in the checkpoint, momentum now"]
+    assert _other_settings(settings(optimizer="sgd", mu=0.9, alpha=0.5),  # (sgd reads no -mu)
+                           settings(optimizer="momentum", mu=0.5, alpha=1.0)) == [
+        "-alpha 0.5 in the checkpoint, 1.0 now", "--optimizer sgd in the checkpoint, momentum now"]
+    assert _other_settings(settings(optimizer="adam", mu=0.9, mu1=0.999),
+                           settings(optimizer="sgd", mu=0.5, mu1=0.0)) == [
+        "--optimizer adam in the checkpoint, sgd now"]
     assert _other_settings(settings(optimizer="sgd", mu1=0.9),  # (neither reads -mu1)
                            settings(optimizer="momentum", mu1=0.5)) == [
         "--optimizer sgd in the checkpoint, momentum now"]
