@@ -1511,6 +1511,30 @@ def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_an_output_in_a_directory_that_holds_no_new_files_says_so(tmp_path, monkeypatch):
+    """A directory that is there but where no file can be made (/proc, /sys: creating one fails
+    with ENOENT, as in a directory removed meanwhile): the refusal said the directory had been
+    removed while the command ran (predict -s /proc/version, as root)."""
+    import errno
+
+    real_open = os.open
+
+    def no_new_files(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_new_files)
+    result = generate_in(tmp_path, "-c")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
+        result.output
+    assert result.output.endswith("(No such file or directory); that directory's file system "
+                                  "holds no new files (as /proc and /sys); choose another "
+                                  "path.\n"), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_an_output_directory_removed_while_the_command_runs_says_so(tmp_path):
     """The directory was there when the outputs were checked, and is gone when a temporary file
     is created in it (rm -rf of a run's directory while it trains): the refusal said to choose
