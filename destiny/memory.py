@@ -8,27 +8,27 @@ weights are drawn: exit status 9 and no message. So, before any rank allocates i
 each adds up the bytes that the ranks on its machine will certainly write (``training_bytes``)
 and compares them with the memory the machine has free (``available_memory``).
 
-The estimate is a lower bound, so that no job that would run is refused: every rank's block of
-the weights and biases, which are drawn whole; and, where training runs at least one batch, the
-gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer
-state of every matrix and bias (the first update after the weights are drawn or loaded is dense,
-and writes all of it: a network that fitted without it was ended by the OOM killer at its first
-step, in one process too), every layer's activations and deltas for a batch, and the rows of a
-sparse input's gradient for the features its data lists, where every batch writes its features'
-rows (``listed_features``): by the end of the first epoch all of them are written, and none is
-freed; and, where a second epoch runs, the largest temporary of its first batch, made while
-all of that is written (one batch of one layer: the scaled copy of a gradient product's smaller
-operand, NumPy's product having no alpha). Without those rows and that temporary, an ``Input ->
-18,500 -> 18,500 -> Output`` sgd network on the bundled sample passed the check in a 3 GiB
-cgroup and was ended by the OOM killer at its first batch: its input's gradient, 72 MiB, was
-wholly resident after it (NumPy asks for huge pages: a row written makes its 2 MiB resident),
-and the temporary, 18 MiB, stayed in malloc's heap. Left out: those rows where only the first
-batch writes them (``network.rows_only_updates``) or the input is denoised, the data (already
-read), the buffers a batch may leave untouched (dropout's), the other temporaries, and what the
-process maps as it loads its kernels and starts its threads (their code, OpenBLAS's buffers: 19
-MiB more in that network, and from 10 to 86 MiB more than the arrays in warm runs on tiny data;
-the address space a ``ulimit -v`` counts grew by less). What was resident before the check is in
-the figure it is compared with (the cgroup's usage, MemAvailable, VmSize).
+The estimate is a lower bound, so that no job that would run is refused: every rank's block of the
+weights and biases, which are drawn whole; and, where training runs at least one batch, the
+gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer state
+of every matrix and bias (the first update after the weights are drawn or loaded is dense, and
+writes all of it: a network that fitted without it was ended by the OOM killer at its first step, in
+one process too), every layer's activations and deltas for a batch, and the rows of a sparse input's
+gradient for the features its data lists, where every batch writes its features' rows
+(``listed_features``): by the end of the first epoch all of them are written, and none is freed;
+and, where a second epoch runs, the largest temporary of its first batch (once for the ranks on a
+machine, ``largest_temporary``), made while all of that is written (one batch of one layer: the
+scaled copy of a gradient product's smaller operand, NumPy's product having no alpha). Without those
+rows and that temporary, an ``Input -> 18,500 -> 18,500 -> Output`` sgd network on the bundled
+sample passed the check in a 3 GiB cgroup and was ended by the OOM killer at its first batch: its
+input's gradient, 72 MiB, was wholly resident after it (NumPy asks for huge pages: a row written
+makes its 2 MiB resident), and the temporary, 18 MiB, stayed in malloc's heap. Left out: those rows
+where only the first batch writes them (``network.rows_only_updates``) or the input is denoised, the
+data (already read), the buffers a batch may leave untouched (dropout's), the other temporaries, and
+what the process maps as it loads its kernels and starts its threads (their code, OpenBLAS's
+buffers: 19 MiB more in that network, and from 10 to 86 MiB more than the arrays in warm runs on
+tiny data; the address space a ``ulimit -v`` counts grew by less). What was resident before the
+check is in the figure it is compared with (the cgroup's usage, MemAvailable, VmSize).
 """
 
 from __future__ import annotations
@@ -49,16 +49,14 @@ _NO_LIMIT = 1 << 60
 
 
 def training_bytes(net, rank: int, *, batch_rows: int, states: int,
-                   listed: dict[str, np.ndarray] | None = None,
-                   temporary: bool = False) -> dict[str, int]:
+                   listed: dict[str, np.ndarray] | None = None) -> dict[str, int]:
     """The bytes rank ``rank`` of ``net.comm.size`` will certainly write, by layer (a layer
     counts the matrices to and from it with fewer units than it has, and its activations): see
     the module's note. ``batch_rows``: the rows of the first batch (0 where no batch is run);
     ``states``: the optimizer's state arrays per parameter (0 to 2); ``listed``: by input
     layer, the features whose rows of its matrix's gradient training writes (sorted unit
-    indexes, ``listed_features``; a rank counts those of its rows that are listed);
-    ``temporary``: count the largest temporary of a batch too (where a second epoch runs: its
-    first batch makes it while everything else counted is written)."""
+    indexes, ``listed_features``; a rank counts those of its rows that are listed). The
+    batch's temporary is ``largest_temporary``'s."""
     size, item = net.comm.size, net.dtype.itemsize
     listed = listed or {}
 
@@ -75,7 +73,6 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
         return int(np.searchsorted(features, span[1]) - np.searchsorted(features, span[0]))
 
     found = {name: 0 for name in net.layers}
-    largest = (0, "")  # (the bytes of the largest temporary, and its layer)
     for c in net.connections:
         source_rows = units(c.source.name) if c.layout == shard.ROWS else (0, c.source.n)
         rows = width(source_rows)
@@ -90,10 +87,6 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
         # (a matrix counts for the wider of its two layers: the one that makes it large)
         wider = c.source.name if c.source.n > c.dest.n else c.dest.name
         found[wider] += (weights + gradient + state) * item
-        if temporary and batch_rows and c.source.kind != LayerKind.Input:
-            # (the CPU's product has no alpha: it scales a copy of its smaller operand, the
-            # batch's rows of the source's activations or of the destination's deltas)
-            largest = max(largest, (batch_rows * min(rows, cols) * item, wider))
         # (the bias, and in training its gradient and state)
         found[c.dest.name] += local * ((2 + states) if batch_rows else 1) * item
     for name, layer in net.layers.items():
@@ -102,9 +95,28 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
             # delta of its activations, dA)
             buffers = 3 if layer.kind == LayerKind.Hidden else 2
             found[name] += buffers * batch_rows * width(units(name)) * item
-    if largest[0]:
-        found[largest[1]] += largest[0]
     return found
+
+
+def largest_temporary(net, rank: int, *, batch_rows: int) -> tuple[int, str]:
+    """The bytes of the largest temporary a batch of ``batch_rows`` makes on rank ``rank``, and
+    the layer it counts for (the wider of the matrix's two): the CPU's product has no alpha, so
+    a weight gradient's product scales a copy of its smaller operand, the batch's rows of the
+    source's activations or of the destination's deltas (a sparse input's gradient has its own
+    kernel). Freed after the product, it stays in malloc's heap; the ranks on a machine make
+    theirs at moments of their own, so ``check_training_memory`` counts the largest of theirs,
+    once."""
+    size, item = net.comm.size, net.dtype.itemsize
+    largest = (0, "")
+    for c in net.connections:
+        if c.source.kind == LayerKind.Input or not batch_rows:
+            continue
+        source, dest = (unit_range(layer.n, rank, size) for layer in (c.source, c.dest))
+        rows = source[1] - source[0] if c.layout == shard.ROWS else c.source.n
+        cols = dest[1] - dest[0] if c.layout == shard.COLS else c.dest.n
+        wider = c.source.name if c.source.n > c.dest.n else c.dest.name
+        largest = max(largest, (batch_rows * min(rows, cols) * item, wider))
+    return largest
 
 
 def listed_features(net, inputs: dict) -> dict[str, np.ndarray]:
@@ -113,8 +125,8 @@ def listed_features(net, inputs: dict) -> dict[str, np.ndarray]:
     matrix's gradient that the first epoch writes where every batch writes its features' rows
     (not ``network.rows_only_updates``). A denoised input is left out (each epoch drops
     entries at random), and so are the features of other ranks' columns where this process
-    holds only its own. The mask costs a byte per feature: a quarter of a row of the gradient
-    it finds."""
+    holds only its own. It costs a mask of a byte per feature and the features found, 8 bytes
+    each (36 ms for 20 M entries over 27,392 features)."""
     found = {}
     for name, ds in inputs.items():
         if net.layers[name].denoising or ds.indices.size == 0:
@@ -217,9 +229,13 @@ def check_training_memory(net, *, batch: int, examples: int, epochs: int, states
     by_layer: dict[str, int] = {}
     for rank in comm.local_ranks:
         for name, nbytes in training_bytes(net, rank, batch_rows=rows, states=states,
-                                           listed=listed,
-                                           temporary=epochs > 1 and not resumed).items():
+                                           listed=listed).items():
             by_layer[name] = by_layer.get(name, 0) + nbytes
+    if epochs > 1 and not resumed:
+        nbytes, name = max(largest_temporary(net, rank, batch_rows=rows)
+                           for rank in comm.local_ranks)
+        if nbytes:
+            by_layer[name] += nbytes
     needed = sum(by_layer.values())
     if needed <= available:
         return

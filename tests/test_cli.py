@@ -1530,9 +1530,22 @@ def test_an_output_in_a_directory_that_holds_no_new_files_says_so(tmp_path, monk
     assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
         result.output
     assert result.output.endswith("(No such file or directory); that directory's file system "
-                                  "holds no new files (as /proc and /sys); choose another "
-                                  "path.\n"), result.output
+                                  "holds no new files (as /proc); choose another path.\n"), \
+        result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_a_lock_file_that_is_a_link_to_a_missing_directory_says_so(tmp_path):
+    """.NAME.lock made a link by hand, to a directory that is not there: creating the lock
+    fails with ENOENT in a directory that exists, which is neither a removed directory nor a
+    file system without new files."""
+    (tmp_path / ".f.lock").symlink_to(tmp_path / "missing" / "lock")
+    result = generate_in(tmp_path, "-c")
+    assert result.exit_code == 1, result.output
+    assert result.output == (
+        f"Error: {tmp_path / 'f'}: cannot create the lock file '{tmp_path / '.f.lock'}' (No such "
+        f"file or directory); it is a symbolic link to '{tmp_path / 'missing' / 'lock'}', whose "
+        "directory does not exist; remove the link.\n"), result.output
 
 
 def test_an_output_directory_removed_while_the_command_runs_says_so(tmp_path):

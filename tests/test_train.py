@@ -195,10 +195,10 @@ def test_the_memory_checks_figure_is_the_arrays_training_writes(files, monkeypat
     delta, and a hidden layer's dA; not its "tmp", which only a layer fed twice writes, nor
     dropout's), and the rows of the sparse input's gradient that the batches write: every
     feature the data lists, with weight decay or Adam, and no figure for RMSProp without decay,
-    whose first batch alone writes some (memory.listed_features); and, with ``temporary``, the
-    largest temporary a batch's products make."""
+    whose first batch alone writes some (memory.listed_features); and, apart
+    (memory.largest_temporary), the largest temporary a batch's products make."""
     from destiny.io.dataset import read_dataset
-    from destiny.memory import listed_features, training_bytes
+    from destiny.memory import largest_temporary, listed_features, training_bytes
     from destiny.network import rows_only_updates
 
     datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
@@ -250,13 +250,10 @@ def test_the_memory_checks_figure_is_the_arrays_training_writes(files, monkeypat
             written += sum(net._buffers[name][k][:batch].nbytes for k in kept)
     states = kb.state_arrays_needed(cfg.optimizer_config().mode)
 
-    def figure(**kw):
-        return sum(training_bytes(net, 0, batch_rows=batch, states=states, listed=listed,
-                                  **kw).values())
-
-    assert figure() == written
+    assert sum(training_bytes(net, 0, batch_rows=batch, states=states,
+                              listed=listed).values()) == written
     assert temporaries[0] == batch * 24 * 4  # (Hidden2's, 24 units: the widest but Output)
-    assert figure(temporary=True) == written + temporaries[0]
+    assert largest_temporary(net, 0, batch_rows=batch) == (temporaries[0], "Output")
 
 
 def test_the_features_listed_are_the_units_of_the_entries_this_process_holds():

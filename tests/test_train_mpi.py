@@ -676,13 +676,14 @@ def test_ranks_larger_together_than_the_memory_free_are_refused_once(data, tmp_p
     """The ranks on one machine add up their shares of the memory before any allocates its
     weights: each one's fits in the memory free but the two do not, and the job stops with
     one message, exit status 1 and no output (it was the OOM killer: exit status 9, no word).
-    NETDEF at -b 32 with Adam certainly writes 80,544 float32 (322,176 bytes: weights 17,062,
+    NETDEF at -b 32 with Adam certainly writes 79,360 float32 (317,440 bytes: weights 17,062,
     the gradients of the matrices fed by dense layers 9,382, Adam's two state arrays 34,124,
     biases with their gradients and states 1,448, a batch's activations and deltas
-    32 x (211 x 2 + 83), and, as a second epoch runs, each rank's largest temporary of a batch,
-    32 x 37: H1's activations, scaled for the gradient of its block of the matrix to Output; no
-    rows of the input's gradient, the input being denoised), 160,112 and 162,064 bytes of it on
-    ranks 0 and 1."""
+    32 x (211 x 2 + 83), 155,376 and 157,328 bytes of it on ranks 0 and 1; and, as a second
+    epoch runs, the largest temporary of a batch, counted once for the two ranks, which make
+    theirs at moments of their own (each adding it made 322,176 bytes): 32 x 37, H1's
+    activations, scaled for the gradient of a rank's block of the matrix to Output. No rows of
+    the input's gradient: the input is denoised.)"""
     script = tmp_path / "small_memory.py"
     script.write_text(SMALL_MEMORY)
     out = tmp_path / "out"
@@ -692,10 +693,10 @@ def test_ranks_larger_together_than_the_memory_free_are_refused_once(data, tmp_p
                 "32", "-q"], env=dict(ENV, FREE_BYTES="200000"))
     assert done.returncode == 1, done.stderr.decode()
     assert errors(done) == [
-        "Error: out of memory: training needs at least 314.6 KiB of this machine's memory for the "
+        "Error: out of memory: training needs at least 310.0 KiB of this machine's memory for the "
         "2 processes of this job on it (each with its block of the layers), for the network's "
         "weights, their gradients and optimizer state, and a batch's activations and deltas, and "
-        "195.3 KiB is free (a test's figure); 165.2 KiB of it is for layer 'Output', of 128 units "
+        "195.3 KiB is free (a test's figure); 160.6 KiB of it is for layer 'Output', of 128 units "
         "(its weights, to and from narrower layers, and its activations and deltas). Nothing was "
         "trained, and no output was replaced. Use fewer units, run the job over more machines "
         "(more processes on this one share its memory: they do not help), or run on a machine "

@@ -331,13 +331,16 @@ def _remedy(e: OSError, otherwise: str) -> str:
     """What to do when a file cannot be created: ``otherwise``, unless the file system is
     full (or the quota reached, or no inode left: ENOSPC), or the process has as many files
     open as it may, which neither a permission nor another path mends, or the directory is
-    gone (ENOENT), or is one where no file can be made (/proc, /sys: ENOENT too)."""
+    gone (ENOENT), or is one where no file can be made (/proc: ENOENT too), or the name is a
+    link to a directory that is not there (a lock file made a link by hand: ENOENT too)."""
     if e.errno in OPEN_FILES:
         return too_many_open_files(e.errno)
+    if e.errno == errno.ENOENT and e.filename is not None and os.path.islink(e.filename):
+        return (f"it is a symbolic link to {quoted(os.readlink(e.filename))}, whose directory "
+                "does not exist; remove the link")
     if e.errno == errno.ENOENT and e.filename is not None and os.path.isdir(
             os.path.dirname(os.path.abspath(e.filename))):
-        return ("that directory's file system holds no new files (as /proc and /sys); choose "
-                "another path")
+        return "that directory's file system holds no new files (as /proc); choose another path"
     if e.errno == errno.ENOENT:  # (check_writable found the directory: it went since)
         return ("the directory was removed (or renamed) while the command ran; create it again "
                 "(mkdir -p) and run the command again, or choose another path")
