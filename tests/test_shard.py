@@ -158,6 +158,35 @@ def test_each_rank_holds_its_part_of_every_matrix_and_dataset():
         np.testing.assert_array_equal(data.targets["Output"].indices, out.indices[kept] - c0)
 
 
+def test_a_ranks_memory_figure_counts_its_own_rows_of_the_input_gradient():
+    """memory.training_bytes under model parallelism: a rank holding the input's rows (r0, r1)
+    of a matrix split by rows writes the gradient's rows of the features its columns of the
+    data list, each a whole row of the hidden layer's units, and counts those alone, not every
+    feature of the data, even where the process holds them all (the mpiexec tests' input is
+    denoised, so none counted them)."""
+    from destiny.memory import listed_features, training_bytes
+
+    netdef = parse_netdef(NETDEF)
+    rng = np.random.default_rng(5)
+    indptr = np.arange(0, 41, 4)
+    inp = SparseDataset("in", 300, indptr, rng.integers(0, 300, 40).astype(np.int32))
+    out = SparseDataset("out", 250, indptr, rng.integers(0, 250, 40).astype(np.int32))
+    features = set(inp.indices.tolist())
+    for rank in range(3):
+        net = Network(netdef, get_backend("cpu"), comm=FakeComm(rank, 3))
+        data = TrainData(net, {"in": inp, "out": out})
+        listed = listed_features(net, data.inputs)
+        r0, r1 = unit_range(300, rank, 3)
+        mine = sorted(f for f in features if r0 <= f < r1)
+        assert listed["Input"].tolist() == mine and 0 < len(mine) < len(features)
+        # (and where the process holds every column, an input split both ways: its rows only)
+        every = {"Input": np.array(sorted(features))}
+        without, with_rows, with_every = (
+            sum(training_bytes(net, rank, batch_rows=4, states=0, listed=given).values())
+            for given in (None, listed, every))
+        assert with_rows - without == with_every - without == len(mine) * 20 * 4
+
+
 def test_a_rank_reads_only_the_columns_of_its_units(tmp_path):
     """(spec 7: the data is not replicated) Each rank reads from the files only the feature
     columns of its own units: the input's of a matrix split by rows, the targets' of its
