@@ -1487,20 +1487,25 @@ def test_a_file_system_full_as_an_output_is_begun_says_so(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def lock_files_fail(monkeypatch, error: OSError):
+    """Creating any lock file (os.open of a ``.lock`` path) raises ``error``."""
+    real_open = os.open
+
+    def lock_fails(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise error
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", lock_fails)
+
+
 def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_path,
                                                                           monkeypatch):
     """The process's limit on open files (ulimit -n, low in a cron job or a service) reached
     as the lock file is created: neither the directory's permissions nor another path help."""
     import errno
 
-    real_open = os.open
-
-    def lock_fails(path, *args, **kwargs):
-        if str(path).endswith(".lock"):
-            raise OSError(errno.EMFILE, "Too many open files")
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", lock_fails)
+    lock_files_fail(monkeypatch, OSError(errno.EMFILE, "Too many open files"))
     result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
@@ -1512,19 +1517,13 @@ def test_too_many_open_files_as_an_output_is_begun_says_to_raise_the_limit(tmp_p
 
 
 def test_an_output_in_a_directory_that_holds_no_new_files_says_so(tmp_path, monkeypatch):
-    """A directory that is there but where no file can be made (/proc, /sys: creating one fails
-    with ENOENT, as in a directory removed meanwhile): the refusal said the directory had been
+    """A directory that is there but where no file can be made (/proc: creating one fails with
+    ENOENT, as in a directory removed meanwhile): the refusal said the directory had been
     removed while the command ran (predict -s /proc/version, as root)."""
     import errno
 
-    real_open = os.open
-
-    def no_new_files(path, *args, **kwargs):
-        if str(path).endswith(".lock"):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", no_new_files)
+    lock_files_fail(monkeypatch, FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                                   str(tmp_path / ".f.lock")))
     result = generate_in(tmp_path, "-c")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: {tmp_path / 'f'}: cannot create the lock file "), \
