@@ -10,25 +10,25 @@ and compares them with the memory the machine has free (``available_memory``).
 
 The estimate is a lower bound, so that no job that would run is refused: every rank's block of the
 weights and biases, which are drawn whole; and, where training runs at least one batch, the
-gradients of the matrices fed by a dense layer (a product writes all of them), the optimizer state
-of every matrix and bias (the first update after the weights are drawn or loaded is dense, and
-writes all of it: a network that fitted without it was ended by the OOM killer at its first step, in
-one process too), every layer's activations and deltas for a batch, and the rows of a sparse input's
-gradient for the features its data lists, where every batch writes its features' rows
-(``listed_features``): by the end of the first epoch all of them are written, and none is freed;
-and, where a second epoch runs, the largest temporary of its first batch (once for the ranks on a
-machine, ``largest_temporary``), made while all of that is written (one batch of one layer: the
-scaled copy of a gradient product's smaller operand, NumPy's product having no alpha). Without those
-rows and that temporary, an ``Input -> 18,500 -> 18,500 -> Output`` sgd network on the bundled
-sample passed the check in a 3 GiB cgroup and was ended by the OOM killer at its first batch: its
-input's gradient, 72 MiB, was wholly resident after it (NumPy asks for huge pages: a row written
-makes its 2 MiB resident), and the temporary, 18 MiB, stayed in malloc's heap. Left out: those rows
-where only the first batch writes them (``network.rows_only_updates``) or the input is denoised, the
-data (already read), the buffers a batch may leave untouched (dropout's), the other temporaries, and
-what the process maps as it loads its kernels and starts its threads (their code, OpenBLAS's
-buffers: 19 MiB more in that network, and from 10 to 86 MiB more than the arrays in warm runs on
-tiny data; the address space a ``ulimit -v`` counts grew by less). What was resident before the
-check is in the figure it is compared with (the cgroup's usage, MemAvailable, VmSize).
+gradients of the matrices a dense layer's product uses, its own or one it shares (a product writes
+all of them), the optimizer state of every matrix and bias (the first update after the weights are
+drawn or loaded is dense, and writes all of it: a network that fitted without it was ended by the
+OOM killer at its first step, in one process too), every layer's activations and deltas for a batch,
+and the rows of a sparse input's gradient for the features its data lists, where every batch writes
+its features' rows (``listed_features``): by the end of the first epoch all of them are written, and
+none is freed; and, where a second epoch runs, the largest temporary of its first batch (once for
+the ranks on a machine, ``largest_temporary``), made while all of that is written (one batch of one
+layer: the scaled copy of a gradient product's smaller operand, NumPy's product having no alpha).
+Without those rows and that temporary, an ``Input -> 18,500 -> 18,500 -> Output`` sgd network on the
+bundled sample passed the check in a 3 GiB cgroup and was ended by the OOM killer at its first
+batch: its input's gradient, 72 MiB, was wholly resident after it (NumPy asks for huge pages: a row
+written makes its 2 MiB resident), and the temporary, 18 MiB, stayed in malloc's heap. Left out:
+those rows where only the first batch writes them (``network.rows_only_updates``) or the input is
+denoised, the data (already read), the buffers a batch may leave untouched (dropout's), the other
+temporaries, and what the process maps as it loads its kernels and starts its threads (their code,
+OpenBLAS's buffers: 19 MiB more in that network, and from 10 to 86 MiB more than the arrays in warm
+runs on tiny data; the address space a ``ulimit -v`` counts grew by less). What was resident before
+the check is in the figure it is compared with (the cgroup's usage, MemAvailable, VmSize).
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
         return int(np.searchsorted(features, span[1]) - np.searchsorted(features, span[0]))
 
     found = {name: 0 for name in net.layers}
+    # (the matrices a dense layer's product uses, its own or one it shares: the product writes
+    # the whole gradient every batch, a tied autoencoder's input matrix included)
+    dense = {id(c.owner) for c in net.connections if c.source.kind != LayerKind.Input}
     for c in net.connections:
         source_rows = units(c.source.name) if c.layout == shard.ROWS else (0, c.source.n)
         rows = width(source_rows)
@@ -81,7 +84,7 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
         weights = 0 if c.shared else rows * cols
         gradient = 0
         if batch_rows and not c.shared:
-            gradient = (weights if c.source.kind != LayerKind.Input
+            gradient = (weights if id(c) in dense
                         else listed_rows(c.source.name, source_rows) * cols)
         state = states * weights if batch_rows else 0
         # (a matrix counts for the wider of its two layers: the one that makes it large)

@@ -256,6 +256,47 @@ def test_the_memory_checks_figure_is_the_arrays_training_writes(files, monkeypat
     assert largest_temporary(net, 0, batch_rows=batch) == (temporaries[0], "Output")
 
 
+@pytest.mark.parametrize("optimizer, lam", [("sgd", 1e-4), ("rmsprop", 0.0)])
+def test_a_tied_autoencoders_input_matrix_counts_its_whole_gradient(files, monkeypatch,
+                                                                   optimizer, lam):
+    """A sparse input's matrix that a dense layer's product uses too (a tied autoencoder: the
+    Output layer shares Input -> Hidden, transposed) has its whole gradient written by that
+    product every batch: memory.training_bytes counted only the rows of the features the data
+    lists, or none for a lazy optimizer (which then updates the matrix densely)."""
+    from destiny.io.dataset import read_dataset
+    from destiny.memory import listed_features, training_bytes
+    from destiny.network import rows_only_updates
+
+    datasets = {n: read_dataset(files / f"{n}.nc") for n in ("gl_input", "gl_output")}
+    d = small_netdef()
+    d["Layers"][-1]["SharedWeights"] = {"SourceInputLayer": "Input", "SourceOutputLayer": "Hidden",
+                                        "InputLayer": "Hidden", "Transposed": True}
+    net = Network(parse_netdef(d).resolve({"gl_input": 128, "gl_output": 128}),
+                  get_backend("cpu"))
+    encoder, decoder = net.connections
+    assert decoder.owner is encoder
+    data = TrainData(net, datasets)
+    net.initialize(3)
+    cfg = TrainConfig(**{**vars(TrainConfig()), "batch": 64, "epochs": 1,
+                         "optimizer": optimizer, "lam": lam})
+    net.init_optimizer(cfg.optimizer_config())
+    kb, whole = net.backend, []
+    gemm = kb.gemm
+
+    def recorded(out, *args, **kw):
+        whole.append(np.shares_memory(out, encoder.G) and out.size == encoder.G.size)
+        return gemm(out, *args, **kw)
+
+    monkeypatch.setattr(kb, "gemm", recorded)
+    train_epochs(net, data, cfg, TrainState())
+    assert any(whole)  # (a product wrote all of the encoder's gradient)
+    listed = (None if rows_only_updates(cfg.optimizer_config())
+              else listed_features(net, data.inputs))
+    states = kb.state_arrays_needed(cfg.optimizer_config().mode)
+    figure = training_bytes(net, 0, batch_rows=64, states=states, listed=listed)
+    assert figure["Input"] == (2 + states) * encoder.W.nbytes  # (weights, gradient, state)
+
+
 def test_the_features_listed_are_the_units_of_the_entries_this_process_holds():
     """memory.listed_features: the features a sparse input's data lists at least once, as the
     layer's unit indexes (a rank's shard holds its columns re-based: ``offset`` added back);
