@@ -48,6 +48,17 @@ from destiny.wording import counted, sized
 _NO_LIMIT = 1 << 60
 
 
+def _block(net, c, rank: int) -> tuple[tuple[int, int], int, str]:
+    """Rank ``rank``'s block of connection ``c``'s matrix: the span of the source's units it
+    holds as rows, its number of columns, and the wider of the two layers, the one the matrix
+    counts for (the one that makes it large)."""
+    size = net.comm.size
+    rows = unit_range(c.source.n, rank, size) if c.layout == shard.ROWS else (0, c.source.n)
+    lo, hi = unit_range(c.dest.n, rank, size) if c.layout == shard.COLS else (0, c.dest.n)
+    wider = c.source.name if c.source.n > c.dest.n else c.dest.name
+    return rows, hi - lo, wider
+
+
 def training_bytes(net, rank: int, *, batch_rows: int, states: int,
                    listed: dict[str, np.ndarray] | None = None) -> dict[str, int]:
     """The bytes rank ``rank`` of ``net.comm.size`` will certainly write, by layer (a layer
@@ -77,18 +88,14 @@ def training_bytes(net, rank: int, *, batch_rows: int, states: int,
     # the whole gradient every batch, a tied autoencoder's input matrix included)
     dense = {id(c.owner) for c in net.connections if c.source.kind != LayerKind.Input}
     for c in net.connections:
-        source_rows = units(c.source.name) if c.layout == shard.ROWS else (0, c.source.n)
-        rows = width(source_rows)
-        cols = width(units(c.dest.name)) if c.layout == shard.COLS else c.dest.n
+        source_rows, cols, wider = _block(net, c, rank)
         local = width(units(c.dest.name))
-        weights = 0 if c.shared else rows * cols
+        weights = 0 if c.shared else width(source_rows) * cols
         gradient = 0
         if batch_rows and not c.shared:
             gradient = (weights if id(c) in dense
                         else listed_rows(c.source.name, source_rows) * cols)
         state = states * weights if batch_rows else 0
-        # (a matrix counts for the wider of its two layers: the one that makes it large)
-        wider = c.source.name if c.source.n > c.dest.n else c.dest.name
         found[wider] += (weights + gradient + state) * item
         # (the bias, and in training its gradient and state)
         found[c.dest.name] += local * ((2 + states) if batch_rows else 1) * item
@@ -109,16 +116,12 @@ def largest_temporary(net, rank: int, *, batch_rows: int) -> tuple[int, str]:
     kernel). Freed after the product, it stays in malloc's heap; the ranks on a machine make
     theirs at moments of their own, so ``check_training_memory`` counts the largest of theirs,
     once."""
-    size, item = net.comm.size, net.dtype.itemsize
     largest = (0, "")
     for c in net.connections:
         if c.source.kind == LayerKind.Input or not batch_rows:
             continue
-        source, dest = (unit_range(layer.n, rank, size) for layer in (c.source, c.dest))
-        rows = source[1] - source[0] if c.layout == shard.ROWS else c.source.n
-        cols = dest[1] - dest[0] if c.layout == shard.COLS else c.dest.n
-        wider = c.source.name if c.source.n > c.dest.n else c.dest.name
-        largest = max(largest, (batch_rows * min(rows, cols) * item, wider))
+        (lo, hi), cols, wider = _block(net, c, rank)
+        largest = max(largest, (batch_rows * min(hi - lo, cols) * net.dtype.itemsize, wider))
     return largest
 
 
